@@ -1,0 +1,128 @@
+"""The one interface every model runtime offers to the decoders.
+
+A backend holds one loaded model, its tokenizer and a KV cache of *committed* tokens. Decoders
+evaluate a `Block` of new tokens after the committed prefix in one forward pass, then commit the
+path they accepted; nothing above this module knows how a runtime lays out its cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Block:
+    """Tokens evaluated in one forward pass, shaped as a tree rooted at the committed prefix.
+
+    `parents[i]` is the index of token i's parent in the block (always < i), or -1 when token i
+    follows the committed prefix directly. Token i sits at position `n_committed + depth(i)` and
+    attends to the committed prefix, its ancestors and itself: a chain is a draft, a tree holds
+    several drafts (lookahead's window and n-gram branches, beam suffixes) at once.
+    """
+
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) != len(self.parents):
+            raise ValueError("a block needs one parent per token")
+        for i, parent in enumerate(self.parents):
+            if not -1 <= parent < i:
+                raise ValueError(f"block token {i} has parent {parent}; parents must come first")
+
+    @classmethod
+    def chain(cls, tokens: list[int] | tuple[int, ...]) -> Block:
+        """A single draft: each token follows the one before it."""
+        return cls(tuple(tokens), tuple(range(-1, len(tokens) - 1)))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @cached_property
+    def depths(self) -> tuple[int, ...]:
+        """Distance from the committed prefix: position offset of each token."""
+        depths: list[int] = []
+        for parent in self.parents:
+            depths.append(0 if parent < 0 else depths[parent] + 1)
+        return tuple(depths)
+
+    @cached_property
+    def is_chain(self) -> bool:
+        return all(parent == i - 1 for i, parent in enumerate(self.parents))
+
+    def path_to(self, index: int) -> list[int]:
+        """Block indices from a root down to `index`, inclusive."""
+        path = []
+        while index >= 0:
+            path.append(index)
+            index = self.parents[index]
+        return path[::-1]
+
+    @cached_property
+    def leaves(self) -> tuple[int, ...]:
+        has_child = set(p for p in self.parents if p >= 0)
+        return tuple(i for i in range(len(self.tokens)) if i not in has_child)
+
+
+@dataclass
+class ChatMessage:
+    role: str
+    content: str
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a decoder may ask of a model runtime. See DESIGN.md, "Backend"."""
+
+    name: str  # "llama" or "hf"
+    device: str
+    model_name: str
+    vocab_size: int
+    eos_ids: frozenset[int]
+    n_ctx: int
+
+    @property
+    def n_committed(self) -> int:
+        """How many tokens the KV cache holds."""
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        """Token ids of text; `special` parses control tokens such as <|im_start|>."""
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes a token stands for (may be part of a UTF-8 character)."""
+
+    def chat_prompt(self, messages: list[ChatMessage]) -> str:
+        """The model's own chat template applied to the history, ready for the answer."""
+
+    def prefill(self, ids: list[int]) -> None:
+        """Evaluate and commit `ids` after the committed prefix (no logits are returned)."""
+
+    def evaluate(self, block: Block) -> np.ndarray:
+        """Logits (float32, [len(block), vocab_size]) of every block token, committing nothing."""
+
+    def commit(self, path: list[int]) -> None:
+        """Keep the block entries `path` (a root-to-node chain of the last evaluated block)."""
+
+    def rollback(self, n_committed: int) -> None:
+        """Shrink the committed prefix to its first `n_committed` tokens."""
+
+    def block_cost(self, k: int) -> float:
+        """Seconds one pass over a k-token chain costs, measured once per model and device."""
+
+    def close(self) -> None:
+        """Free the model."""
+
+
+@dataclass
+class LoadOptions:
+    """How to load a model, as the user asked for it (CLI flags or settings)."""
+
+    device: str = "cpu"
+    threads: int | None = None
+    n_ctx: int = 4096
+    dtype: str = "float32"
+    extra: dict[str, object] = field(default_factory=dict)

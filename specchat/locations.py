@@ -1,0 +1,34 @@
+"""Where specchat keeps files: platformdirs locations, each overridable by an environment variable.
+
+Tests point these at temporary folders so they never touch a user's real settings or chats.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "specchat"
+
+
+def _dir(env_var: str, default: str) -> Path:
+    path = Path(os.environ.get(env_var) or default)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir() -> Path:
+    """Converted weights and measured block costs: safe to delete, rebuilt on demand."""
+    return _dir("SPECCHAT_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME))
+
+
+def config_dir() -> Path:
+    """settings.toml."""
+    return _dir("SPECCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP_NAME))
+
+
+def data_dir() -> Path:
+    """The chat history database."""
+    return _dir("SPECCHAT_DATA_DIR", platformdirs.user_data_dir(APP_NAME))
