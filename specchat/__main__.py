@@ -1,0 +1,3 @@
+from specchat.app.cli import main
+
+main()

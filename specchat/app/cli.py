@@ -1,0 +1,173 @@
+"""The `specchat` command: the chat app, `ask`, `models`. Errors are one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from specchat import __version__
+from specchat.errors import SpecchatError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    invoke_without_command=True,
+    help="A terminal chat for local LLMs that makes fast (speculative) decoding visible.",
+    pretty_exceptions_enable=False,
+)
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="bundled (default), a .gguf path, an HF dir or id")
+]
+BackendOpt = Annotated[str | None, typer.Option("--backend", help="llama or hf")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda")]
+ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: cores)")]
+CtxOpt = Annotated[int, typer.Option("--n-ctx", help="context window in tokens")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="hf backend: float32, bfloat16, float16")]
+
+
+def _progress(message: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\x1b[2K{message}…")
+        sys.stderr.flush()
+
+
+def _progress_done() -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\x1b[2K")
+        sys.stderr.flush()
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"specchat {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version")
+    ] = False,
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    device: DeviceOpt = "cpu",
+    draft: Annotated[str | None, typer.Option("--draft", help="draft model spec")] = None,
+) -> None:
+    """Without a command: open the chat."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from specchat.app.repl import run_repl
+
+    run_repl(model=model, backend=backend, device=device)
+
+
+def _parse_params(values: list[str]) -> dict[str, object]:
+    params: dict[str, object] = {}
+    for item in values:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise SpecchatError(f"--param takes name=value, got {item!r}")
+        try:
+            value: object = json.loads(raw)
+        except ValueError:
+            value = raw
+        params[name.strip().replace("-", "_")] = value
+    return params
+
+
+@app.command()
+def ask(
+    prompt: Annotated[str, typer.Argument(help="the question (or text to continue with --raw)")],
+    decoder: Annotated[str, typer.Option("--decoder", "-d", help="decoder name")] = "greedy",
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    device: DeviceOpt = "cpu",
+    threads: ThreadsOpt = None,
+    n_ctx: CtxOpt = 4096,
+    dtype: DtypeOpt = "float32",
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="answer length limit")] = 512,
+    temperature: Annotated[float | None, typer.Option("--temperature")] = None,
+    top_k: Annotated[int, typer.Option("--top-k")] = 0,
+    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
+    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    num_beams: Annotated[int | None, typer.Option("--num-beams", help="beam decoder")] = None,
+    param: Annotated[
+        list[str], typer.Option("--param", "-p", help="decoder parameter name=value (repeatable)")
+    ] = [],  # noqa: B006 - typer reads the default
+    system: Annotated[str | None, typer.Option("--system", help="system prompt")] = None,
+    stop: Annotated[list[str], typer.Option("--stop", help="stop string (repeatable)")] = [],  # noqa: B006
+    raw: Annotated[bool, typer.Option("--raw", help="no chat template: continue the text")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON Lines events on stdout")] = False,
+) -> None:
+    """Stream one answer to stdout; multi-token speculative steps are coloured."""
+    from specchat.app.ask import run_ask
+    from specchat.decoding.sampling import SamplingParams
+
+    params = _parse_params(param)
+    if num_beams is not None:
+        params["num_beams"] = num_beams
+    if max_tokens < 1:
+        raise SpecchatError("--max-tokens must be at least 1")
+    code = run_ask(
+        prompt,
+        decoder=decoder,
+        decoder_params=params,
+        model=model,
+        backend=backend,
+        device=device,
+        threads=threads,
+        n_ctx=n_ctx,
+        dtype=dtype,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        sampling=SamplingParams(top_k=top_k, top_p=top_p, seed=seed),
+        system=system,
+        stop=tuple(stop),
+        raw=raw,
+        as_json=as_json,
+        progress=_progress,
+        progress_done=_progress_done,
+    )
+    raise typer.Exit(code)
+
+
+@app.command()
+def models() -> None:
+    """List the models specchat can open here; the default is marked."""
+    from specchat.models import list_models
+
+    for listing in list_models():
+        mark = "*" if listing.is_default else " "
+        typer.echo(f"{mark} {listing.spec:<40} {listing.kind:<5} {listing.path}")
+    typer.echo("(* = default; any .gguf path or Hugging Face model directory works too)")
+
+
+def main() -> None:
+    """Console entry point: user errors become one line on stderr and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except SpecchatError as exc:
+        typer.echo(f"specchat: error: {exc}", err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            typer.echo(f"specchat: error: {exc.format_message()}", err=True)
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

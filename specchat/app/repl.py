@@ -1,0 +1,47 @@
+"""A line-mode chat for terminals without the TUI (and until it is opened)."""
+
+from __future__ import annotations
+
+import sys
+
+from specchat.backends.base import ChatMessage
+from specchat.decoding.engine import Engine, GenerationRequest
+from specchat.decoding.events import DoneEvent, StepEvent
+from specchat.decoding.registry import build_decoder
+from specchat.models import load_backend
+from specchat.prompting import chat_prompt_ids
+
+
+def run_repl(model: str | None, backend: str | None, device: str) -> None:
+    loaded = load_backend(model, backend=backend, device=device)
+    engine = Engine(loaded, build_decoder("greedy", {}, loaded))
+    history: list[ChatMessage] = []
+    print(f"specchat on {loaded.model_name} ({loaded.name}, {loaded.device}); Ctrl+D quits.")
+    while True:
+        try:
+            line = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return
+        if not line.strip():
+            continue
+        history.append(ChatMessage("user", line))
+        request = GenerationRequest(tuple(chat_prompt_ids(loaded, history)), 512)
+        handle = engine.start(request)
+        events = iter(handle)
+        answer = ""
+        while True:
+            try:
+                event = next(events)
+            except StopIteration:
+                break
+            except KeyboardInterrupt:
+                handle.cancel()
+                continue
+            if isinstance(event, StepEvent):
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, DoneEvent):
+                answer = event.text
+        print()
+        history.append(ChatMessage("assistant", answer))

@@ -1,0 +1,358 @@
+"""llama.cpp backend through llama-cpp-python's low-level API.
+
+Exactness is the point of this module's layout. On the batch-invariant build (GGML_LLAMAFILE=OFF,
+flash attention off) a token's logits do not depend on how many tokens one call evaluates, as long
+as its KV cells sit where sequential decoding would have put them. So:
+- a chain block runs in the main sequence, whose cells stay contiguous: exact;
+- a tree block runs one root-to-leaf path per sequence, each in its own KV stream
+  (`kv_unified=False`), so every branch sees the prefix and its own ancestors contiguously, exactly
+  as if it were evaluated alone. A stream that lags the committed prefix catches up by evaluating the
+  missing tokens in the same pass (few tokens) or by a full stream copy (many tokens).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from specchat.backends.base import Block, ChatMessage
+from specchat.backends.block_cost import BlockCostTable
+from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
+from specchat.errors import SpecchatError
+
+# Above this many missing tokens a lagging stream is refreshed by copying the main stream's buffer.
+_CATCH_UP_BY_EVALUATION = 32
+
+
+def _import_llama_cpp():
+    try:
+        import llama_cpp
+        import llama_cpp._logger as llama_logger
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise SpecchatError(
+            "llama-cpp-python is not installed: run the README's setup command"
+        ) from exc
+    llama_logger.logger.setLevel(logging.CRITICAL)
+    return llama_cpp
+
+
+def physical_cores() -> int:
+    """Physical cores, the thread count at which llama.cpp decodes fastest on CPU."""
+    try:
+        cores = set()
+        with open("/proc/cpuinfo") as f:
+            physical = core = None
+            for line in f:
+                if line.startswith("physical id"):
+                    physical = line.split(":")[1].strip()
+                elif line.startswith("core id"):
+                    core = line.split(":")[1].strip()
+                    cores.add((physical, core))
+        if cores:
+            return len(cores)
+    except OSError:
+        pass
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+class LlamaBackend:
+    """One GGUF model with a multi-stream KV cache; see the module docstring for the layout."""
+
+    name = "llama"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str = "cpu",
+        threads: int | None = None,
+        n_ctx: int = 4096,
+        max_branches: int = 4,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        llama_cpp = _import_llama_cpp()
+        self._lib = llama_cpp
+        path = Path(model_path)
+        if not path.is_file():
+            raise SpecchatError(f"model file not found: {path}")
+        if device not in ("cpu", "cuda"):
+            raise SpecchatError(f"unknown device {device!r}: use cpu or cuda")
+        if device == "cuda" and not llama_cpp.llama_supports_gpu_offload():
+            raise SpecchatError(
+                "CUDA is not available: this llama-cpp-python build has no GPU offload "
+                '(reinstall it with CMAKE_ARGS="-DGGML_CUDA=on", see the README)'
+            )
+        if progress:
+            progress(f"loading {path.name}")
+        llama_cpp.llama_backend_init()
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = 999 if device == "cuda" else 0
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        if not self._model:
+            raise SpecchatError(f"cannot load {path}: not a valid GGUF model")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.device = device
+        self.model_name = path.stem
+        self.model_path = str(path)
+        self.threads = threads or physical_cores()
+        self.max_branches = max(1, max_branches)
+        self.vocab_size = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        self.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+        self._n_batch = 512
+
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = self.n_ctx * self.max_branches
+        params.n_batch = self._n_batch
+        params.n_ubatch = self._n_batch
+        params.n_seq_max = self.max_branches
+        params.kv_unified = False
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.n_threads = self.threads
+        params.n_threads_batch = self.threads
+        params.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise SpecchatError(f"cannot create a llama.cpp context for {path.name}")
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+
+        self.eos_ids = frozenset(
+            t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(self._vocab, t)
+        )
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.bos_id = llama_cpp.llama_vocab_bos(self._vocab)
+        self._template = self._metadata("tokenizer.chat_template") or CHATML_TEMPLATE
+        self._piece_cache: dict[int, bytes] = {}
+        # KV bookkeeping: the committed tokens; which sequence holds them all; how many of them
+        # each other sequence's stream still holds.
+        self._committed: list[int] = []
+        self._main = 0
+        self._valid = [0] * self.max_branches
+        self._last_block: Block | None = None
+        self._last_paths: list[list[int]] = []
+        self._costs = BlockCostTable(self, key=f"llama|{path.name}|{path.stat().st_size}")
+
+    # -- tokenizer -------------------------------------------------------------------------
+    def _metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (self._lib.llama_token * n_max)()
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, n_max, False, special)
+        if n < 0:
+            buf = (self._lib.llama_token * -n)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, -n, False, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        piece = self._piece_cache.get(token_id)
+        if piece is None:
+            buf = ctypes.create_string_buffer(64)
+            n = self._lib.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self._lib.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+            piece = buf.raw[:n]
+            self._piece_cache[token_id] = piece
+        return piece
+
+    def chat_prompt(self, messages: list[ChatMessage]) -> str:
+        bos = self.token_bytes(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
+        eos_id = self._lib.llama_vocab_eos(self._vocab)
+        eos = self.token_bytes(eos_id).decode("utf-8", "replace") if eos_id >= 0 else ""
+        return render_chat_template(self._template, messages, bos_token=bos, eos_token=eos)
+
+    # -- KV cache --------------------------------------------------------------------------
+    @property
+    def n_committed(self) -> int:
+        return len(self._committed)
+
+    def _decode(self, entries: list[tuple[int, int, int, bool]]) -> None:
+        """Run llama_decode over (token, position, sequence, wants_logits) entries."""
+        if len(entries) > self._n_batch:
+            raise SpecchatError(f"a block of {len(entries)} tokens exceeds the batch size")
+        batch = self._batch
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = logits
+        batch.n_tokens = len(entries)
+        rc = self._lib.llama_decode(self._ctx, batch)
+        if rc != 0:
+            raise SpecchatError(f"llama_decode failed (code {rc}): context full?")
+
+    def _logits_row(self, index: int) -> np.ndarray:
+        ptr = self._lib.llama_get_logits_ith(self._ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()
+
+    def _drop_block(self) -> None:
+        """Forget the KV cells of an evaluated block that was not committed."""
+        if self._last_block is None:
+            return
+        for seq in range(self.max_branches):
+            keep = len(self._committed) if seq == self._main else self._valid[seq]
+            self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1)
+        self._last_block = None
+
+    def prefill(self, ids: list[int]) -> None:
+        self._drop_block()
+        if len(self._committed) + len(ids) > self.n_ctx:
+            raise SpecchatError(
+                f"the prompt needs {len(self._committed) + len(ids)} tokens but the context "
+                f"holds {self.n_ctx}"
+            )
+        for start in range(0, len(ids), self._n_batch):
+            chunk = ids[start : start + self._n_batch]
+            base = len(self._committed)
+            self._decode([(t, base + i, self._main, False) for i, t in enumerate(chunk)])
+            self._committed.extend(chunk)
+
+    def _sync_stream(self, seq: int) -> list[int]:
+        """Tokens stream `seq` must evaluate before its branch; copies the buffer when far behind."""
+        missing = len(self._committed) - self._valid[seq]
+        if missing > _CATCH_UP_BY_EVALUATION:
+            self._lib.llama_memory_seq_rm(self._memory, seq, -1, -1)
+            self._lib.llama_memory_seq_cp(self._memory, self._main, seq, -1, -1)
+            self._valid[seq] = len(self._committed)
+            return []
+        return self._committed[self._valid[seq] :]
+
+    def evaluate(self, block: Block) -> np.ndarray:
+        self._drop_block()
+        n = len(self._committed)
+        if n + max(block.depths, default=0) + 1 > self.n_ctx:
+            raise SpecchatError("the context window is full")
+        if block.is_chain:
+            self._decode([(t, n + i, self._main, True) for i, t in enumerate(block.tokens)])
+            logits = np.stack([self._logits_row(i) for i in range(len(block))])
+            self._last_block, self._last_paths = block, [list(range(len(block)))]
+            return logits
+        return self._evaluate_tree(block, n)
+
+    def _evaluate_tree(self, block: Block, n: int) -> np.ndarray:
+        logits = np.empty((len(block), self.vocab_size), dtype=np.float32)
+        paths = [block.path_to(leaf) for leaf in block.leaves]
+        done: set[int] = set()
+        # Paths go into streams, the main stream first; more paths than streams take more passes.
+        others = [s for s in range(self.max_branches) if s != self._main]
+        streams = [self._main, *others]
+        self._last_paths = []
+        for group_start in range(0, len(paths), self.max_branches):
+            group = paths[group_start : group_start + self.max_branches]
+            if group_start:
+                self._drop_group(streams[: len(group)])
+            entries: list[tuple[int, int, int, bool]] = []
+            wanted: list[tuple[int, int]] = []  # (block index, batch row)
+            for seq, path in zip(streams, group):
+                catch_up = [] if seq == self._main else self._sync_stream(seq)
+                start = n - len(catch_up)
+                entries.extend((t, start + i, seq, False) for i, t in enumerate(catch_up))
+                if catch_up:
+                    self._valid[seq] = n
+                for depth, node in enumerate(path):
+                    need = node not in done
+                    if need:
+                        done.add(node)
+                        wanted.append((node, len(entries)))
+                    entries.append((block.tokens[node], n + depth, seq, need))
+            self._decode(entries)
+            for node, row in wanted:
+                logits[node] = self._logits_row(row)
+            self._last_paths = list(group)
+        # Only the last group's KV stays; a commit along an earlier group's path re-evaluates it.
+        self._last_block = block
+        self._last_streams = streams
+        return logits
+
+    def _drop_group(self, seqs: list[int]) -> None:
+        for seq in seqs:
+            keep = len(self._committed) if seq == self._main else self._valid[seq]
+            self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1)
+
+    def commit(self, path: list[int]) -> None:
+        block = self._last_block
+        if block is None:
+            raise RuntimeError("commit() without an evaluated block")
+        if path and path != block.path_to(path[-1]):
+            raise ValueError(f"{path} is not a root-to-node path of the block")
+        n = len(self._committed)
+        tokens = [block.tokens[i] for i in path]
+        if block.is_chain:
+            self._committed.extend(tokens)
+            self._last_block = None
+            self._lib.llama_memory_seq_rm(self._memory, self._main, len(self._committed), -1)
+            return
+        # Find the stream whose branch contains the path; it becomes the main stream.
+        streams = self._last_streams
+        holder = None
+        for seq, branch in zip(streams, self._last_paths):
+            if branch[: len(path)] == path:
+                holder = seq
+                break
+        old_main = self._main
+        for seq, branch in zip(streams, self._last_paths):
+            shared = 0
+            while shared < min(len(branch), len(path)) and branch[shared] == path[shared]:
+                shared += 1
+            self._valid[seq] = n + shared
+        if old_main not in streams[: len(self._last_paths)]:
+            self._valid[old_main] = n
+        self._last_block = None
+        if holder is None:
+            # The path's branch was evaluated in an earlier pass and its cells are gone.
+            self._drop_all_to(n)
+            self.prefill(tokens)
+            return
+        self._main = holder
+        self._committed.extend(tokens)
+        for seq in range(self.max_branches):
+            keep = len(self._committed) if seq == self._main else min(self._valid[seq], n + len(path))
+            self._valid[seq] = keep
+            self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1)
+
+    def _drop_all_to(self, n: int) -> None:
+        for seq in range(self.max_branches):
+            self._valid[seq] = min(self._valid[seq], n)
+            keep = n if seq == self._main else self._valid[seq]
+            self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1)
+
+    def rollback(self, n_committed: int) -> None:
+        self._last_block = None
+        n_committed = max(0, min(n_committed, len(self._committed)))
+        del self._committed[n_committed:]
+        self._drop_all_to(n_committed)
+
+    def block_cost(self, k: int) -> float:
+        return self._costs.cost(k)
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self._ctx)
+            self._lib.llama_model_free(self._model)
+            self._ctx = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
+

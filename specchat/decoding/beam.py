@@ -1,0 +1,117 @@
+"""Beam search with the scoring of transformers' `generate(num_beams=…)`, streaming what is sure.
+
+Every step evaluates all live beams' uncommitted suffixes as one tree block, so beams cost one pass
+per step and no per-beam cache copies. The text shown so far is the prefix every live beam and every
+kept finished hypothesis share: it can no longer change, whichever hypothesis wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specchat.backends.base import Backend, Block
+from specchat.decoding.sampling import Sampler
+from specchat.decoding.step import Step
+
+_NEG = -1.0e9
+
+
+@dataclass
+class _Hypothesis:
+    tokens: tuple[int, ...]  # after the committed context (pending token excluded)
+    score: float
+
+
+def _log_softmax(row: np.ndarray) -> np.ndarray:
+    row = row.astype(np.float64)
+    shifted = row - row.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+class BeamSearchDecoder:
+    def __init__(self, num_beams: int = 4, length_penalty: float = 1.0) -> None:
+        self.name = "beam"
+        self.num_beams = max(1, int(num_beams))
+        self.length_penalty = float(length_penalty)
+        self.reset([])
+
+    def params(self) -> dict[str, object]:
+        return {"num_beams": self.num_beams, "length_penalty": self.length_penalty}
+
+    def reset(self, context: list[int]) -> None:
+        self._running = [_Hypothesis((), 0.0)]
+        self._finished: list[_Hypothesis] = []
+        self._generated = 0  # tokens the beams have grown since reset (HF's cur_len - prompt_len)
+        self._heuristic_open = True
+
+    def _tree(self, pending: int) -> tuple[Block, dict[tuple[int, ...], int]]:
+        tokens, parents, node_of = [pending], [-1], {(): 0}
+        for hyp in self._running:
+            for depth in range(1, len(hyp.tokens) + 1):
+                prefix = hyp.tokens[:depth]
+                if prefix not in node_of:
+                    node_of[prefix] = len(tokens)
+                    tokens.append(prefix[-1])
+                    parents.append(node_of[prefix[:-1]])
+        return Block(tuple(tokens), tuple(parents)), node_of
+
+    def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
+        block, node_of = self._tree(context[-1])
+        logits = target.evaluate(block)
+        eos = target.eos_ids
+        k = self.num_beams
+        # Scores of every continuation of every live beam, best first (HF: top 2k over beams×vocab).
+        keep = max(2, 1 + len(eos)) * k
+        candidates: list[tuple[float, int, int]] = []
+        for b, hyp in enumerate(self._running):
+            scores = _log_softmax(logits[node_of[hyp.tokens]]) + hyp.score
+            top = np.argpartition(-scores, keep)[:keep]
+            candidates.extend((float(scores[t]), b, int(t)) for t in top)
+        candidates.sort(key=lambda c: -c[0])
+        candidates = candidates[:keep]
+        length = self._generated + 1
+        # `room` counts what may still be emitted; every live beam holds the same unemitted length.
+        at_limit = len(self._running[0].tokens) + 1 >= room
+        running: list[_Hypothesis] = []
+        for rank, (score, b, token) in enumerate(candidates):
+            tokens = self._running[b].tokens + (token,)
+            done = at_limit or token in eos
+            if done:
+                if rank < k and self._heuristic_open:
+                    self._finished.append(_Hypothesis(tokens, score / length**self.length_penalty))
+            elif len(running) < k:
+                running.append(_Hypothesis(tokens, score))
+        self._finished = sorted(self._finished, key=lambda h: -h.score)[:k]
+        self._running = running
+        self._generated = length
+        best_running = running[0].score if running else _NEG
+        if len(self._finished) == k and (
+            best_running / (self._generated**self.length_penalty) <= self._finished[-1].score
+        ):
+            self._heuristic_open = False
+        over = at_limit or not running or not self._heuristic_open
+        if over:
+            best = self._finished[0].tokens if self._finished else running[0].tokens
+            target.rollback(len(context) - 1)
+            return Step(tokens=best, final=True)
+        return self._emit_shared_prefix(target, node_of)
+
+    def _emit_shared_prefix(self, target: Backend, node_of: dict[tuple[int, ...], int]) -> Step:
+        hyps = self._running + self._finished
+        shared = 0
+        first = hyps[0].tokens
+        while all(len(h.tokens) > shared and h.tokens[shared] == first[shared] for h in hyps):
+            shared += 1
+        # Commit the pending root and the shared tokens that were evaluated, all but the last
+        # emitted one, which becomes the new pending token.
+        path = [0] + [node_of[first[:d]] for d in range(1, shared)]
+        if shared == 0:
+            target.rollback(target.n_committed)
+            return Step(tokens=())
+        target.commit(path)
+        emitted = first[:shared]
+        for h in hyps:
+            h.tokens = h.tokens[shared:]
+        return Step(tokens=emitted)

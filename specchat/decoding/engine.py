@@ -1,0 +1,193 @@
+"""The generation loop: prefill, decoder steps, detokenizing, stopping, events.
+
+`Engine.generate` is a plain generator that a worker thread (the TUI's, or `Engine.start`'s for
+the CLI) drives. Commands from other threads — cancel and switch — are only read between steps,
+so a decoder never sees its backend change under it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from specchat.backends.base import Backend
+from specchat.decoding.base import Decoder
+from specchat.decoding.detokenizer import Detokenizer
+from specchat.decoding.events import DoneEvent, Event, StepEvent
+from specchat.decoding.sampling import Sampler, SamplingParams
+from specchat.decoding.stats import GenerationStats
+from specchat.errors import SpecchatError
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt_ids: tuple[int, ...]
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+class Engine:
+    """Runs one generation at a time on one backend; decoders can be swapped between steps."""
+
+    def __init__(self, backend: Backend, decoder: Decoder) -> None:
+        self.backend = backend
+        self.decoder = decoder
+        self._next_decoder: Decoder | None = None
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._kv_tokens: list[int] = []  # what the backend's cache holds, for prefix reuse
+
+    # -- commands, callable from any thread ----------------------------------------------
+    def switch(self, decoder: Decoder) -> None:
+        """Use `decoder` from the next step on (or for the next answer when idle)."""
+        with self._lock:
+            self._next_decoder = decoder
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    # -- the loop -------------------------------------------------------------------------
+    def _take_switch(self) -> bool:
+        with self._lock:
+            decoder, self._next_decoder = self._next_decoder, None
+        if decoder is None:
+            return False
+        self.decoder = decoder
+        return True
+
+    def _prefill(self, prompt: list[int]) -> None:
+        """Commit all prompt tokens but the last, reusing the cached prefix of the last answer."""
+        backend = self.backend
+        target = prompt[:-1]
+        kept = 0
+        limit = min(len(self._kv_tokens), len(target), backend.n_committed)
+        while kept < limit and self._kv_tokens[kept] == target[kept]:
+            kept += 1
+        backend.rollback(kept)
+        backend.prefill(target[kept:])
+        self._kv_tokens = list(target)
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event | None = None):
+        """Yield a StepEvent per step and a final DoneEvent. Raises SpecchatError on bad input."""
+        backend = self.backend
+        prompt = list(request.prompt_ids)
+        if not prompt:
+            raise SpecchatError("the prompt is empty")
+        if len(prompt) >= backend.n_ctx:
+            raise SpecchatError(
+                f"the prompt has {len(prompt)} tokens but the context window holds "
+                f"{backend.n_ctx}: shorten it or raise the context size"
+            )
+        self._cancel.clear()
+        cancel_flags = [self._cancel] + ([cancel] if cancel is not None else [])
+        self._take_switch()
+        sampler = Sampler(request.sampling)
+        stats = GenerationStats(prompt_tokens=len(prompt))
+        detok = Detokenizer(backend.token_bytes, request.stop)
+        start = time.perf_counter()
+        self._kv_tokens = self._kv_tokens[: backend.n_committed]
+        self._prefill(prompt)
+        stats.prefill_seconds = time.perf_counter() - start
+        context = list(prompt)
+        self.decoder.reset(context)
+        generated: list[int] = []
+        finish = None
+        while finish is None:
+            if any(flag.is_set() for flag in cancel_flags):
+                finish = "cancelled"
+                break
+            if self._take_switch():
+                backend.rollback(len(context) - 1)
+                self.decoder.reset(context)
+            room = min(request.max_tokens - len(generated), backend.n_ctx - len(context))
+            if room <= 0:
+                finish = "max_tokens" if len(generated) >= request.max_tokens else "context_full"
+                break
+            t0 = time.perf_counter()
+            step = self.decoder.step(backend, context, sampler, room)
+            seconds = time.perf_counter() - t0
+            kept: list[int] = []
+            text = ""
+            for token in step.tokens[:room]:
+                if token in backend.eos_ids:
+                    finish = "eos"
+                    break
+                kept.append(token)
+                text += detok.add(token)
+                if detok.stopped_by is not None:
+                    finish = "stop"
+                    break
+            if step.final and finish is None:
+                finish = "max_tokens" if len(generated) + len(kept) >= request.max_tokens else "eos"
+            context.extend(kept)
+            generated.extend(kept)
+            stats.add_step(len(kept), step.drafted, step.accepted, seconds)
+            stats.decoders.setdefault(self.decoder.name, self.decoder.params())
+            if stats.time_to_first_token is None and kept:
+                stats.time_to_first_token = time.perf_counter() - start
+            if kept or text:
+                yield StepEvent(
+                    tokens=tuple(kept),
+                    text=text,
+                    drafted=step.drafted,
+                    accepted=step.accepted,
+                    decoder=self.decoder.name,
+                    seconds=seconds,
+                )
+        if finish != "stop":
+            tail = detok.flush()
+            if tail:
+                yield StepEvent((), tail, 0, 0, self.decoder.name, 0.0)
+        # The cache holds context[:-1] after a normal step; anything else is dropped.
+        committed = min(backend.n_committed, len(context) - 1)
+        backend.rollback(committed)
+        self._kv_tokens = context[:committed]
+        yield DoneEvent(
+            finish_reason=finish,
+            prompt_token_ids=tuple(prompt),
+            token_ids=tuple(generated),
+            text=detok.text,
+            stats=stats.as_dict(),
+        )
+
+    def start(self, request: GenerationRequest) -> GenerationHandle:
+        """Run `generate` in a background thread; iterate the handle for events."""
+        return GenerationHandle(self, request)
+
+
+_END = object()
+
+
+class GenerationHandle:
+    """A generation running in its own thread; events arrive through a queue."""
+
+    def __init__(self, engine: Engine, request: GenerationRequest) -> None:
+        self.engine = engine
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, args=(request,), daemon=True)
+        self._thread.start()
+
+    def _run(self, request: GenerationRequest) -> None:
+        try:
+            for event in self.engine.generate(request):
+                self._queue.put(event)
+        except BaseException as exc:  # handed to the consumer's thread
+            self._queue.put(exc)
+        finally:
+            self._queue.put(_END)
+
+    def cancel(self) -> None:
+        self.engine.cancel()
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            item = self._queue.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item

@@ -1,0 +1,22 @@
+"""What one decoding step produced: the unit every decoder returns and every event reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Step:
+    """Tokens appended to the answer by one target pass.
+
+    `drafted` counts the tokens proposed to the target in that pass, `accepted` how many of them it
+    kept; `tokens` holds the accepted ones plus the target's own next token, so a step always yields
+    at least one token (a beam step may yield none until its beams agree). `final` is set by a
+    decoder that ended the answer itself (beam search picks its best hypothesis at the end).
+    """
+
+    tokens: tuple[int, ...]
+    drafted: int = 0
+    accepted: int = 0
+    seconds: float = 0.0
+    final: bool = False
