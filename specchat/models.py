@@ -113,9 +113,13 @@ def list_models() -> list[ModelListing]:
                 continue
             for revision in repo.revisions:
                 files = {f.file_name for f in revision.files}
-                kind = "hf" if "config.json" in files else "gguf" if any(
-                    f.endswith(".gguf") for f in files
-                ) else None
+                kind = (
+                    "hf"
+                    if "config.json" in files
+                    else "gguf"
+                    if any(f.endswith(".gguf") for f in files)
+                    else None
+                )
                 if kind:
                     found.append(ModelListing(repo.repo_id, kind, revision.snapshot_path, False))
                     break
@@ -147,17 +151,27 @@ def load_backend(
             )
         from specchat.backends.llama import LlamaBackend
 
-        return LlamaBackend(ref.path, device=device, threads=threads, n_ctx=n_ctx, progress=progress)
+        return LlamaBackend(
+            ref.path, device=device, threads=threads, n_ctx=n_ctx, progress=progress
+        )
     if chosen == "hf":
         from specchat.backends.hf import load_hf_backend
 
         if ref.kind == "gguf":
             return load_hf_backend(
-                str(ref.path.parent), gguf_file=ref.path.name, device=device, dtype=dtype,
-                threads=threads, progress=progress,
+                str(ref.path.parent),
+                gguf_file=ref.path.name,
+                device=device,
+                dtype=dtype,
+                threads=threads,
+                progress=progress,
             )
         return load_hf_backend(
-            str(ref.path), gguf_file=None, device=device, dtype=dtype, threads=threads,
+            str(ref.path),
+            gguf_file=None,
+            device=device,
+            dtype=dtype,
+            threads=threads,
             progress=progress,
         )
     raise SpecchatError(f"unknown backend {chosen!r}: use llama or hf")

@@ -19,8 +19,9 @@ def raw_prompt_ids(backend: Backend, text: str) -> list[int]:
     return ids
 
 
-def messages_for(prompt: str, system: str | None = None,
-                 history: list[ChatMessage] | None = None) -> list[ChatMessage]:
+def messages_for(
+    prompt: str, system: str | None = None, history: list[ChatMessage] | None = None
+) -> list[ChatMessage]:
     messages = [ChatMessage("system", system)] if system else []
     messages.extend(history or [])
     messages.append(ChatMessage("user", prompt))

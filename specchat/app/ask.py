@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from specchat.decoding.engine import Engine, GenerationRequest
@@ -67,40 +69,48 @@ def run_ask(
     """Returns the exit code: 0, or 130 when Ctrl+C stopped the answer."""
     chosen_sampling = sampling_for(decoder, temperature, sampling)
     loaded = load_backend(
-        model, backend=backend, device=device, threads=threads, n_ctx=n_ctx, dtype=dtype,
+        model,
+        backend=backend,
+        device=device,
+        threads=threads,
+        n_ctx=n_ctx,
+        dtype=dtype,
         progress=progress,
     )
     progress_done()
     engine = Engine(loaded, build_decoder(decoder, decoder_params, loaded))
-    ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(
-        loaded, messages_for(prompt, system)
+    ids = (
+        raw_prompt_ids(loaded, prompt)
+        if raw
+        else chat_prompt_ids(loaded, messages_for(prompt, system))
     )
     request = GenerationRequest(tuple(ids), max_tokens, stop, chosen_sampling)
     colour = sys.stdout.isatty() and not as_json
     handle = engine.start(request)
-    interrupted = False
-    events = iter(handle)
-    while True:
-        try:
-            event = next(events)
-        except StopIteration:
-            break
-        except KeyboardInterrupt:
-            interrupted = True
-            handle.cancel()
-            continue
-        if isinstance(event, StepEvent):
-            if as_json:
-                print(_step_json(event), flush=True)
-            else:
-                run_colour = COLOUR_BLIND_SAFE.colour_for(len(event.tokens)) if colour else None
-                sys.stdout.write(ansi(run_colour, event.text) if run_colour else event.text)
-                sys.stdout.flush()
-        elif isinstance(event, DoneEvent):
-            if as_json:
-                print(_done_json(event), flush=True)
-            else:
-                sys.stdout.write("\n")
-                if event.finish_reason == "cancelled":
-                    sys.stderr.write("[stopped]\n")
-    return 130 if interrupted else 0
+    interrupted = threading.Event()
+
+    def on_interrupt(signum, frame) -> None:
+        # Ctrl+C stops the answer between steps and keeps what was generated.
+        interrupted.set()
+        handle.cancel()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        for event in handle:
+            if isinstance(event, StepEvent):
+                if as_json:
+                    print(_step_json(event), flush=True)
+                else:
+                    run_colour = COLOUR_BLIND_SAFE.colour_for(len(event.tokens)) if colour else None
+                    sys.stdout.write(ansi(run_colour, event.text) if run_colour else event.text)
+                    sys.stdout.flush()
+            elif isinstance(event, DoneEvent):
+                if as_json:
+                    print(_done_json(event), flush=True)
+                else:
+                    sys.stdout.write("\n")
+                    if event.finish_reason == "cancelled":
+                        sys.stderr.write("[stopped]\n")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 130 if interrupted.is_set() else 0

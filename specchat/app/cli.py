@@ -20,7 +20,8 @@ app = typer.Typer(
 )
 
 ModelOpt = Annotated[
-    str | None, typer.Option("--model", "-m", help="bundled (default), a .gguf path, an HF dir or id")
+    str | None,
+    typer.Option("--model", "-m", help="bundled (default), a .gguf path, an HF dir or id"),
 ]
 BackendOpt = Annotated[str | None, typer.Option("--backend", help="llama or hf")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda")]
@@ -150,7 +151,9 @@ def models() -> None:
 def main() -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
     try:
-        app(standalone_mode=False)
+        # standalone_mode=False hands back typer.Exit's code instead of exiting.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except SpecchatError as exc:
         typer.echo(f"specchat: error: {exc}", err=True)
         sys.exit(2)
@@ -160,10 +163,8 @@ def main() -> None:
         sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:  # click usage errors (typer vendors click, so match by shape)
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             typer.echo(f"specchat: error: {exc.format_message()}", err=True)
             sys.exit(2)
         raise

@@ -324,7 +324,9 @@ class LlamaBackend:
         self._main = holder
         self._committed.extend(tokens)
         for seq in range(self.max_branches):
-            keep = len(self._committed) if seq == self._main else min(self._valid[seq], n + len(path))
+            keep = (
+                len(self._committed) if seq == self._main else min(self._valid[seq], n + len(path))
+            )
             self._valid[seq] = keep
             self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1)
 
@@ -355,4 +357,3 @@ class LlamaBackend:
             self.close()
         except Exception:
             pass
-

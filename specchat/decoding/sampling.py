@@ -47,8 +47,11 @@ def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """One draw from a distribution (inverse CDF: one uniform per token, reproducible)."""
     cumulative = np.cumsum(probs)
-    return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"),
-                   len(probs) - 1))
+    return int(
+        min(
+            np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), len(probs) - 1
+        )
+    )
 
 
 class Sampler:

@@ -1,0 +1,133 @@
+"""`specchat` as a user runs it: a subprocess, real model, stdout/stderr and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specchat", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+
+
+def test_version():
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.startswith("specchat ")
+
+
+def test_ask_streams_an_answer():
+    result = run("ask", "Write a haiku about the sea.", "--max-tokens", "30")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.strip()) > 10
+
+
+def test_ask_json_lines_schema():
+    result = run("ask", "The capital of France is", "--raw", "--max-tokens", "12", "--json")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    steps, done = lines[:-1], lines[-1]
+    assert steps and all(s["type"] == "step" for s in steps)
+    for step in steps:
+        assert set(step) >= {"tokens", "text", "drafted", "accepted"}
+    assert done["type"] == "done" and done["finish_reason"] == "max_tokens"
+    assert done["token_ids"] == [t for s in steps for t in s["tokens"]]
+    assert done["text"] == "".join(s["text"] for s in steps)
+    assert "Paris" in done["text"]
+    assert len(done["prompt_token_ids"]) == 5
+    for key in (
+        "prompt_tokens",
+        "generated_tokens",
+        "steps",
+        "drafted",
+        "accepted",
+        "tokens_per_step",
+        "prefill_seconds",
+        "decode_seconds",
+        "tokens_per_second",
+    ):
+        assert key in done["stats"], key
+
+
+def test_models_lists_the_bundled_default():
+    result = run("models")
+    assert result.returncode == 0
+    assert "smollm2" in result.stdout and "SmolLM2-135M-Instruct.Q4_1.gguf" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("ask", "hi", "--decoder", "nope"), "unknown decoder"),
+        (("ask", "hi", "--model", "/no/such/model.gguf"), "not found"),
+        (
+            ("ask", "hi", "--model", "nobody/not-a-cached-model"),
+            "not in the local Hugging Face cache",
+        ),
+        (("ask", "hi", "--device", "cuda"), "CUDA is not available"),
+        (("ask", "hi", "--device", "tpu"), "unknown device"),
+        (("ask", "hi", "--backend", "vllm"), "unknown backend"),
+        (("ask", "hi", "--param", "oops"), "name=value"),
+        (("ask", "hi", "--decoder", "greedy", "--param", "width=3"), "no parameter"),
+        (("ask", "hi", "--temperature", "0.5"), "greedy never samples"),
+        (("ask", "word " * 300, "--n-ctx", "128", "--raw"), "context window"),
+        (("ask", "hi", "--max-tokens", "0"), "--max-tokens"),
+        (("ask",), "Missing"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = run(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_corrupt_gguf_is_a_clear_error(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + os.urandom(2048))
+    result = run("ask", "hi", "--model", str(bad))
+    assert result.returncode == 2
+    assert "not a valid GGUF" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_ctrl_c_keeps_what_was_generated():
+    import signal
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specchat",
+            "ask",
+            "Tell me a very long story.",
+            "--json",
+            "--max-tokens",
+            "2000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(json.loads(line))
+        if len(lines) == 8:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, err = proc.communicate(timeout=60)
+    lines += [json.loads(line) for line in rest.splitlines()]
+    done = lines[-1]
+    assert done["type"] == "done" and done["finish_reason"] == "cancelled"
+    assert len(done["token_ids"]) >= 8
+    assert proc.returncode == 130
+    assert "Traceback" not in err
