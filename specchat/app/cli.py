@@ -62,9 +62,9 @@ def main_callback(
     """Without a command: open the chat."""
     if ctx.invoked_subcommand is not None:
         return
-    from specchat.app.repl import run_repl
+    from specchat.app.tui import open_chat
 
-    run_repl(model=model, backend=backend, device=device)
+    open_chat(model=model, backend=backend, device=device, draft=draft)
 
 
 def _parse_params(values: list[str]) -> dict[str, object]:

@@ -1,0 +1,96 @@
+"""Messages the worker threads post to the UI: small, immutable, safe to build off the event loop.
+
+Workers only ever call `post_message` with these; every state change happens in handlers on the
+event loop (toolong's pattern). `LoadProgress` may replace an older one still in the queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from specchat.decoding.events import DoneEvent, StepEvent
+
+
+@dataclass
+class LoadProgress(Message):
+    """The model loader said what it is doing."""
+
+    text: str
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LoadProgress)
+
+
+@dataclass
+class ModelLoaded(Message):
+    backend: object
+    seconds: float
+
+
+@dataclass
+class ModelFailed(Message):
+    error: str
+
+
+@dataclass
+class AnswerStep(Message):
+    """One engine step of answer `answer_id`."""
+
+    answer_id: int
+    event: StepEvent
+
+
+@dataclass
+class AnswerDone(Message):
+    answer_id: int
+    event: DoneEvent
+
+
+@dataclass
+class AnswerFailed(Message):
+    answer_id: int
+    error: str
+
+
+@dataclass
+class DecoderSwitched(Message):
+    """A decoder was built off the event loop and handed to the engine (or kept for later)."""
+
+    name: str
+    mid_answer: bool
+
+
+@dataclass
+class DecoderFailed(Message):
+    name: str
+    error: str
+
+
+@dataclass
+class RaceStarted(Message):
+    pane: int
+
+
+@dataclass
+class RaceStep(Message):
+    pane: int
+    event: StepEvent
+
+
+@dataclass
+class RaceDone(Message):
+    pane: int
+    event: DoneEvent
+
+
+@dataclass
+class RaceFailed(Message):
+    pane: int
+    error: str
+
+
+@dataclass
+class RaceFinished(Message):
+    """All panes ran (or the race was stopped)."""

@@ -1,0 +1,361 @@
+"""The chat: transcript, legend, status line, input. Answers stream from a thread worker that only
+posts messages; this screen turns them into widgets, figures and history rows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+from textual.worker import get_current_worker
+
+from specchat.app.tui.figures import Figures
+from specchat.app.tui.messages import AnswerDone, AnswerFailed, AnswerStep
+from specchat.app.tui.widgets.legend import Legend
+from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
+from specchat.app.tui.widgets.prompt_input import PromptInput
+from specchat.app.tui.widgets.status_bar import StatusBar
+from specchat.backends.base import ChatMessage
+from specchat.decoding.engine import GenerationRequest
+from specchat.errors import SpecchatError
+from specchat.history import StoredMessage
+from specchat.prompting import chat_prompt_ids
+
+
+def chat_markdown(title: str, messages: list[StoredMessage]) -> str:
+    """The chat as a Markdown document (export and copy)."""
+    lines = [f"# {title}", ""]
+    for message in messages:
+        heading = "You" if message.role == "user" else f"Assistant ({message.decoder or '?'})"
+        lines += [f"## {heading}", "", message.content.rstrip(), ""]
+        if message.finish_reason == "cancelled":
+            lines += ["*(stopped)*", ""]
+    return "\n".join(lines)
+
+
+class ChatScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "cancel", "stop", priority=True),
+        Binding("ctrl+r", "regenerate", "regenerate", priority=True, show=False),
+        Binding("ctrl+t", "toggle_colour", "colours", priority=True),
+        Binding("ctrl+o", "copy_answer", "copy answer", priority=True, show=False),
+        Binding("ctrl+s", "export", "export", priority=True, show=False),
+        Binding("ctrl+g", "decoder_settings", "settings", priority=True),
+        Binding("ctrl+b", "race", "race", priority=True),
+        Binding("ctrl+l", "chats", "chats", priority=True),
+        Binding("ctrl+n", "new_chat", "new chat", priority=True, show=False),
+        Binding("question_mark", "app.help", "help", show=False),
+    ]
+
+    def __init__(self, chat_id: int | None = None) -> None:
+        super().__init__()
+        self.chat_id = chat_id
+        self.messages: list[StoredMessage] = []
+        self.figures = Figures()
+        self._answer_id = 0
+        self._answer: AssistantMessage | None = None
+        self._answer_started = 0.0
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="≫")
+        yield VerticalScroll(id="transcript")
+        yield Legend(id="legend")
+        yield StatusBar(id="status")
+        yield PromptInput(id="prompt", placeholder="Ask something — Enter sends, Ctrl+J newline")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one("#transcript").anchor()
+        self.palette_changed_sync()
+        if self.chat_id is not None:
+            await self.open_chat(self.chat_id)
+        self.query_one(PromptInput).focus()
+        if self.app.engine is None:
+            self.model_progress("loading model…")
+
+    # -- app callbacks ----------------------------------------------------------------------
+    def model_progress(self, text: str) -> None:
+        self.query_one(StatusBar).message(text)
+
+    def model_ready(self) -> None:
+        self.figures.decoder = self.app.decoder_name
+        self.figures.params = self.app.params_label(self.app.decoder_name)
+        self._show_status()
+
+    def decoder_chosen(self, name: str, pending: bool) -> None:
+        if pending and self.app.busy:
+            self.figures.pending = name
+        else:
+            self.figures.pending = None
+            if not self.app.busy:
+                self.figures.decoder = name
+        self.figures.params = self.app.params_label(name)
+        self._show_status()
+
+    def _show_status(self) -> None:
+        self.query_one(StatusBar).show(self.figures, self.app.model_label)
+
+    def palette_changed_sync(self) -> None:
+        self.query_one(Legend).show(self.app.palette, self.app.colour_runs)
+
+    async def palette_changed(self) -> None:
+        self.palette_changed_sync()
+        for message in self.query(AssistantMessage):
+            await message.set_colour(self.app.colour_runs, self.app.palette)
+
+    # -- opening chats ----------------------------------------------------------------------
+    async def open_chat(self, chat_id: int | None) -> None:
+        """Show a stored chat (or an empty one for None); figures of its last answer."""
+        if self.app.busy:
+            self.notify("stop the answer first (Esc)", severity="warning")
+            return
+        self.chat_id = chat_id
+        transcript = self.query_one("#transcript", VerticalScroll)
+        await transcript.remove_children()
+        self.messages = self.app.history.messages(chat_id) if chat_id is not None else []
+        widgets = [self._widget_for(m) for m in self.messages]
+        if widgets:
+            await transcript.mount_all(widgets)
+        transcript.anchor()
+        self.sub_title = (self.app.history.chat_title(chat_id) or "") if chat_id else "new chat"
+        last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
+        self.figures = (
+            Figures.from_stats(last.decoder or "?", last.stats, last.finish_reason)
+            if last
+            else Figures(decoder=self.app.decoder_name)
+        )
+        if last is not None:
+            self.figures.params = format_decoder_params(last.stats, last.decoder)
+        else:
+            self.figures.params = self.app.params_label(self.app.decoder_name)
+        if self.app.engine is not None:
+            self._show_status()
+
+    def _widget_for(self, message: StoredMessage):
+        if message.role == "user":
+            return UserMessage(message.content)
+        return AssistantMessage(
+            palette=self.app.palette, colour=self.app.colour_runs, stored=message
+        )
+
+    # -- sending and streaming -----------------------------------------------------------------
+    @on(PromptInput.Submitted)
+    async def _submitted(self, event: PromptInput.Submitted) -> None:
+        if self.app.engine is None:
+            self.notify("the model is still loading", severity="warning")
+            return
+        if self.app.busy:
+            self.notify("an answer is running: wait, or Esc to stop it", severity="warning")
+            return
+        self.query_one(PromptInput).clear()
+        await self.send(event.text.strip())
+
+    async def send(self, text: str) -> None:
+        """Add the user's turn and start the answer."""
+        if self.chat_id is None:
+            title = " ".join(text.split())[:48] or "New chat"
+            self.chat_id = self.app.history.new_chat(title)
+            self.sub_title = title
+        message = StoredMessage("user", text)
+        self.app.history.add_message(self.chat_id, message)
+        self.messages.append(message)
+        await self.query_one("#transcript").mount(UserMessage(text))
+        await self._start_answer()
+
+    async def _start_answer(self) -> None:
+        app = self.app
+        name = app.decoder_name
+        self._answer_id += 1
+        self._answer = AssistantMessage(palette=app.palette, colour=app.colour_runs)
+        self._answer.decoder = name
+        transcript = self.query_one("#transcript", VerticalScroll)
+        await transcript.mount(self._answer)
+        self.figures = Figures(decoder=name, params=app.params_label(name), streaming=True)
+        self._answer_started = time.monotonic()
+        app.busy = True
+        self._show_status()
+        history = [ChatMessage(m.role, m.content) for m in self.messages]
+        self._generate(self._answer_id, history, app.sampling(name), app.settings.max_tokens)
+
+    @work(thread=True, exclusive=True, group="answer")
+    def _generate(self, answer_id: int, history: list[ChatMessage], sampling, max_tokens: int):
+        engine = self.app.engine
+        worker = get_current_worker()
+        try:
+            ids = chat_prompt_ids(engine.backend, history)
+            request = GenerationRequest(tuple(ids), max_tokens, (), sampling)
+            for event in engine.generate(request, cancel=worker.cancelled_event):
+                if hasattr(event, "finish_reason"):
+                    self.post_message(AnswerDone(answer_id, event))
+                else:
+                    self.post_message(AnswerStep(answer_id, event))
+        except SpecchatError as exc:
+            self.post_message(AnswerFailed(answer_id, str(exc)))
+        except Exception as exc:  # a bug or a runtime failure: show it, keep the app
+            self.post_message(AnswerFailed(answer_id, f"{type(exc).__name__}: {exc}"))
+
+    async def on_answer_step(self, message: AnswerStep) -> None:
+        if message.answer_id != self._answer_id or self._answer is None:
+            return
+        event = message.event
+        await self._answer.add_step(event.text, len(event.tokens), event.decoder)
+        self.figures.add(event)
+        self.figures.elapsed = time.monotonic() - self._answer_started
+        self._show_status()
+
+    async def on_answer_done(self, message: AnswerDone) -> None:
+        if message.answer_id != self._answer_id or self._answer is None:
+            return
+        event = message.event
+        answer, self._answer = self._answer, None
+        await answer.finish(event.text, event.finish_reason)
+        stats = dict(event.stats)
+        stats["elapsed_seconds"] = round(time.monotonic() - self._answer_started, 3)
+        decoder = answer.decoder or self.figures.decoder
+        stats["params"] = self.figures.params
+        # the engine's own count (it includes a step that only produced EOS)
+        self.figures = Figures.from_stats(decoder, stats, event.finish_reason)
+        self.figures.params = str(stats["params"])
+        stored = StoredMessage(
+            "assistant",
+            answer.text,
+            decoder=decoder,
+            finish_reason=event.finish_reason,
+            stats=stats,
+            runs=list(answer.runs.runs),
+        )
+        if self.chat_id is not None:
+            self.app.history.add_message(self.chat_id, stored)
+        answer.stored = stored
+        self.messages.append(stored)
+        self.app.busy = False
+        self._show_status()
+
+    async def on_answer_failed(self, message: AnswerFailed) -> None:
+        if message.answer_id != self._answer_id:
+            return
+        if self._answer is not None:
+            await self._answer.remove()
+            self._answer = None
+        self.app.busy = False
+        self.figures.streaming = False
+        self._show_status()
+        self.notify(message.error, title="answer failed", severity="error", timeout=15)
+
+    # -- actions ---------------------------------------------------------------------------------
+    def action_cancel(self) -> None:
+        """Stop at the next step boundary; what was generated stays, marked as stopped."""
+        if self.app.busy and self.app.engine is not None and self._answer is not None:
+            self.app.engine.cancel()
+
+    async def action_regenerate(self) -> None:
+        if self.app.engine is None or self.app.busy:
+            self.notify("nothing to regenerate right now", severity="warning")
+            return
+        if not self.messages:
+            self.notify("no answer to regenerate yet", severity="warning")
+            return
+        if self.messages[-1].role == "assistant":
+            last = self.messages.pop()
+            if last.id is not None:
+                self.app.history.delete_message(last.id)
+            answers = self.query(AssistantMessage)
+            if answers:
+                await answers.last().remove()
+        await self._start_answer()
+
+    async def action_toggle_colour(self) -> None:
+        self.app.colour_runs = not self.app.colour_runs
+        self.app.settings.colour_runs = self.app.colour_runs
+        self.app.persist_settings()
+        await self.palette_changed()
+
+    def _last_answer(self) -> str | None:
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                return message.content
+        return None
+
+    def action_copy_answer(self) -> None:
+        text = self._last_answer()
+        if text is None:
+            self.notify("no answer to copy yet", severity="warning")
+            return
+        self.app.copy_to_clipboard(text)
+        self.notify("last answer copied to the clipboard")
+
+    def _title(self) -> str:
+        if self.chat_id is None:
+            return "specchat chat"
+        return self.app.history.chat_title(self.chat_id) or "specchat chat"
+
+    def action_copy_chat(self) -> None:
+        self.app.copy_to_clipboard(chat_markdown(self._title(), self.messages))
+        self.notify("the whole chat copied to the clipboard (Markdown)")
+
+    def action_export(self) -> Path | None:
+        from specchat.app.tui.app import export_dir
+
+        if not self.messages:
+            self.notify("nothing to export yet", severity="warning")
+            return None
+        stem = "".join(c if c.isalnum() else "-" for c in self._title().lower()).strip("-")[:40]
+        path = export_dir() / f"{self.chat_id or 0:04d}-{stem or 'chat'}.md"
+        path.write_text(chat_markdown(self._title(), self.messages), encoding="utf-8")
+        self.notify(f"exported to {path}", timeout=8)
+        return path
+
+    async def action_new_chat(self) -> None:
+        await self.open_chat(None)
+
+    def action_chats(self) -> None:
+        from specchat.app.tui.screens.chats import ChatListScreen
+
+        if self.app.busy:
+            self.notify("stop the answer first (Esc)", severity="warning")
+            return
+        self.app.push_screen(ChatListScreen(self.chat_id))
+
+    def action_decoder_settings(self) -> None:
+        from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
+
+        self.app.push_screen(DecoderSettingsScreen(self.app.decoder_name))
+
+    def action_race(self) -> None:
+        from specchat.app.tui.screens.race import RaceScreen
+
+        if self.app.busy:
+            self.notify("stop the answer first (Esc)", severity="warning")
+            return
+        last_prompt = next((m.content for m in reversed(self.messages) if m.role == "user"), "")
+        self.app.push_screen(RaceScreen(last_prompt))
+
+    def palette_commands(self) -> list[tuple[str, str, Callable]]:
+        """Every action of this screen, for the command palette."""
+        return [
+            ("Stop the answer", "Esc — keep what was generated", self.action_cancel),
+            ("Regenerate the last answer", "Ctrl+R", self.action_regenerate),
+            ("Toggle run colours", "Ctrl+T — colour multi-token steps", self.action_toggle_colour),
+            ("Copy the last answer", "Ctrl+O — to the clipboard", self.action_copy_answer),
+            ("Copy the whole chat", "as Markdown, to the clipboard", self.action_copy_chat),
+            (
+                "Export the chat to Markdown",
+                "Ctrl+S — a file under the data dir",
+                self.action_export,
+            ),
+            ("Decoder settings", "Ctrl+G — parameters and sampling", self.action_decoder_settings),
+            ("Race decoders", "Ctrl+B — one prompt through 2–4 decoders", self.action_race),
+            ("Chats", "Ctrl+L — open, rename, delete", self.action_chats),
+            ("New chat", "Ctrl+N", self.action_new_chat),
+            ("Help", "F1 — keys and decoders", self.app.action_help),
+        ]
+
+
+def format_decoder_params(stats: dict, decoder: str | None) -> str:
+    return str(stats.get("params", "")) if stats else ""

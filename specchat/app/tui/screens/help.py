@@ -1,0 +1,69 @@
+"""F1: every key, every decoder from the registry (with why one is unavailable), the run colours."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from specchat.app.tui.widgets.legend import legend_text
+from specchat.decoding.registry import DECODERS
+
+KEYS = [
+    ("Enter", "send"),
+    ("Ctrl+J / Shift+Enter", "new line in the message"),
+    ("Esc", "stop the answer now (what was generated stays, marked stopped)"),
+    ("Ctrl+R", "regenerate the last answer"),
+    ("Ctrl+T", "run colours on/off (off: answers render as Markdown)"),
+    ("Ctrl+O", "copy the last answer"),
+    ("Ctrl+S", "export the chat to a Markdown file"),
+    ("Ctrl+G", "decoder settings: parameters, temperature, top-k, top-p, seed"),
+    ("Ctrl+B", "race: one prompt through 2–4 decoders"),
+    ("Ctrl+L / Ctrl+N", "chats: open, rename, delete / new chat"),
+    ("Ctrl+P", "command palette (every action, themes)"),
+    ("F1", "this help"),
+    ("Ctrl+Q", "quit"),
+]
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,f1,q", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help"):
+            yield Static(self._decoders(), id="help-decoders")
+            yield Static(self._keys(), id="help-keys")
+            yield Static(id="help-legend")
+            yield Static(Text("Esc closes", style="dim"), id="help-close")
+
+    def on_mount(self) -> None:
+        legend = Text("Run colours — ", style="bold")
+        legend.append_text(legend_text(self.app.palette, True))
+        self.query_one("#help-legend", Static).update(legend)
+
+    def _decoders(self) -> Table:
+        table = Table(title="Decoders", title_justify="left", expand=True, box=None)
+        table.add_column("key", style="bold", no_wrap=True)
+        table.add_column("decoder", no_wrap=True)
+        table.add_column("what it does")
+        active = getattr(self.app, "decoder_name", None)
+        for info in DECODERS.values():
+            reason = self.app.unavailable_reason(info.name)
+            what = Text(info.description)
+            if reason:
+                what.append(f" — unavailable: {reason}", style="italic")
+            name = Text(info.name + (" ●" if info.name == active else ""))
+            table.add_row(info.key.upper(), name, what)
+        return table
+
+    def _keys(self) -> Table:
+        table = Table(title="Keys", title_justify="left", expand=True, box=None)
+        table.add_column("key", style="bold", no_wrap=True)
+        table.add_column("does")
+        for key, does in KEYS:
+            table.add_row(key, does)
+        return table

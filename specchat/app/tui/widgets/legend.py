@@ -1,0 +1,26 @@
+"""What the run colours mean, in the active theme's palette."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from specchat.themes.palette import RunPalette
+
+
+def legend_text(palette: RunPalette, colour: bool, key: str = "ctrl+t") -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis", end="")
+    if not colour:
+        text.append(f"run colours off ({key} shows tokens per step)", style="dim")
+        return text
+    text.append("tokens per step: ", style="dim")
+    text.append("1 plain  ", style="dim")
+    for label, colour_hex in palette.legend():
+        text.append("██", style=colour_hex)
+        text.append(f" {label.replace(' tokens', '')}  ", style=colour_hex)
+    return text
+
+
+class Legend(Static):
+    def show(self, palette: RunPalette, colour: bool) -> None:
+        self.update(legend_text(palette, colour))

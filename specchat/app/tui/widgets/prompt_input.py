@@ -1,0 +1,37 @@
+"""The message box: Enter sends, Ctrl+J (or Shift+Enter where the terminal reports it) breaks
+the line. A TextArea, because questions with code need several lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import TextArea
+
+
+class PromptInput(TextArea):
+    BINDINGS = [
+        Binding("ctrl+j,shift+enter", "newline", "newline", show=False),
+    ]
+
+    @dataclass
+    class Submitted(Message):
+        text: str
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(soft_wrap=True, show_line_numbers=False, compact=True, **kwargs)
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.prevent_default()
+            event.stop()
+            text = self.text
+            if text.strip():
+                self.post_message(self.Submitted(text))
+            return
+        await super()._on_key(event)
+
+    def action_newline(self) -> None:
+        self.insert("\n")

@@ -1,0 +1,25 @@
+"""The live status line under the transcript (see `figures.status_text` for what it shows)."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from specchat.app.tui.figures import Figures, status_text
+
+
+class StatusBar(Static):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.figures = Figures()
+        self.model = "loading model…"
+
+    def show(self, figures: Figures | None = None, model: str | None = None) -> None:
+        if figures is not None:
+            self.figures = figures
+        if model is not None:
+            self.model = model
+        self.update(status_text(self.figures, self.model))
+
+    def message(self, text: str) -> None:
+        """A line instead of figures (loading progress, errors)."""
+        self.update(text)
