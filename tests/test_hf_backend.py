@@ -1,0 +1,471 @@
+"""The transformers backend: tree blocks, commits, greedy decoding, token bytes, loading.
+
+Exactness is checked twice: on a tiny random float64 Llama (to ~1e-9, so any mask or position
+mistake shows) and on the bundled SmolLM2 GGUF (float32 rounding). The GGUF is converted once per
+run, into a temporary cache dir, so that the conversion itself is tested every time (~15 s).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specchat.backends import hf
+from specchat.backends.base import Backend, Block, ChatMessage
+from specchat.backends.hf import HFBackend, load_hf_backend
+from specchat.backends.token_bytes import byte_level_bytes, sentencepiece_bytes
+from specchat.errors import SpecchatError
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A cache dir shared by the whole run, so the GGUF is converted at most once."""
+    path = tmp_path_factory.mktemp("specchat-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCHAT_CACHE_DIR", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def smol(session_cache: Path, bundled_gguf: Path) -> Iterator[HFBackend]:
+    """The bundled model on one thread: two OpenMP threads on a 2-core machine run ~25x slower
+    whenever anything else is running, one thread stays steady."""
+    threads = torch.get_num_threads()
+    started = time.perf_counter()
+    messages: list[str] = []
+    backend = load_hf_backend(
+        str(bundled_gguf.parent), gguf_file=bundled_gguf.name, threads=1, progress=messages.append
+    )
+    backend.load_seconds = time.perf_counter() - started  # type: ignore[attr-defined]
+    backend.load_messages = messages  # type: ignore[attr-defined]
+    yield backend
+    backend.close()
+    torch.set_num_threads(threads)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {f"t{i}": i for i in range(128)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="t1")
+
+
+def tiny_model(attention: str = "sdpa", dtype: torch.dtype = torch.float64) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=256,
+        attn_implementation=attention,
+    )
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+@pytest.fixture(params=["sdpa", "eager"])
+def tiny(request: pytest.FixtureRequest) -> HFBackend:
+    """A random float64 Llama, with either attention that honours a 4-D mask."""
+    return HFBackend(tiny_model(request.param), tiny_tokenizer(), model_name="tiny", device="cpu")
+
+
+def exact(backend: HFBackend) -> float:
+    """How closely two orderings of the same float64 computation agree.
+
+    SDPA stays in float64 throughout; eager attention takes its softmax in float32.
+    """
+    return 1e-9 if backend.model.config._attn_implementation == "sdpa" else 1e-6
+
+
+def sample_tree(tokens: list[int]) -> Block:
+    """Root 0 with three branches of lengths 3, 2 and 1 (one forking off mid-branch), plus a
+    second root with one child: 0-1-2-3, 0-4-5, 0-1-6, 7-8."""
+    assert len(tokens) == 9
+    return Block(tuple(tokens), (-1, 0, 1, 2, 0, 4, 1, -1, 7))
+
+
+def logits_of(backend: HFBackend, block: Block) -> np.ndarray:
+    """Logits at the model's own precision (float64 for the tiny model)."""
+    return backend.evaluate_tensor(block).double().numpy()
+
+
+def check_tree_matches_branches(
+    backend: HFBackend, prefix: list[int], block: Block, atol: float
+) -> np.ndarray:
+    backend.rollback(0)
+    backend.prefill(prefix)
+    tree_logits = logits_of(backend, block)
+    assert tree_logits.shape == (len(block), backend.vocab_size)
+    checked = set()
+    for leaf in block.leaves:
+        path = block.path_to(leaf)
+        backend.rollback(len(prefix))
+        chain_logits = logits_of(backend, Block.chain([block.tokens[i] for i in path]))
+        np.testing.assert_allclose(tree_logits[path], chain_logits, rtol=0, atol=atol)
+        checked.update(path)
+    assert checked == set(range(len(block)))
+
+    # Were the mask ignored, the block would be one causal chain: branches would see each other.
+    backend.rollback(len(prefix))
+    flat_logits = logits_of(backend, Block.chain(block.tokens))
+    np.testing.assert_allclose(tree_logits[:4], flat_logits[:4], rtol=0, atol=atol)
+    assert np.abs(tree_logits[4:] - flat_logits[4:]).max() > 100 * atol
+    backend.rollback(len(prefix))
+    return tree_logits
+
+
+# -- tree blocks -----------------------------------------------------------------------------------
+
+
+def test_tree_logits_equal_branch_logits_tiny(tiny: HFBackend) -> None:
+    rng = np.random.default_rng(1)
+    prefix = rng.integers(2, 128, size=11).tolist()
+    block = sample_tree(rng.integers(2, 128, size=9).tolist())
+    check_tree_matches_branches(tiny, prefix, block, atol=exact(tiny))
+    assert tiny.evaluate(block).dtype == np.float32
+
+
+def test_tree_logits_equal_branch_logits_bundled(smol: HFBackend) -> None:
+    prefix = smol.tokenize("The quick brown fox jumps over the lazy dog. Then the fox")
+    words = smol.tokenize(" ran away into the dark forest quickly")
+    assert len(words) >= 7
+    tokens = [prefix[-1], *words[:7], smol.tokenize(" slept")[0]]
+    check_tree_matches_branches(smol, prefix[:-1], sample_tree(tokens), atol=1e-4)
+
+
+def test_tree_on_empty_prefix_and_second_root(tiny: HFBackend) -> None:
+    block = sample_tree(list(range(10, 19)))
+    tree_logits = logits_of(tiny, block)
+    tiny.rollback(0)
+    second_root = logits_of(tiny, Block.chain([17, 18]))
+    np.testing.assert_allclose(tree_logits[[7, 8]], second_root, rtol=0, atol=exact(tiny))
+
+
+# -- commit and rollback -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("leaf", [5, 6, 8, 2])
+def test_commit_branch_equals_prefill_tiny(tiny: HFBackend, leaf: int) -> None:
+    check_commit_equals_prefill(
+        tiny, list(range(20, 31)), sample_tree(list(range(40, 49))), leaf, exact(tiny)
+    )
+
+
+def test_commit_branch_equals_prefill_bundled(smol: HFBackend) -> None:
+    prefix = smol.tokenize("Once upon a time, in a small village by the sea,")
+    block = sample_tree(smol.tokenize(" there lived an old fisherman who had three sons and")[:9])
+    check_commit_equals_prefill(smol, prefix, block, leaf=5, atol=1e-4)
+
+
+def check_commit_equals_prefill(
+    backend: HFBackend, prefix: list[int], block: Block, leaf: int, atol: float
+) -> None:
+    path = block.path_to(leaf)
+    follow = Block.chain([block.tokens[0], block.tokens[-1], block.tokens[3]])
+
+    backend.rollback(0)
+    backend.prefill(prefix)
+    backend.evaluate(block)
+    backend.commit(path)
+    assert backend.n_committed == len(prefix) + len(path)
+    after_commit = logits_of(backend, follow)
+
+    backend.rollback(0)
+    backend.prefill(prefix + [block.tokens[i] for i in path])
+    from_scratch = logits_of(backend, follow)
+    np.testing.assert_allclose(after_commit, from_scratch, rtol=0, atol=atol)
+    backend.rollback(0)
+
+
+def test_uncommitted_block_is_dropped(tiny: HFBackend) -> None:
+    tiny.prefill([5, 6, 7])
+    reference = logits_of(tiny, Block.chain([8, 9]))
+    tiny.evaluate(sample_tree(list(range(50, 59))))  # not committed
+    np.testing.assert_allclose(logits_of(tiny, Block.chain([8, 9])), reference, atol=1e-12)
+    tiny.evaluate(Block.chain([60, 61]))
+    tiny.prefill([])  # drops the pending block too
+    np.testing.assert_allclose(logits_of(tiny, Block.chain([8, 9])), reference, atol=1e-12)
+    assert tiny.n_committed == 3
+    tiny.commit([0])
+    tiny.rollback(2)
+    tiny.prefill([7])
+    np.testing.assert_allclose(logits_of(tiny, Block.chain([8, 9])), reference, atol=exact(tiny))
+
+
+def test_commit_rejects_a_path_that_is_no_chain(tiny: HFBackend) -> None:
+    tiny.evaluate(sample_tree(list(range(50, 59))))
+    with pytest.raises(ValueError):
+        tiny.commit([0, 4, 6])
+    with pytest.raises(ValueError):
+        tiny.commit([1, 2])
+    with pytest.raises(ValueError):
+        tiny.rollback(5)
+
+
+def test_context_limit(tiny: HFBackend) -> None:
+    assert tiny.n_ctx == 256
+    tiny.prefill((list(range(2, 128)) * 2)[:252])
+    assert tiny.n_committed == 252
+    tiny.evaluate(Block.chain([10, 11, 12, 13]))
+    with pytest.raises(SpecchatError, match="context full"):
+        tiny.evaluate(Block.chain(list(range(10, 15))))
+
+
+# -- greedy decoding -------------------------------------------------------------------------------
+
+
+def greedy(backend: HFBackend, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """The pending-token loop the decoders use: the context's last token is not yet cached."""
+    backend.rollback(0)
+    backend.prefill(prompt_ids[:-1])
+    context = list(prompt_ids)
+    for _ in range(max_new_tokens):
+        logits = backend.evaluate(Block.chain([context[-1]]))
+        token = int(np.argmax(logits[0]))
+        backend.commit([0])
+        context.append(token)
+        if token in backend.eos_ids:
+            break
+    return context[len(prompt_ids) :]
+
+
+def generate(backend: HFBackend, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    input_ids = torch.tensor([prompt_ids])
+    with torch.inference_mode():
+        output = backend.model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=min(backend.eos_ids),
+        )
+    return output[0, len(prompt_ids) :].tolist()
+
+
+def test_greedy_loop_equals_generate(smol: HFBackend) -> None:
+    chat = smol.chat_prompt([ChatMessage("user", "Write a short poem about the sea.")])
+    prompts = [
+        smol.tokenize(chat, special=True),
+        smol.tokenize("The history of the Roman Empire begins"),
+        smol.tokenize("def fibonacci(n):\n    "),
+    ]
+    for prompt_ids in prompts:
+        ours = greedy(smol, prompt_ids, 36)
+        assert ours == generate(smol, prompt_ids, 36)
+        assert len(ours) >= 8
+
+
+def test_greedy_loop_equals_generate_tiny(tiny: HFBackend) -> None:
+    prompt_ids = [5, 17, 33, 2, 90]
+    assert greedy(tiny, prompt_ids, 30) == generate(tiny, prompt_ids, 30)
+
+
+# -- tokenizer -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hello, world! Numbers 12345 and\ttabs\nnew lines.",
+        "Café crème brûlée, naïve façade, Ærøskøbing, Straße.",
+        "你好，世界。日本語のテキストと한국어.",
+        "Emoji: 😀🎉👍🏽 and flags 🇫🇷, zero-width joiner 👩‍💻.",
+        "  leading spaces, <|im_start|> as plain text",
+    ],
+)
+def test_token_bytes_round_trip(smol: HFBackend, text: str) -> None:
+    ids = smol.tokenize(text)
+    assert b"".join(smol.token_bytes(i) for i in ids) == text.encode("utf-8")
+
+
+def test_control_tokens_and_chat_prompt(smol: HFBackend) -> None:
+    assert smol.tokenize("<|im_start|>", special=True) == [1]
+    assert 1 not in smol.tokenize("<|im_start|>")
+    assert smol.token_bytes(2) == b"<|im_end|>"
+    assert smol.eos_ids == frozenset({2})
+    assert smol.vocab_size == 49152
+    assert smol.n_ctx == 8192
+    assert smol.name == "hf" and smol.device == "cpu"
+    assert smol.model_name == "SmolLM2-135M-Instruct.Q4_1"
+    prompt = smol.chat_prompt([ChatMessage("user", "Hi")])
+    assert prompt.endswith("<|im_start|>assistant\n")
+    assert "<|im_start|>user\nHi<|im_end|>" in prompt
+    assert isinstance(smol, Backend)
+
+
+def test_token_bytes_helpers() -> None:
+    assert byte_level_bytes("Ġhello") == b" hello"
+    assert byte_level_bytes("Ċ") == b"\n"
+    assert byte_level_bytes("ä½") == "你".encode()[:2]
+    assert sentencepiece_bytes("▁hello") == b" hello"
+    assert sentencepiece_bytes("<0x0A>") == b"\n"
+    assert sentencepiece_bytes("<0xE4>") == b"\xe4"
+    assert sentencepiece_bytes("日本") == "日本".encode()
+
+
+# -- loading and errors ----------------------------------------------------------------------------
+
+
+def one_line_error(excinfo: pytest.ExceptionInfo[SpecchatError]) -> str:
+    message = str(excinfo.value)
+    assert message and "\n" not in message
+    return message
+
+
+def test_missing_model_path(tmp_path: Path) -> None:
+    with pytest.raises(SpecchatError) as excinfo:
+        load_hf_backend(str(tmp_path / "nowhere"))
+    assert "not found" in one_line_error(excinfo)
+    with pytest.raises(SpecchatError) as excinfo:
+        load_hf_backend(str(tmp_path), gguf_file="missing.gguf")
+    assert "not found" in one_line_error(excinfo)
+
+
+def test_hub_id_not_in_local_cache() -> None:
+    with pytest.raises(SpecchatError) as excinfo:
+        load_hf_backend("no-such-org/no-such-model")
+    assert "not in the local Hugging Face cache" in one_line_error(excinfo)
+
+
+def test_corrupt_gguf(tmp_path: Path, session_cache: Path) -> None:
+    (tmp_path / "broken.gguf").write_bytes(b"GGUF" + os.urandom(4096))
+    with pytest.raises(SpecchatError) as excinfo:
+        load_hf_backend(str(tmp_path), gguf_file="broken.gguf")
+    assert "broken.gguf" in one_line_error(excinfo)
+    leftovers = list((session_cache / hf.GGUF_CACHE_FOLDER).glob("*broken*"))
+    assert leftovers == []
+
+
+def test_corrupt_model_directory(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{ this is not json")
+    with pytest.raises(SpecchatError) as excinfo:
+        load_hf_backend(str(tmp_path))
+    assert "cannot load model" in one_line_error(excinfo)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda(tmp_path: Path) -> None:
+    with pytest.raises(SpecchatError) as excinfo:
+        load_hf_backend(str(tmp_path), device="cuda")
+    assert one_line_error(excinfo).startswith("CUDA is not available: ")
+
+
+def test_bad_device_and_dtype(tmp_path: Path) -> None:
+    with pytest.raises(SpecchatError, match="float16"):
+        load_hf_backend(str(tmp_path), dtype="float16")
+    with pytest.raises(SpecchatError, match="dtype"):
+        load_hf_backend(str(tmp_path), dtype="int8")
+    with pytest.raises(SpecchatError, match="device"):
+        load_hf_backend(str(tmp_path), device="tpu")
+
+
+def test_load_model_directory(tmp_path: Path) -> None:
+    model = tiny_model(dtype=torch.float32)
+    model.generation_config.eos_token_id = [1, 3]
+    model.save_pretrained(tmp_path / "tiny")
+    tiny_tokenizer().save_pretrained(tmp_path / "tiny")
+    backend = load_hf_backend(str(tmp_path / "tiny"), dtype="bfloat16", threads=1, n_ctx=100)
+    assert torch.get_num_threads() == 1
+    assert backend.model.dtype == torch.bfloat16
+    assert backend.model_name == "tiny"
+    assert backend.eos_ids == frozenset({1, 3})
+    assert backend.n_ctx == 100
+    assert backend.tokenize("t5 t9") == [5, 9]
+    logits = backend.evaluate(Block.chain([5, 9]))
+    assert logits.dtype == np.float32 and logits.shape == (2, 128)
+    backend.close()
+    threads = torch.get_num_threads()
+    load_hf_backend(str(tmp_path / "tiny")).close()
+    assert torch.get_num_threads() == hf.physical_cores()
+    torch.set_num_threads(threads)
+
+
+def test_converted_cache_is_fast_and_identical(
+    smol: HFBackend, session_cache: Path, bundled_gguf: Path
+) -> None:
+    assert "converting GGUF to safetensors (once)…" in smol.load_messages  # type: ignore[attr-defined]
+    converted = list((session_cache / hf.GGUF_CACHE_FOLDER).iterdir())
+    assert [path.name for path in converted if path.name.startswith(".")] == []
+    assert any((path / "model.safetensors").is_file() for path in converted)
+
+    messages: list[str] = []
+    started = time.perf_counter()
+    again = load_hf_backend(
+        str(bundled_gguf.parent), gguf_file=bundled_gguf.name, threads=1, progress=messages.append
+    )
+    seconds = time.perf_counter() - started
+    assert not any("convert" in message for message in messages)
+    assert seconds < 10, f"loading the converted model took {seconds:.1f} s"
+    print(f"first load {smol.load_seconds:.1f} s, cached load {seconds:.2f} s")  # type: ignore[attr-defined]
+
+    # The folder alone (its one GGUF file) or the file's own path find the same conversion.
+    for form in (bundled_gguf.parent, bundled_gguf):
+        messages.clear()
+        load_hf_backend(str(form), threads=1, progress=messages.append).close()
+        assert not any("convert" in message for message in messages)
+
+    ids = smol.tokenize("A converted model must give the very same logits")
+    for backend in (smol, again):
+        backend.rollback(0)
+        backend.prefill(ids[:-3])
+    first, second = (b.evaluate(Block.chain(ids[-3:])) for b in (smol, again))
+    np.testing.assert_array_equal(first, second)
+    smol.rollback(0)
+    again.close()
+
+
+def test_killed_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"not really")
+
+    def interrupted(source: Path, target: Path, progress: object) -> None:
+        (target / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hf, "_convert_gguf", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        hf.converted_gguf_dir(gguf)
+    assert list((tmp_path / "cache" / hf.GGUF_CACHE_FOLDER).iterdir()) == []
+
+    def complete(source: Path, target: Path, progress: object) -> None:
+        (target / "config.json").write_text("{}")
+        (target / "model.safetensors").write_bytes(b"")
+
+    monkeypatch.setattr(hf, "_convert_gguf", complete)
+    converted = hf.converted_gguf_dir(gguf)
+    assert converted.name.startswith("model-10-") and (converted / "config.json").is_file()
+    monkeypatch.setattr(hf, "_convert_gguf", interrupted)
+    assert hf.converted_gguf_dir(gguf) == converted  # reused, not converted again
+
+
+# -- block cost ------------------------------------------------------------------------------------
+
+
+def test_block_cost(smol: HFBackend) -> None:
+    smol.rollback(0)
+    smol.prefill(smol.tokenize("Measuring the cost of a block"))
+    committed = smol.n_committed
+    one, eight = smol.block_cost(1), smol.block_cost(8)
+    assert 0 < one <= eight < 5
+    assert smol.block_cost(1) == one
+    assert smol.n_committed == committed
+    smol.rollback(0)
+
+
+def test_chat_prompt_without_template(tiny: HFBackend) -> None:
+    prompt = tiny.chat_prompt([ChatMessage("system", "Be brief."), ChatMessage("user", "Hi")])
+    assert prompt == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
