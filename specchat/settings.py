@@ -28,6 +28,7 @@ class Settings:
     model: str | None = None
     backend: str | None = None
     device: str = "cpu"
+    threads: int | None = None  # CPU threads for the model; None: all cores
     decoder: str = "greedy"
     theme: str = DEFAULT_THEME
     max_tokens: int = 512
@@ -86,10 +87,12 @@ def parse_settings(text: str) -> Settings:
     model = _expect(data, "model", (str,), "") or None
     backend = _expect(data, "backend", (str,), "") or None
     seed = _expect(sampling, "seed", (int,), -1)
+    threads = _expect(data, "threads", (int,), 0)
     settings = Settings(
         model=model,
         backend=backend,
         device=str(_expect(data, "device", (str,), defaults.device)),
+        threads=int(threads) if threads and threads > 0 else None,
         decoder=str(_expect(data, "decoder", (str,), defaults.decoder)),
         theme=str(_expect(data, "theme", (str,), defaults.theme)),
         max_tokens=int(_expect(data, "max_tokens", (int,), defaults.max_tokens)),
@@ -143,6 +146,7 @@ def dump_settings(settings: Settings) -> str:
         "model": settings.model or "",
         "backend": settings.backend or "",
         "device": settings.device,
+        "threads": settings.threads or 0,
         "decoder": settings.decoder,
         "theme": settings.theme,
         "max_tokens": settings.max_tokens,

@@ -6,6 +6,7 @@ loads in a thread worker so the window (and its progress line) appears at once.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,7 +25,7 @@ from specchat.app.tui.messages import (
     ModelLoaded,
 )
 from specchat.decoding.engine import Engine
-from specchat.decoding.registry import DECODERS, build_decoder, sampling_for
+from specchat.decoding.registry import DECODERS, DecoderInfo, build_decoder, sampling_for
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
 from specchat.history import HistoryStore
@@ -130,6 +131,7 @@ class SpecchatApp(App):
                 self.settings.model,
                 backend=self.settings.backend,
                 device=self.settings.device,
+                threads=self.settings.threads,
                 progress=lambda text: self.post_message(LoadProgress(text)),
             )
         except SpecchatError as exc:
@@ -214,7 +216,7 @@ class SpecchatApp(App):
     def unavailable_reason(self, name: str) -> str | None:
         if self.backend is None:
             return None
-        return DECODERS[name].unavailable(self.backend)
+        return unavailable_reason(DECODERS[name], self.backend, self.decoder_params(name))
 
     def action_decoder(self, name: str) -> None:
         """Switch decoder: mid-answer from the next step on, else for the next answer."""
@@ -302,6 +304,16 @@ class SpecchatApp(App):
                 f"{info.key.upper()} — {info.description}",
                 lambda name=info.name: self.action_decoder(name),
             )
+
+
+def unavailable_reason(info: DecoderInfo, backend: object, params: dict[str, object]) -> str | None:
+    """Why a decoder cannot run here, or None. Registry entries take (backend, params); older
+    ones took (backend) alone."""
+    try:
+        takes_params = len(inspect.signature(info.unavailable).parameters) >= 2
+    except (TypeError, ValueError):
+        takes_params = True
+    return info.unavailable(backend, params) if takes_params else info.unavailable(backend)
 
 
 def export_dir() -> Path:

@@ -61,6 +61,7 @@ class ChatScreen(Screen):
         self._answer_id = 0
         self._answer: AssistantMessage | None = None
         self._answer_started = 0.0
+        self._mounted = False  # the app may report the model before this screen is composed
 
     def compose(self) -> ComposeResult:
         yield Header(icon="≫")
@@ -76,19 +77,29 @@ class ChatScreen(Screen):
         if self.chat_id is not None:
             await self.open_chat(self.chat_id)
         self.query_one(PromptInput).focus()
+        self._mounted = True
         if self.app.engine is None:
             self.model_progress("loading model…")
+        elif self.chat_id is None:
+            self.model_ready()
+        else:
+            self._show_status()
 
     # -- app callbacks ----------------------------------------------------------------------
     def model_progress(self, text: str) -> None:
-        self.query_one(StatusBar).message(text)
+        if self._mounted:
+            self.query_one(StatusBar).message(text)
 
     def model_ready(self) -> None:
+        if not self._mounted:
+            return  # on_mount shows the figures
         self.figures.decoder = self.app.decoder_name
         self.figures.params = self.app.params_label(self.app.decoder_name)
         self._show_status()
 
     def decoder_chosen(self, name: str, pending: bool) -> None:
+        if not self._mounted:
+            return
         if pending and self.app.busy:
             self.figures.pending = name
         else:

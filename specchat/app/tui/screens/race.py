@@ -179,17 +179,23 @@ class RaceScreen(Screen):
                 f"{unavailable[0]} is unavailable: {app.unavailable_reason(unavailable[0])}"
             )
             return
-        panes_box = self.query_one("#race-panes", Horizontal)
-        await panes_box.remove_children()
-        self.panes = [RacePane(name) for name in names]
-        await panes_box.mount_all(self.panes)
-        self.query_one(DataTable).clear()
-        self.greedy_flags = {n: DECODERS[n].greedy_family and app.sampling(n).greedy for n in names}
+        await self.make_panes(names)
         self.running = True
         app.busy = True
         app.racing = True
         max_tokens = self.max_tokens or min(app.settings.max_tokens, 256)
         self._race(prompt, names, max_tokens)
+
+    async def make_panes(self, names: list[str]) -> None:
+        """Fresh panes for `names` (also how tests script a race without running one)."""
+        panes_box = self.query_one("#race-panes", Horizontal)
+        await panes_box.remove_children()
+        self.panes = [RacePane(name) for name in names]
+        await panes_box.mount_all(self.panes)
+        self.query_one(DataTable).clear()
+        self.greedy_flags = {
+            n: DECODERS[n].greedy_family and self.app.sampling(n).greedy for n in names
+        }
 
     @work(thread=True, exclusive=True, group="race")
     def _race(self, prompt: str, names: list[str], max_tokens: int) -> None:

@@ -1,0 +1,86 @@
+"""TUI fixtures: private config/data dirs per test, the real bundled model shared by the session,
+a pilot helper that waits on conditions instead of sleeping, and a fixed chat for snapshots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specchat.history import HistoryStore, StoredMessage
+
+
+@pytest.fixture(autouse=True)
+def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPECCHAT_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tui_backend():
+    """The bundled SmolLM2 on llama.cpp, one thread: other processes share the two cores while
+    the suite runs, and llama.cpp's threads spin badly when the cores are oversubscribed."""
+    from specchat.models import load_backend
+
+    loaded = load_backend(None, threads=1, n_ctx=2048)
+    yield loaded
+    loaded.close()
+
+
+@pytest.fixture
+def backend(tui_backend):
+    """The session's model with an empty cache."""
+    tui_backend.rollback(0)
+    return tui_backend
+
+
+async def wait_until(pilot, condition, limit: float = 120.0) -> None:
+    """Pause the pilot until `condition()` holds; `limit` only guards against a hang."""
+    waited = 0.0
+    while not condition():
+        await pilot.pause(0.02)
+        waited += 0.02
+        if waited > limit:
+            raise AssertionError("condition not reached")
+
+
+@pytest.fixture
+def fixed_chat(private_dirs: Path) -> tuple[HistoryStore, int]:
+    """A stored chat with coloured runs and frozen figures: what the snapshots show."""
+    store = HistoryStore(private_dirs / "data" / "snap.sqlite3")
+    chat = store.new_chat("Repeating a sentence")
+    store.add_message(chat, StoredMessage("user", "Repeat: the cat sat on the mat. The cat sat."))
+    text = "The cat sat on the mat. The cat sat on the mat, and then it slept in the sun."
+    runs = [(7, 23, 5), (23, 50, 9), (55, 62, 2)]
+    stats = {
+        "generated_tokens": 21,
+        "steps": 7,
+        "drafted": 30,
+        "accepted": 16,
+        "decode_seconds": 0.125,
+        "elapsed_seconds": 0.21,
+        "tokens_per_second": 168.0,
+        "params": "max_ngram=3",
+    }
+    store.add_message(chat, StoredMessage("assistant", text, "pld", "eos", stats=stats, runs=runs))
+    store.add_message(chat, StoredMessage("user", "And in **Markdown**, with a list?"))
+    answer = "Sure:\n\n- the cat\n- the mat\n\n`code` and **bold**"
+    store.add_message(
+        chat,
+        StoredMessage(
+            "assistant",
+            answer,
+            "greedy",
+            "cancelled",
+            stats={**stats, "generated_tokens": 12, "steps": 12, "drafted": 0, "accepted": 0},
+            runs=[(0, 5, 3)],
+        ),
+    )
+    return store, chat
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The async tests run on asyncio through anyio's pytest plugin (installed with httpx)."""
+    return "asyncio"

@@ -1,0 +1,222 @@
+"""The chat against the real bundled model: streaming, live status, decoder keys, Esc, restart."""
+
+from __future__ import annotations
+
+import pytest
+
+from specchat.app.tui.app import SpecchatApp
+from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
+from specchat.app.tui.widgets.status_bar import StatusBar
+from specchat.decoding.registry import DECODERS, DecoderInfo
+from specchat.settings import Settings
+
+from .conftest import wait_until
+
+pytestmark = pytest.mark.anyio
+
+SIZE = (110, 34)
+LONG_PROMPT = "Write a long story about a dragon who learns to bake bread. Use many details."
+
+
+def status_of(app) -> str:
+    return str(app.screen.query_one(StatusBar).render())
+
+
+def record_status(app) -> list[str]:
+    """Every status line the bar showed, in order."""
+    bar = app.screen.query_one(StatusBar)
+    seen: list[str] = []
+    original = bar.update
+
+    def update(content="", **kwargs):
+        seen.append(str(content))
+        return original(content, **kwargs)
+
+    bar.update = update
+    return seen
+
+
+async def type_and_send(pilot, text: str) -> None:
+    pilot.app.screen.query_one("#prompt").insert(text)
+    await pilot.press("enter")
+
+
+async def test_answer_streams_and_status_updates(backend):
+    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = record_status(app)
+        await type_and_send(pilot, "Name three colours.")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        chat = app.screen
+        assert [m.role for m in chat.messages] == ["user", "assistant"]
+        answer = chat.messages[-1]
+        assert answer.content.strip()
+        assert answer.finish_reason in ("eos", "max_tokens")
+        live = [line for line in seen if "generating" in line]
+        assert len(live) >= 2, "the status bar updated while the answer streamed"
+        assert "tok/s" in live[-1] and "greedy" in live[-1]
+        final = status_of(app)
+        assert "ended:" in final and "tokens" in final
+        widget = chat.query(AssistantMessage).last()
+        assert widget.text == answer.content
+        assert len(chat.query(UserMessage)) == 1
+
+
+async def test_decoder_key_mid_answer_switches(backend):
+    target = (
+        next((i for i in DECODERS.values() if i.name != "greedy" and i.greedy_family), None)
+        or DECODERS["sample"]
+    )
+    app = SpecchatApp(settings=Settings(max_tokens=100), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, LONG_PROMPT)
+        await wait_until(pilot, lambda: app.screen.figures.tokens >= 2)
+        await pilot.press(target.key)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        answer = app.screen.messages[-1]
+        assert answer.finish_reason in ("eos", "max_tokens")
+        used = list(answer.stats["decoders"])
+        assert used[0] == "greedy" and target.name in used, used
+        assert app.decoder_name == target.name
+        assert f" {target.name} " in status_of(app)
+
+
+async def test_decoder_key_when_idle_sets_next_answer(backend):
+    app = SpecchatApp(settings=Settings(max_tokens=8), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(DECODERS["beam"].key)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.decoder_name == "beam"
+        assert " beam " in status_of(app)
+        await type_and_send(pilot, "Hi")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert list(app.screen.messages[-1].stats["decoders"]) == ["beam"]
+
+
+async def test_unavailable_decoder_says_why(backend, monkeypatch):
+    info = DecoderInfo(
+        name="needs-gpu",
+        key="f12",
+        description="test entry",
+        build=lambda: None,
+        unavailable=lambda backend: "needs a GPU",
+    )
+    monkeypatch.setitem(DECODERS, info.name, info)
+    app = SpecchatApp(settings=Settings(), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f12")
+        await pilot.pause()
+        assert app.decoder_name == "greedy"
+        assert any("needs a GPU" in n.message for n in app._notifications)
+
+
+async def test_escape_cancels_and_keeps_text(backend):
+    app = SpecchatApp(settings=Settings(max_tokens=400), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, LONG_PROMPT)
+        await wait_until(pilot, lambda: app.screen.figures.tokens >= 3)
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        answer = app.screen.messages[-1]
+        assert answer.finish_reason == "cancelled"
+        assert answer.content.strip()
+        assert answer.stats["generated_tokens"] < 400
+        widget = app.screen.query(AssistantMessage).last()
+        assert "stopped" in str(widget.query_one(".role").render())
+        assert widget.text == answer.content
+        assert "cancelled" in status_of(app)
+        assert not app.busy
+
+
+async def test_regenerate_replaces_last_answer(backend):
+    app = SpecchatApp(settings=Settings(max_tokens=12), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "Say hello.")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        first = app.screen.messages[-1].content
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        messages = app.screen.messages
+        assert [m.role for m in messages] == ["user", "assistant"]
+        assert messages[-1].content == first  # greedy: the same answer again
+        stored = app.history.messages(app.screen.chat_id)
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert len(app.screen.query(AssistantMessage)) == 1
+
+
+async def test_chat_persists_across_restart(backend, private_dirs):
+    app = SpecchatApp(settings=Settings(max_tokens=16), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "Say hi.")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        before = [(m.role, m.content, m.runs) for m in app.screen.messages]
+    again = SpecchatApp(settings=Settings(), backend=backend)
+    async with again.run_test(size=SIZE) as pilot:
+        assert again.screen.messages == []
+        await pilot.press("ctrl+l")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        after = [(m.role, m.content, m.runs) for m in again.screen.messages]
+        assert after == before
+        texts = [w.text for w in again.screen.query(AssistantMessage)]
+        assert texts == [before[1][1]]
+        assert again.screen.sub_title == "Say hi."
+
+
+async def test_colour_toggle_renders_markdown_and_persists(backend, fixed_chat):
+    store, chat = fixed_chat
+    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    async with app.run_test(size=SIZE) as pilot:
+        first = app.screen.query(AssistantMessage).first()
+        assert first.query_one(".runs").display and not first.query_one(".markdown").display
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert not first.query_one(".runs").display and first.query_one(".markdown").display
+        assert not app.settings.colour_runs
+    from specchat.settings import load_settings
+
+    saved, error = load_settings()
+    assert error is None and saved.colour_runs is False
+
+
+async def test_export_and_copy(backend, fixed_chat, private_dirs):
+    store, chat = fixed_chat
+    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        assert app.clipboard.startswith("Sure:")
+        path = app.screen.action_export()
+        assert path is not None and path.is_relative_to(private_dirs / "data")
+        text = path.read_text()
+        assert "## You" in text and "*(stopped)*" in text
+
+
+@pytest.mark.parametrize("content", ["decoder = [oops", "max_tokens = 'many'"])
+async def test_broken_settings_file_gives_message(backend, private_dirs, content):
+    (private_dirs / "config").mkdir(exist_ok=True)
+    (private_dirs / "config" / "settings.toml").write_text(content)
+    app = SpecchatApp(backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.settings_error and "broken" in app.settings_error
+        assert any("broken" in n.message for n in app._notifications)
+        assert app.decoder_name == "greedy"
+
+
+async def test_model_loads_in_the_background_with_progress():
+    app = SpecchatApp(settings=Settings(max_tokens=4))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine is not None)
+        await pilot.pause()
+        assert app.ready_seconds is not None
+        assert "SmolLM2" in status_of(app)
+        assert any("model ready in" in n.message for n in app._notifications)
