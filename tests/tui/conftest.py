@@ -73,7 +73,14 @@ def fixed_chat(private_dirs: Path) -> tuple[HistoryStore, int]:
             answer,
             "greedy",
             "cancelled",
-            stats={**stats, "generated_tokens": 12, "steps": 12, "drafted": 0, "accepted": 0},
+            stats={
+                **stats,
+                "generated_tokens": 12,
+                "steps": 12,
+                "drafted": 0,
+                "accepted": 0,
+                "params": "",
+            },
             runs=[(0, 5, 3)],
         ),
     )

@@ -49,7 +49,7 @@ class SpecchatApp(App):
         "screens/race.tcss",
     ]
     BINDINGS = [
-        Binding("f1", "help", "help", priority=True),
+        Binding("f1", "help", "help", key_display="F1", priority=True),
         Binding("ctrl+p", "command_palette", "commands", priority=True, show=False),
     ]
 
@@ -87,9 +87,6 @@ class SpecchatApp(App):
         self.colour_runs = self.settings.colour_runs
         for app_theme in APP_THEMES.values():
             self.register_theme(app_theme.theme)
-        # one key per registry decoder, priority so it works while the input has focus
-        for info in DECODERS.values():
-            self._bindings.bind(info.key, f"app.decoder('{info.name}')", info.name, priority=True)
 
     # -- lifecycle --------------------------------------------------------------------------
     def get_default_screen(self) -> Screen:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingsMap
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header
@@ -23,6 +23,7 @@ from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.backends.base import ChatMessage
 from specchat.decoding.engine import GenerationRequest
+from specchat.decoding.registry import DECODERS
 from specchat.errors import SpecchatError
 from specchat.history import StoredMessage
 from specchat.prompting import chat_prompt_ids
@@ -46,15 +47,29 @@ class ChatScreen(Screen):
         Binding("ctrl+t", "toggle_colour", "colours", priority=True),
         Binding("ctrl+o", "copy_answer", "copy answer", priority=True, show=False),
         Binding("ctrl+s", "export", "export", priority=True, show=False),
-        Binding("ctrl+g", "decoder_settings", "settings", priority=True),
+        Binding("ctrl+g", "decoder_settings", "settings", priority=True, show=False),
         Binding("ctrl+b", "race", "race", priority=True),
-        Binding("ctrl+l", "chats", "chats", priority=True),
+        Binding("ctrl+l", "chats", "chats", priority=True, show=False),
         Binding("ctrl+n", "new_chat", "new chat", priority=True, show=False),
         Binding("question_mark", "app.help", "help", show=False),
     ]
 
     def __init__(self, chat_id: int | None = None) -> None:
         super().__init__()
+        # One key per registry decoder, first in the footer; priority, so they work while the
+        # input has focus. Read from the registry at start-up, never listed here.
+        static = self._bindings
+        self._bindings = BindingsMap()
+        for info in DECODERS.values():
+            self._bindings.bind(
+                info.key,
+                f"app.decoder('{info.name}')",
+                info.name,
+                key_display=info.key.upper(),
+                priority=True,
+            )
+        for key, bindings in static.key_to_bindings.items():
+            self._bindings.key_to_bindings.setdefault(key, []).extend(bindings)
         self.chat_id = chat_id
         self.messages: list[StoredMessage] = []
         self.figures = Figures()
@@ -69,7 +84,7 @@ class ChatScreen(Screen):
         yield Legend(id="legend")
         yield StatusBar(id="status")
         yield PromptInput(id="prompt", placeholder="Ask something — Enter sends, Ctrl+J newline")
-        yield Footer()
+        yield Footer(compact=True)
 
     async def on_mount(self) -> None:
         self.query_one("#transcript").anchor()

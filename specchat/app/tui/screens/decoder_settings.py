@@ -8,7 +8,7 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
@@ -43,7 +43,7 @@ class DecoderSettingsScreen(ModalScreen):
         self.decoder = decoder
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="decoder-settings"):
+        with Vertical(id="decoder-settings"):
             yield Label("Decoder settings", id="ds-title")
             yield Select(
                 [(name, name) for name in DECODERS],

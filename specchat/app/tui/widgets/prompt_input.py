@@ -22,6 +22,10 @@ class PromptInput(TextArea):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, compact=True, **kwargs)
+        # Function keys belong to the app (one per decoder): drop TextArea's F6/F7 selections.
+        keys = self._bindings.key_to_bindings
+        for key in [k for k in keys if k[:1] == "f" and k[1:].isdigit()]:
+            del keys[key]
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key == "enter":

@@ -1,0 +1,103 @@
+"""Pure parts: settings files, the history store, run spans, the status line, race summary."""
+
+from __future__ import annotations
+
+from specchat.app.tui.figures import Figures, status_text
+from specchat.app.tui.runs import RunText, coloured
+from specchat.app.tui.screens.race import RacePane, summary_rows
+from specchat.decoding.events import DoneEvent, StepEvent
+from specchat.history import HistoryStore, StoredMessage
+from specchat.settings import Settings, dump_settings, load_settings, parse_settings, save_settings
+from specchat.themes.palette import COLOUR_BLIND_SAFE
+
+
+def test_settings_round_trip(tmp_path):
+    settings = Settings(
+        model="x.gguf",
+        decoder="beam",
+        theme="specchat-light",
+        seed=3,
+        top_p=0.9,
+        decoders={"beam": {"num_beams": 2, "length_penalty": 0.5}, "sample": {"temperature": 0.7}},
+    )
+    path = save_settings(settings, tmp_path / "s.toml")
+    loaded, error = load_settings(path)
+    assert error is None and loaded == settings
+    assert loaded.temperature("sample") == 0.7 and loaded.decoder_params("sample") == {}
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_settings_broken_and_missing(tmp_path):
+    assert load_settings(tmp_path / "none.toml") == (Settings(), None)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("device = 'tpu'\n")
+    settings, error = load_settings(bad)
+    assert settings == Settings() and "device must be cpu or cuda" in error
+    bad.write_text("[decoders]\nbeam = 3\n")
+    assert "must be tables" in load_settings(bad)[1]
+
+
+def test_settings_cli_overrides():
+    settings = parse_settings(dump_settings(Settings(model="a", device="cuda")))
+    assert settings.with_overrides(model="b", device=None).model == "b"
+    assert settings.with_overrides(model=None).device == "cuda"
+
+
+def test_history_store(tmp_path):
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    chat = store.new_chat("first")
+    store.add_message(chat, StoredMessage("user", "hi"))
+    store.add_message(
+        chat, StoredMessage("assistant", "hello", "pld", "eos", {"a": 1}, [(0, 5, 3)])
+    )
+    assert store.list_chats()[0].messages == 2
+    again = HistoryStore(tmp_path / "h.sqlite3")
+    messages = again.messages(chat)
+    assert messages[1].runs == [(0, 5, 3)] and messages[1].stats == {"a": 1}
+    again.rename_chat(chat, "renamed")
+    assert store.chat_title(chat) == "renamed"
+    again.delete_message(messages[1].id)
+    assert len(store.messages(chat)) == 1
+    store.delete_chat(chat)
+    assert again.list_chats() == []
+    assert again._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_run_spans_and_colouring():
+    runs = RunText()
+    runs.add_step("The", 1)
+    runs.add_step(" cat sat", 3)
+    runs.add_step(" on the mat", 9)
+    runs.add_step("", 2)
+    assert runs.runs == [(3, 11, 3), (11, 22, 9)]
+    runs.finish("The cat sat on the mat.")
+    assert runs.text == "The cat sat on the mat."
+    text = coloured(runs.text, runs.runs, COLOUR_BLIND_SAFE)
+    styles = {(s.start, s.end, str(s.style)) for s in text.spans}
+    assert (3, 11, COLOUR_BLIND_SAFE.short) in styles
+    assert (11, 22, COLOUR_BLIND_SAFE.long) in styles
+    assert coloured("x", [(0, 1, 5)], None).spans == []
+
+
+def test_status_line():
+    figures = Figures(decoder="pld", params="max_ngram=3")
+    figures.add(StepEvent((1, 2, 3), "abc", 4, 2, "pld", 0.01))
+    figures.add(StepEvent((4,), "d", 0, 0, "pld", 0.01))
+    assert figures.tokens_per_step == 2.0 and figures.acceptance == 0.5
+    figures.finish = "context_full"
+    line = str(status_text(figures, "model"))
+    assert "200.0 tok/s" in line and "acceptance 50%" in line and "ended: context full" in line
+
+
+def _pane(name, tps, tokens):
+    pane = RacePane(name)
+    stats = {"tokens_per_second": tps, "tokens_per_step": 1.0, "generated_tokens": len(tokens)}
+    pane.done = DoneEvent("eos", (), tuple(tokens), "", stats)
+    return pane
+
+
+def test_race_summary():
+    panes = [_pane("pld", 150.0, [1, 2]), _pane("greedy", 100.0, [1, 2]), _pane("x", 50.0, [1, 3])]
+    rows = summary_rows(panes, {"pld": True, "greedy": True, "x": True})
+    assert [r[2] for r in rows] == ["1.50×", "1.00×", "0.50×"]  # vs greedy, not the first pane
+    assert [r[7] for r in rows] == ["reference", "identical ✓", "differs ✗"]
