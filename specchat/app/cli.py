@@ -97,6 +97,9 @@ def ask(
     top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
     num_beams: Annotated[int | None, typer.Option("--num-beams", help="beam decoder")] = None,
+    draft: Annotated[
+        str | None, typer.Option("--draft", help="draft model (draft decoder)")
+    ] = None,
     param: Annotated[
         list[str], typer.Option("--param", "-p", help="decoder parameter name=value (repeatable)")
     ] = [],  # noqa: B006 - typer reads the default
@@ -112,6 +115,8 @@ def ask(
     params = _parse_params(param)
     if num_beams is not None:
         params["num_beams"] = num_beams
+    if draft is not None:
+        params["draft"] = draft
     if max_tokens < 1:
         raise SpecchatError("--max-tokens must be at least 1")
     code = run_ask(

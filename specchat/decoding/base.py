@@ -23,5 +23,8 @@ class Decoder(Protocol):
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
         """One target pass; yields at most `room` tokens (what max tokens and the context allow)."""
 
+    def prepare(self, target: Backend) -> None:
+        """Optional: one-off measurements (block costs) the engine runs before timing starts."""
+
     def params(self) -> dict[str, object]:
         """The parameters in use, as shown in stats and the status bar."""

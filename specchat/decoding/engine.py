@@ -59,6 +59,12 @@ class Engine:
         self.decoder = decoder
         return True
 
+    def _prepare(self, decoder: Decoder) -> None:
+        """One-off work a decoder needs (measuring block costs) before any timing starts."""
+        prepare = getattr(decoder, "prepare", None)
+        if prepare is not None:
+            prepare(self.backend)
+
     def _prefill(self, prompt: list[int]) -> None:
         """Commit all prompt tokens but the last, reusing the cached prefix of the last answer."""
         backend = self.backend
@@ -86,6 +92,7 @@ class Engine:
         cancel_flags = [self._cancel] + ([cancel] if cancel is not None else [])
         self._take_switch()
         sampler = Sampler(request.sampling)
+        self._prepare(self.decoder)
         stats = GenerationStats(prompt_tokens=len(prompt))
         detok = Detokenizer(backend.token_bytes, request.stop)
         start = time.perf_counter()
@@ -102,6 +109,7 @@ class Engine:
                 break
             if self._take_switch():
                 backend.rollback(len(context) - 1)
+                self._prepare(self.decoder)
                 self.decoder.reset(context)
             room = min(request.max_tokens - len(generated), backend.n_ctx - len(context))
             if room <= 0:

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from specchat.backends.base import Backend
 from specchat.decoding.base import Decoder
 from specchat.decoding.beam import BeamSearchDecoder
+from specchat.decoding.draft_model import DraftModelDecoder, default_draft_reason
+from specchat.decoding.lookahead import LookaheadDecoder
 from specchat.decoding.plain import PlainDecoder
+from specchat.decoding.prompt_lookup import PromptLookupDecoder
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
 
@@ -33,7 +36,8 @@ class DecoderInfo:
     params: tuple[Param, ...] = ()
     greedy_family: bool = True  # reproduces greedy exactly when the sampler is greedy
     default_temperature: float = 0.0
-    unavailable: Callable[[Backend], str | None] = field(default=lambda backend: None)
+    # why it cannot run on a backend with these parameters (None: it can)
+    unavailable: Callable[[Backend, dict], str | None] = field(default=lambda backend, params: None)
 
     def defaults(self) -> dict[str, object]:
         return {p.name: p.default for p in self.params}
@@ -88,6 +92,64 @@ register(
     )
 )
 
+register(
+    DecoderInfo(
+        name="pld",
+        key="f5",
+        description="prompt lookup: drafts what followed the latest earlier match of the context's tail",
+        build=lambda max_ngram, min_ngram, num_pred_tokens: PromptLookupDecoder(
+            max_ngram, min_ngram, num_pred_tokens
+        ),
+        params=(
+            Param("max_ngram", 3, "longest n-gram matched against the context"),
+            Param("min_ngram", 1, "shortest n-gram matched"),
+            Param("num_pred_tokens", 10, "most tokens drafted in one step"),
+        ),
+    )
+)
+
+register(
+    DecoderInfo(
+        name="lookahead",
+        key="f6",
+        description="lookahead: Jacobi window + n-gram pool, verified in the same tree-shaped pass",
+        build=lambda window, ngram, candidates, max_cost_ratio, seed_from_prompt: LookaheadDecoder(
+            window, ngram, candidates, max_cost_ratio, seed_from_prompt
+        ),
+        params=(
+            Param("window", 5, "W: Jacobi window columns"),
+            Param("ngram", 4, "N: n-gram length (window levels = N-1)"),
+            Param("candidates", 5, "G: pool n-grams verified per step (and kept per key)"),
+            Param(
+                "max_cost_ratio", 2.0, "largest pass cost, in single-token passes, W/G shrink to"
+            ),
+            Param("seed_from_prompt", True, "seed the pool with the context's own n-grams"),
+        ),
+    )
+)
+
+register(
+    DecoderInfo(
+        name="draft",
+        key="f7",
+        description="draft model: a small model with the same vocabulary drafts K tokens",
+        build=lambda draft, draft_backend, draft_device, k, k_max, threshold: DraftModelDecoder(
+            draft, draft_backend, draft_device, k, k_max, threshold
+        ),
+        params=(
+            Param("draft", None, "draft model spec (default: the bundled GGUF, for an hf target)"),
+            Param("draft_backend", None, "llama or hf (default: by the draft's format)"),
+            Param("draft_device", "cpu", "cpu or cuda"),
+            Param("k", 4, "initial draft length (adapts: +2 on full acceptance, -1 on a miss)"),
+            Param("k_max", 12, "longest draft"),
+            Param("threshold", 0.3, "stop drafting when the draft's top probability is lower"),
+        ),
+        unavailable=lambda backend, params: (
+            None if params.get("draft") else default_draft_reason(backend)
+        ),
+    )
+)
+
 
 def get_decoder_info(name: str) -> DecoderInfo:
     try:
@@ -102,7 +164,7 @@ def build_decoder(name: str, params: dict[str, object], backend: Backend) -> Dec
     """A decoder from its registry name and user parameters, refused with the reason when it
     cannot run on `backend`."""
     info = get_decoder_info(name)
-    reason = info.unavailable(backend)
+    reason = info.unavailable(backend, params)
     if reason:
         raise SpecchatError(f"decoder {name!r} is unavailable: {reason}")
     return info.create(**params)

@@ -1,0 +1,141 @@
+"""Draft-model speculation: a small model with the target's vocabulary drafts K tokens one by one,
+the target verifies them in one pass.
+
+K adapts (+2 after a fully accepted draft, -1 after a rejection) and drafting stops early when the
+draft's own top probability falls below a threshold. The draft may run on another backend or
+device than the target: it only ever exchanges token ids with it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from specchat.backends.base import Backend, Block
+from specchat.decoding.sampling import Sampler, verify_chain
+from specchat.decoding.step import Step
+from specchat.errors import SpecchatError
+
+
+@lru_cache(maxsize=2)
+def load_draft_backend(spec: str | None, backend: str | None, device: str) -> Backend:
+    """Drafts are loaded once per process and shared by every decoder instance that uses them."""
+    from specchat.models import load_backend
+
+    return load_backend(spec, backend=backend, device=device, n_ctx=8192)
+
+
+def default_draft_reason(target: Backend) -> str | None:
+    """Why there is no default draft for this target (None when there is one)."""
+    from specchat.models import BUNDLED_FILE
+
+    if target.name == "hf" and target.model_name == BUNDLED_FILE.removesuffix(".gguf"):
+        return None
+    if target.name == "llama":
+        return "the bundled model has no smaller sibling on llama.cpp: pass --draft MODEL"
+    return "no default draft for this model: pass --draft MODEL"
+
+
+def check_same_vocabulary(target: Backend, draft: Backend) -> None:
+    """Refuse a draft whose tokens mean something else: its drafts would all be rejected."""
+    common = min(target.vocab_size, draft.vocab_size)
+    if abs(target.vocab_size - draft.vocab_size) > 256 or common == 0:
+        raise SpecchatError(
+            f"the draft's vocabulary ({draft.vocab_size} tokens) does not match the target's "
+            f"({target.vocab_size})"
+        )
+    for token_id in range(0, common, max(1, common // 512)):
+        if target.token_bytes(token_id) != draft.token_bytes(token_id):
+            raise SpecchatError(
+                f"the draft's vocabulary does not match the target's (token {token_id} differs)"
+            )
+
+
+class DraftModelDecoder:
+    def __init__(
+        self,
+        draft: str | None = None,
+        draft_backend: str | None = None,
+        draft_device: str = "cpu",
+        k: int = 4,
+        k_max: int = 12,
+        threshold: float = 0.3,
+    ) -> None:
+        self.name = "draft"
+        self.draft_spec, self.draft_backend_name, self.draft_device = (
+            draft,
+            draft_backend,
+            draft_device,
+        )
+        self.k, self.k_max, self.threshold = int(k), int(k_max), float(threshold)
+        self._draft: Backend | None = None
+        self._draft_tokens: list[int] = []  # what the draft's cache holds
+
+    def params(self) -> dict[str, object]:
+        return {
+            "draft": self.draft_spec or "(bundled, llama.cpp)",
+            "k": self.k,
+            "k_max": self.k_max,
+            "threshold": self.threshold,
+        }
+
+    def prepare(self, target: Backend) -> None:
+        if self._draft is not None:
+            return
+        if self.draft_spec is None:
+            reason = default_draft_reason(target)
+            if reason:
+                raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
+            draft = load_draft_backend(None, "llama", self.draft_device)
+        else:
+            draft = load_draft_backend(self.draft_spec, self.draft_backend_name, self.draft_device)
+        check_same_vocabulary(target, draft)
+        self._draft = draft
+        self._draft_tokens = list(range(0))
+        draft.rollback(0)
+
+    def reset(self, context: list[int]) -> None:
+        pass  # the draft cache is synced lazily, by common prefix, at each step
+
+    def _sync(self, committed: list[int]) -> None:
+        draft = self._draft
+        kept = 0
+        limit = min(len(self._draft_tokens), len(committed), draft.n_committed)
+        while kept < limit and self._draft_tokens[kept] == committed[kept]:
+            kept += 1
+        draft.rollback(kept)
+        draft.prefill(committed[kept:])
+        self._draft_tokens = list(committed)
+
+    def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
+        draft = self._draft
+        assert draft is not None, "prepare() loads the draft"
+        self._sync(context[:-1])
+        drafts: list[int] = []
+        draft_probs: list[np.ndarray] = []
+        last = context[-1]
+        for _ in range(min(self.k, room - 1)):
+            logits = draft.evaluate(Block.chain([last]))[0]
+            draft.commit([0])
+            self._draft_tokens.append(last)
+            probs = sampler.probs(logits) if not sampler.greedy else _softmax(logits)
+            token = sampler.next_token(logits) if not sampler.greedy else int(np.argmax(logits))
+            if drafts and probs.max() < self.threshold:
+                break
+            drafts.append(token)
+            draft_probs.append(probs)
+            last = token
+        logits = target.evaluate(Block.chain([context[-1], *drafts]))
+        q = np.stack(draft_probs) if drafts and not sampler.greedy else None
+        accepted, next_token = verify_chain(logits, drafts, sampler, q)
+        target.commit(list(range(accepted + 1)))
+        if drafts:
+            self.k = min(self.k_max, self.k + 2) if accepted == len(drafts) else max(1, self.k - 1)
+        return Step(tokens=(*drafts[:accepted], next_token), drafted=len(drafts), accepted=accepted)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - logits.max()
+    probs = np.exp(shifted)
+    return probs / probs.sum()

@@ -1,0 +1,62 @@
+"""How many tokens to draft: the choice that maximises expected tokens per second.
+
+A target pass over a block of k+1 tokens costs `block_cost(k+1)` (measured per backend). With a
+per-token acceptance probability a, drafting k tokens yields on average (1 - a^(k+1)) / (1 - a)
+tokens. On a compute-bound CPU a long draft costs nearly as many single passes as it has tokens,
+so the best k is small or zero; on an overhead-bound runtime it is large. The acceptance estimate is
+a decaying average over recent steps, so the choice follows the text (code and summaries repeat,
+free prose does not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specchat.backends.base import Backend
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Mean tokens one pass yields when drafting k tokens each accepted with `acceptance`."""
+    if acceptance >= 1.0:
+        return k + 1.0
+    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+
+
+@dataclass
+class AcceptanceEstimate:
+    """Per-token acceptance, as a geometric model fitted to recent steps (decay weights them)."""
+
+    accepted: float = 1.0  # prior: one accept ...
+    trials: float = 2.0  # ... out of two tries
+    decay: float = 0.9
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.trials
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        rejected = 1 if accepted < drafted else 0
+        self.accepted = self.decay * self.accepted + accepted
+        self.trials = self.decay * self.trials + accepted + rejected
+
+
+def best_draft_length(
+    backend: Backend, acceptance: float, available: int, limit: int, extra_cost: float = 0.0
+) -> int:
+    """The k in [0, min(available, limit)] with the most expected tokens per second.
+
+    `extra_cost` is the drafting cost per drafted token (a draft model's own passes), zero for
+    lookup-based drafts.
+    """
+    top = max(0, min(available, limit))
+    if top == 0:
+        return 0
+    base = backend.block_cost(1)
+    best_k, best_rate = 0, 1.0 / base
+    for k in range(1, top + 1):
+        rate = expected_tokens(acceptance, k) / (backend.block_cost(k + 1) + extra_cost * k)
+        if rate > best_rate * 1.0001:
+            best_k, best_rate = k, rate
+    return best_k

@@ -1,0 +1,254 @@
+"""Speculative decoders are exact: greedy-family output equals plain greedy token for token, and
+sampled output follows the target's distribution (tested statistically)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from specchat.backends.base import Block, ChatMessage
+from specchat.decoding.draft_model import DraftModelDecoder
+from specchat.decoding.engine import Engine, GenerationRequest
+from specchat.decoding.events import DoneEvent
+from specchat.decoding.registry import DECODERS
+from specchat.decoding.sampling import SamplingParams
+from specchat.prompting import chat_prompt_ids
+from tests.tiny_models import tiny_backend
+
+SPECULATIVE = ["pld", "lookahead", "draft"]
+
+
+def _done(engine: Engine, ids, max_tokens: int, sampling=None) -> DoneEvent:
+    request = GenerationRequest(tuple(ids), max_tokens, (), sampling or SamplingParams())
+    return list(engine.generate(request))[-1]
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    """A confident tiny target, and a draft that is the target with its weights perturbed."""
+    target = tiny_backend("tiny-target", peaked=25.0)
+    draft = tiny_backend("tiny-draft", peaked=25.0, noise=0.02)
+    return target, draft
+
+
+def _decoder(name, draft_backend=None):
+    if name == "draft":
+        decoder = DraftModelDecoder(k=3)
+        decoder._draft = draft_backend  # a model built in the test, not loaded from a spec
+        return decoder
+    return DECODERS[name].create()
+
+
+TINY_PROMPTS = [
+    [5, 6, 7, 8, 5, 6, 7, 8, 5, 6],
+    list(range(20, 60)),
+    [3, 9, 3, 9, 3, 9, 40, 41, 42, 3, 9],
+]
+
+
+@pytest.mark.parametrize("name", SPECULATIVE)
+def test_greedy_family_equals_greedy_on_a_float64_model(tiny_pair, name):
+    target, draft = tiny_pair
+    drafted = accepted = 0
+    for prompt in TINY_PROMPTS:
+        target.rollback(0)
+        reference = _done(Engine(target, DECODERS["greedy"].create()), prompt, 60)
+        target.rollback(0)
+        done = _done(Engine(target, _ForceDraft(_decoder(name, draft))), prompt, 60)
+        assert done.token_ids == reference.token_ids
+        drafted += done.stats["drafted"]
+        accepted += done.stats["accepted"]
+    assert accepted > 0, "the test must exercise accepted drafts"
+
+
+def test_random_switch_schedules_equal_greedy(tiny_pair):
+    target, draft = tiny_pair
+    names = ["greedy", "pld", "lookahead", "draft", "beam"]
+    rng = random.Random(1)
+    for prompt in TINY_PROMPTS:
+        target.rollback(0)
+        reference = _done(Engine(target, DECODERS["greedy"].create()), prompt, 50).token_ids
+        for _ in range(3):
+            target.rollback(0)
+            engine = Engine(target, _ForceDraft(_decoder("pld", draft)))
+            events = engine.generate(GenerationRequest(tuple(prompt), 50))
+            for event in events:
+                if isinstance(event, DoneEvent):
+                    assert event.token_ids == reference
+                elif rng.random() < 0.4:
+                    # beam search is not greedy: it only runs for one step here and is replaced
+                    name = rng.choice(names[:4])
+                    engine.switch(_ForceDraft(_decoder(name, draft)))
+
+
+# -- the bundled model on llama.cpp: bitwise-invariant build, so identical ids ------------------
+
+LLAMA_PROMPTS = [
+    "Summarize: The quick brown fox jumps over the lazy dog. The dog was not amused by the fox, "
+    "and the fox ran away into the forest where it met another fox.",
+    "Repeat this list exactly: apples, pears, plums, cherries, apples, pears, plums, cherries.",
+    "Write a Python function that returns the sum of a list of numbers.",
+]
+
+
+@pytest.mark.parametrize("name", ["pld", "lookahead"])
+def test_greedy_family_equals_greedy_on_llama_cpp(fresh_llama, name):
+    for text in LLAMA_PROMPTS:
+        ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", text)])
+        fresh_llama.rollback(0)
+        reference = _done(Engine(fresh_llama, DECODERS["greedy"].create()), ids, 96)
+        fresh_llama.rollback(0)
+        # force drafting whatever the measured costs say, so verification is exercised
+        decoder = DECODERS[name].create(
+            **({"max_cost_ratio": 100.0} if name == "lookahead" else {})
+        )
+        done = _done(Engine(fresh_llama, _ForceDraft(decoder)), ids, 96)
+        assert done.token_ids == reference.token_ids, text
+
+
+class _ForceDraft:
+    """Wraps a decoder so its target reports flat block costs: it then always drafts."""
+
+    def __init__(self, inner):
+        self.inner, self.name = inner, inner.name
+
+    def params(self):
+        return self.inner.params()
+
+    def reset(self, context):
+        self.inner.reset(context)
+
+    def prepare(self, target):
+        prepare = getattr(self.inner, "prepare", None)
+        if prepare:
+            prepare(_FlatCost(target))
+
+    def step(self, target, context, sampler, room):
+        return self.inner.step(_FlatCost(target), context, sampler, room)
+
+
+class _FlatCost:
+    def __init__(self, backend):
+        self._backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def block_cost(self, k):
+        return 1.0
+
+
+# -- sampling keeps the target's distribution ---------------------------------------------------
+
+VOCAB = 8
+
+
+@pytest.fixture(scope="module")
+def small_vocab_pair():
+    target = tiny_backend("tiny8-target", vocab_size=VOCAB, peaked=2.0, seed=3)
+    draft = tiny_backend("tiny8-draft", vocab_size=VOCAB, peaked=2.0, seed=3, noise=0.3)
+    return target, draft
+
+
+def _exact_distribution(backend, prompt, length, params):
+    """P(generated sequence) by enumeration; an EOS ends a sequence early."""
+    from specchat.decoding.sampling import logits_to_probs
+
+    result = {}
+
+    def walk(prefix, prob):
+        if len(prefix) == length or (prefix and prefix[-1] in backend.eos_ids):
+            result[tuple(prefix)] = prob
+            return
+        backend.rollback(0)
+        ids = prompt + prefix
+        backend.prefill(ids[:-1])
+        row = backend.evaluate(Block.chain([ids[-1]]))[0]
+        probs = logits_to_probs(row, params)
+        for token in range(VOCAB):
+            if probs[token] > 0:
+                walk(prefix + [token], prob * probs[token])
+
+    walk([], 1.0)
+    backend.rollback(0)
+    return result
+
+
+def _chi_square_passes(samples: Counter, expected: dict, n: int) -> tuple[bool, float, float]:
+    """Pearson's test, bins with < 5 expected merged; threshold at p = 0.001 (Wilson–Hilferty)."""
+    stat, df = 0.0, -1
+    small_obs = small_exp = 0.0
+    for outcome, p in expected.items():
+        e = p * n
+        if e < 5:
+            small_obs += samples.get(outcome, 0)
+            small_exp += e
+            continue
+        stat += (samples.get(outcome, 0) - e) ** 2 / e
+        df += 1
+    if small_exp > 0:
+        stat += (small_obs - small_exp) ** 2 / max(small_exp, 1e-9)
+        df += 1
+    z = 3.09
+    threshold = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    return stat < threshold, stat, threshold
+
+
+SAMPLE_PROMPT = [2, 3, 4, 2, 3, 4, 2, 3]
+N_SAMPLES = 1500
+LENGTH = 2
+
+
+def _draw(target, decoder_factory, params, n):
+    counts = Counter()
+    drafted = 0
+    engine = Engine(target, decoder_factory())
+    for seed in range(n):
+        done = _done(
+            engine,
+            SAMPLE_PROMPT,
+            LENGTH,
+            SamplingParams(params.temperature, params.top_k, params.top_p, seed),
+        )
+        outcome = list(done.token_ids)
+        if done.finish_reason == "eos":
+            outcome.append(next(iter(target.eos_ids)))
+        counts[tuple(outcome)] += 1
+        drafted += done.stats["drafted"]
+    return counts, drafted
+
+
+@pytest.mark.parametrize("name", ["sample", "pld", "lookahead", "draft"])
+@pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.8, top_k=5, top_p=0.9)])
+def test_sampling_keeps_the_target_distribution(small_vocab_pair, name, params):
+    target, draft = small_vocab_pair
+    expected = _exact_distribution(target, SAMPLE_PROMPT, LENGTH, params)
+    assert abs(sum(expected.values()) - 1) < 1e-9
+
+    def factory():
+        if name == "sample":
+            return DECODERS["sample"].create()
+        return _ForceDraft(_decoder(name, draft))
+
+    counts, drafted = _draw(target, factory, params, N_SAMPLES)
+    if name != "sample":
+        assert drafted > 0, "drafts must be verified for the test to mean anything"
+    ok, stat, threshold = _chi_square_passes(counts, expected, N_SAMPLES)
+    assert ok, f"chi-square {stat:.1f} over the p=0.001 threshold {threshold:.1f}"
+
+
+def test_the_distribution_test_detects_a_wrong_sampler(small_vocab_pair):
+    """Power check: samples at another temperature must fail the same test."""
+    target, _ = small_vocab_pair
+    expected = _exact_distribution(target, SAMPLE_PROMPT, LENGTH, SamplingParams(1.0))
+    counts, _ = _draw(target, lambda: DECODERS["sample"].create(), SamplingParams(0.6), N_SAMPLES)
+    ok, _, _ = _chi_square_passes(counts, expected, N_SAMPLES)
+    assert not ok
+
+
+del np, torch
