@@ -143,6 +143,63 @@ def ask(
 
 
 @app.command()
+def compare(
+    prompt: Annotated[str, typer.Argument(help="the question raced through every decoder")],
+    decoder: Annotated[
+        list[str], typer.Option("--decoder", "-d", help="decoder to race (repeatable)")
+    ] = [],  # noqa: B006
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    device: DeviceOpt = "cpu",
+    threads: ThreadsOpt = None,
+    n_ctx: CtxOpt = 4096,
+    dtype: DtypeOpt = "float32",
+    max_tokens: Annotated[int, typer.Option("--max-tokens")] = 256,
+    repeats: Annotated[int, typer.Option("--repeats", help="runs per decoder (median)")] = 3,
+    temperature: Annotated[float | None, typer.Option("--temperature")] = None,
+    top_k: Annotated[int, typer.Option("--top-k")] = 0,
+    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
+    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    param: Annotated[
+        list[str], typer.Option("--param", "-p", help="[decoder.]name=value (repeatable)")
+    ] = [],  # noqa: B006
+    draft: Annotated[
+        str | None, typer.Option("--draft", help="draft model (draft decoder)")
+    ] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="no chat template")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+) -> None:
+    """Race decoders on one prompt: tok/s, speedup vs greedy, tokens/step, acceptance, exactness."""
+    from specchat.app.compare import run_compare
+    from specchat.decoding.sampling import SamplingParams
+
+    if repeats < 1 or max_tokens < 1:
+        raise SpecchatError("--repeats and --max-tokens must be at least 1")
+    params = _parse_params(param)
+    if draft is not None:
+        params["draft.draft"] = draft
+    run_compare(
+        prompt,
+        decoders=decoder,
+        params=params,
+        model=model,
+        backend=backend,
+        device=device,
+        threads=threads,
+        n_ctx=n_ctx,
+        dtype=dtype,
+        max_tokens=max_tokens,
+        repeats=repeats,
+        temperature=temperature,
+        sampling=SamplingParams(top_k=top_k, top_p=top_p, seed=seed),
+        raw=raw,
+        as_json=as_json,
+        progress=_progress,
+        progress_done=_progress_done,
+    )
+
+
+@app.command()
 def models() -> None:
     """List the models specchat can open here; the default is marked."""
     from specchat.models import list_models

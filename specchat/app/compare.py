@@ -1,0 +1,132 @@
+"""`specchat compare`: a headless race of decoders on one prompt, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from specchat.decoding.race import figures_table_rows, race
+from specchat.decoding.registry import get_decoder_info, sampling_for
+from specchat.decoding.sampling import SamplingParams
+from specchat.errors import SpecchatError
+from specchat.models import load_backend
+from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
+
+
+def scoped_params(names: list[str], raw: dict[str, object]) -> dict[str, dict[str, object]]:
+    """`decoder.param=value` goes to that decoder; a bare `param=value` to every decoder that
+    takes it."""
+    per: dict[str, dict[str, object]] = {name: {} for name in names}
+    for key, value in raw.items():
+        scope, _, param = key.rpartition(".")
+        targets = [scope] if scope else [n for n in names if _takes(n, param)]
+        if scope and scope not in per:
+            raise SpecchatError(f"--param {key}: {scope!r} is not one of the raced decoders")
+        if not targets:
+            raise SpecchatError(f"--param {key}: no raced decoder takes {param!r}")
+        for name in targets:
+            per[name][param] = value
+    return per
+
+
+def _takes(name: str, param: str) -> bool:
+    return any(p.name == param for p in get_decoder_info(name).params)
+
+
+def run_compare(
+    prompt: str,
+    *,
+    decoders: list[str],
+    params: dict[str, object],
+    model: str | None,
+    backend: str | None,
+    device: str,
+    threads: int | None,
+    n_ctx: int,
+    dtype: str,
+    max_tokens: int,
+    repeats: int,
+    temperature: float | None,
+    sampling: SamplingParams,
+    raw: bool,
+    as_json: bool,
+    progress,
+    progress_done,
+) -> None:
+    names = list(dict.fromkeys(decoders or ["greedy", "pld", "lookahead"]))
+    for name in names:
+        get_decoder_info(name)
+    per = scoped_params(names, params)
+    chosen = sampling_for("sample" if temperature else "greedy", temperature, sampling)
+    loaded = load_backend(
+        model,
+        backend=backend,
+        device=device,
+        threads=threads,
+        n_ctx=n_ctx,
+        dtype=dtype,
+        progress=progress,
+    )
+    ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages_for(prompt))
+
+    def on_progress(done: int, total: int, name: str) -> None:
+        progress(f"run {done}/{total} ({name})")
+
+    figures = race(
+        loaded,
+        ids,
+        [(n, per[n]) for n in names],
+        max_tokens=max_tokens,
+        repeats=repeats,
+        sampling=chosen,
+        on_progress=on_progress,
+    )
+    progress_done()
+    rows = figures_table_rows(figures)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "backend": loaded.name,
+                    "device": loaded.device,
+                    "model": loaded.model_name,
+                    "prompt_tokens": len(ids),
+                    "max_tokens": max_tokens,
+                    "repeats": repeats,
+                    "sampling": chosen.__dict__,
+                    "decoders": rows,
+                },
+                ensure_ascii=False,
+            )
+        )
+        return
+    table = Table(
+        title=f"{loaded.model_name} on {loaded.name}/{loaded.device} — "
+        f"median of {repeats}, decoders run one after another"
+    )
+    for column in ("decoder", "tok/s", "speedup", "tok/step", "accept", "tokens", "same as greedy"):
+        table.add_column(column, justify="left" if column == "decoder" else "right")
+    for row in rows:
+        same = row["identical_to_greedy"]
+        if same is None:
+            same_text = "—"
+        elif same:
+            same_text = "yes"
+        else:
+            div = row["first_divergence"]
+            same_text = (
+                f"no @ {div['index']} (margin {div['margin']:.2g})" if div else "no (length)"
+            )
+        table.add_row(
+            row["decoder"],
+            f"{row['tokens_per_second']:.1f}",
+            "—" if row["speedup"] is None else f"{row['speedup']:.2f}×",
+            f"{row['tokens_per_step']:.2f}",
+            f"{row['acceptance_rate']:.0%}",
+            str(row["tokens"]),
+            same_text,
+        )
+    Console(file=sys.stdout).print(table)
