@@ -15,14 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specchat.backends import hf
 from specchat.backends.base import Backend, Block, ChatMessage
 from specchat.backends.hf import HFBackend, load_hf_backend
 from specchat.backends.token_bytes import byte_level_bytes, sentencepiece_bytes
 from specchat.errors import SpecchatError
+from tests.tiny_models import tiny_model, tiny_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -51,32 +50,12 @@ def smol(session_cache: Path, bundled_gguf: Path) -> Iterator[HFBackend]:
     torch.set_num_threads(threads)
 
 
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {f"t{i}": i for i in range(128)}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="t1")
-
-
-def tiny_model(attention: str = "sdpa", dtype: torch.dtype = torch.float64) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=256,
-        attn_implementation=attention,
-    )
-    return LlamaForCausalLM(config).to(dtype).eval()
-
-
 @pytest.fixture(params=["sdpa", "eager"])
 def tiny(request: pytest.FixtureRequest) -> HFBackend:
     """A random float64 Llama, with either attention that honours a 4-D mask."""
-    return HFBackend(tiny_model(request.param), tiny_tokenizer(), model_name="tiny", device="cpu")
+    return HFBackend(
+        tiny_model(attention=request.param), tiny_tokenizer(), model_name="tiny", device="cpu"
+    )
 
 
 def exact(backend: HFBackend) -> float:

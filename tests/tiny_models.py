@@ -28,6 +28,7 @@ def tiny_model(
     peaked: float = 1.0,
     dtype: torch.dtype = torch.float64,
     noise: float = 0.0,
+    attention: str = "sdpa",
 ) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -37,8 +38,8 @@ def tiny_model(
         num_attention_heads=4,
         num_key_value_heads=2,
         vocab_size=vocab_size,
-        max_position_embeddings=512,
-        attn_implementation="sdpa",
+        max_position_embeddings=256,
+        attn_implementation=attention,
     )
     model = LlamaForCausalLM(config).to(dtype).eval()
     with torch.no_grad():
