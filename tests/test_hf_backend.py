@@ -352,7 +352,7 @@ def test_load_model_directory(tmp_path: Path) -> None:
     model = tiny_model(dtype=torch.float32)
     model.generation_config.eos_token_id = [1, 3]
     model.save_pretrained(tmp_path / "tiny")
-    tiny_tokenizer().save_pretrained(tmp_path / "tiny")
+    tiny_tokenizer(eos=1).save_pretrained(tmp_path / "tiny")
     backend = load_hf_backend(str(tmp_path / "tiny"), dtype="bfloat16", threads=1, n_ctx=100)
     assert torch.get_num_threads() == 1
     assert backend.model.dtype == torch.bfloat16
