@@ -88,6 +88,7 @@ def scripted_done(name: str, tps: float) -> DoneEvent:
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "tokens_per_step": len(tokens) / len(steps),
         "tokens_per_second": tps,
+        "decode_seconds": len(tokens) / tps,
     }
     return DoneEvent("eos", (), tokens, "".join(text for _, text in steps), stats)
 

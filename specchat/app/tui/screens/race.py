@@ -12,12 +12,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, SelectionList, Static
+from textual.widgets import Button, DataTable, Footer, Header, Label, SelectionList, Static
 from textual.worker import get_current_worker
 
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.messages import RaceDone, RaceFailed, RaceFinished, RaceStarted, RaceStep
 from specchat.app.tui.runs import RunText, coloured
+from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.backends.base import ChatMessage
 from specchat.decoding.engine import GenerationRequest
 from specchat.decoding.events import DoneEvent
@@ -56,9 +57,9 @@ class RacePane(Vertical):
         figures = self.figures
         line = Text(no_wrap=True, overflow="ellipsis", end="")
         line.append(f"{figures.tokens_per_second:.1f} tok/s", style="bold")
-        line.append(f"  {figures.tokens_per_step:.2f} tok/step  {figures.tokens} tok")
+        line.append(f"   {figures.tokens_per_step:.2f} tok/step   {figures.tokens} tok")
         if figures.acceptance is not None:
-            line.append(f"  acc {figures.acceptance:.0%}")
+            line.append(f"   acc {figures.acceptance:.0%}")
         self.query_one(".pane-figures", Static).update(line)
 
 
@@ -119,7 +120,7 @@ class RaceScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header(icon="≫")
         with Horizontal(id="race-controls"):
-            yield Input(self.prompt, placeholder="Prompt to race — Enter runs", id="race-prompt")
+            yield PromptInput(placeholder="Prompt to race — Enter runs", id="race-prompt")
             yield SelectionList(id="race-decoders")
             yield Button("Run", variant="primary", id="race-run")
         yield Label(SEQUENTIAL_NOTE, id="race-note")
@@ -146,14 +147,17 @@ class RaceScreen(Screen):
             "end",
             "same as greedy",
         )
-        self.query_one("#race-prompt", Input).focus()
+        prompt = self.query_one("#race-prompt", PromptInput)
+        prompt.load_text(self.prompt)
+        prompt.move_cursor(prompt.document.end)
+        prompt.focus()
 
     def _default_choice(self) -> list[str]:
         usable = [n for n in DECODERS if not self.app.unavailable_reason(n)]
         speculative = [n for n in usable if n not in ("greedy", "sample", "beam")]
         return (["greedy"] + speculative[:2]) if speculative else usable[:2]
 
-    @on(Input.Submitted, "#race-prompt")
+    @on(PromptInput.Submitted)
     @on(Button.Pressed, "#race-run")
     async def action_run(self) -> None:
         if self.running:
@@ -165,7 +169,7 @@ class RaceScreen(Screen):
         if app.busy:
             self.notify("an answer is running in the chat", severity="warning")
             return
-        prompt = self.query_one("#race-prompt", Input).value.strip()
+        prompt = self.query_one("#race-prompt", PromptInput).text.strip()
         names = list(self.query_one(SelectionList).selected)
         if not prompt:
             self.notify("type a prompt to race", severity="warning")
@@ -238,6 +242,8 @@ class RaceScreen(Screen):
         pane = self.panes[message.pane]
         pane.done = message.event
         pane.runs.finish(message.event.text)
+        # the engine's own figures, as in the summary (they count a step that only ended it)
+        pane.figures = Figures.from_stats(pane.decoder, message.event.stats, None)
         pane.set_state("stopped" if message.event.finish_reason == "cancelled" else "done")
         pane.repaint(self.app.palette)
         self._fill_summary()

@@ -1,0 +1,76 @@
+"""Refresh the README screenshots from the real app on the bundled model:
+
+    .venv/bin/python screenshots/take.py
+
+Runs headless in private config/data folders; writes chat.svg, chat-light.svg, help.svg, race.svg.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+PROMPT = (
+    "Rewrite this list in the same order, one per line:\n"
+    "- apples are red\n- bananas are yellow\n- grapes are purple\n- limes are green"
+)
+SIZE = (110, 34)
+
+
+async def chat_shots() -> None:
+    from specchat.app.tui.app import SpecchatApp
+    from specchat.app.tui.screens.race import RaceScreen
+    from specchat.decoding.registry import DECODERS
+    from specchat.models import load_backend
+    from specchat.settings import Settings
+
+    backend = load_backend(None, threads=1, n_ctx=2048)
+    speculative = next(
+        (n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"), "greedy"
+    )
+    app = SpecchatApp(
+        settings=Settings(decoder=speculative, max_tokens=120),
+        backend=backend,
+        save_settings_file=False,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        app.screen.query_one("#prompt").insert(PROMPT)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        app.screen.query_one("#prompt").cursor_blink = False
+        app.save_screenshot("chat.svg", str(HERE))
+        app.theme = "specchat-light"
+        await pilot.pause(0.3)
+        app.save_screenshot("chat-light.svg", str(HERE))
+        app.theme = "specchat-safe"
+        await pilot.press("f1")
+        await pilot.pause(0.3)
+        app.save_screenshot("help.svg", str(HERE))
+        await pilot.press("escape")
+        others = [n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"]
+        app.push_screen(RaceScreen(PROMPT, ["greedy", *others[:2]], 96))
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+        while app.screen.running:
+            await pilot.pause(0.1)
+        await pilot.pause(0.3)
+        app.screen.query_one("#race-prompt").cursor_blink = False
+        app.save_screenshot("race.svg", str(HERE))
+    backend.close()
+
+
+def main() -> None:
+    folder = tempfile.mkdtemp(prefix="specchat-shots-")
+    os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(folder, "config")
+    os.environ["SPECCHAT_DATA_DIR"] = os.path.join(folder, "data")
+    asyncio.run(chat_shots())
+
+
+if __name__ == "__main__":
+    main()
