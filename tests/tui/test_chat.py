@@ -220,3 +220,14 @@ async def test_model_loads_in_the_background_with_progress():
         assert app.ready_seconds is not None
         assert "SmolLM2" in status_of(app)
         assert any("model ready in" in n.message for n in app._notifications)
+
+
+async def test_streams_into_markdown_when_colours_are_off(backend):
+    app = SpecchatApp(settings=Settings(max_tokens=40, colour_runs=False), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "Give a short list of two fruits.")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        widget = app.screen.query(AssistantMessage).last()
+        assert widget.query_one(".markdown").display and not widget.query_one(".runs").display
+        assert widget.query_one(".markdown").source == app.screen.messages[-1].content

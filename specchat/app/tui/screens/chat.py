@@ -157,7 +157,7 @@ class ChatScreen(Screen):
             else Figures(decoder=self.app.decoder_name)
         )
         if last is not None:
-            self.figures.params = format_decoder_params(last.stats, last.decoder)
+            self.figures.params = str(last.stats.get("params", ""))
         else:
             self.figures.params = self.app.params_label(self.app.decoder_name)
         if self.app.engine is not None:
@@ -381,7 +381,3 @@ class ChatScreen(Screen):
             ("New chat", "Ctrl+N", self.action_new_chat),
             ("Help", "F1 — keys and decoders", self.app.action_help),
         ]
-
-
-def format_decoder_params(stats: dict, decoder: str | None) -> str:
-    return str(stats.get("params", "")) if stats else ""

@@ -13,7 +13,6 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, Markdown, Static
 
-from specchat.app.tui.figures import FINISH_LABELS
 from specchat.app.tui.runs import RunText, coloured
 from specchat.history import StoredMessage
 from specchat.themes.palette import RunPalette
@@ -143,7 +142,3 @@ class AssistantMessage(Vertical):
                 self._stream = Markdown.get_stream(markdown)
                 return
         await self._render_full()
-
-
-def finish_note(reason: str | None) -> str:
-    return FINISH_LABELS.get(reason or "", reason or "")
