@@ -200,6 +200,67 @@ def compare(
 
 
 @app.command()
+def bench(
+    data: Annotated[str, typer.Option("--data", help="Spec-Bench JSON Lines file")],
+    decoder: Annotated[
+        list[str], typer.Option("--decoder", "-d", help="decoder to measure (repeatable)")
+    ] = [],  # noqa: B006
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    device: DeviceOpt = "cpu",
+    threads: ThreadsOpt = None,
+    dtype: DtypeOpt = "float32",
+    categories: Annotated[
+        str | None, typer.Option("--categories", help="comma-separated categories")
+    ] = None,
+    limit_per_category: Annotated[int | None, typer.Option("--limit-per-category")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="per turn")] = 256,
+    repeats: Annotated[int, typer.Option("--repeats", help="runs per answer (median)")] = 1,
+    param: Annotated[
+        list[str], typer.Option("--param", "-p", help="[decoder.]name=value (repeatable)")
+    ] = [],  # noqa: B006
+    draft: Annotated[
+        str | None, typer.Option("--draft", help="draft model (draft decoder)")
+    ] = None,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="write results to this file")
+    ] = None,
+    markdown_out: Annotated[
+        str | None, typer.Option("--markdown", help="write a Markdown report to this file")
+    ] = None,
+    peers: Annotated[bool, typer.Option("--peers", help="add the libraries' own methods")] = False,
+) -> None:
+    """Speedup of decoders over greedy per category, as Spec-Bench measures it."""
+    from specchat.app.bench import run_bench
+
+    if repeats < 1 or max_tokens < 1:
+        raise SpecchatError("--repeats and --max-tokens must be at least 1")
+    if limit_per_category is not None and limit_per_category < 1:
+        raise SpecchatError("--limit-per-category must be at least 1")
+    params = _parse_params(param)
+    if draft is not None:
+        params["draft.draft"] = draft
+    run_bench(
+        data=data,
+        decoders=decoder or ["pld", "lookahead"],
+        params=params,
+        model=model,
+        backend=backend,
+        device=device,
+        threads=threads,
+        dtype=dtype,
+        categories=[c.strip() for c in categories.split(",")] if categories else None,
+        limit_per_category=limit_per_category,
+        max_tokens=max_tokens,
+        repeats=repeats,
+        json_out=json_out,
+        markdown_out=markdown_out,
+        peers=peers,
+        command="specchat bench " + " ".join(sys.argv[2:]),
+    )
+
+
+@app.command()
 def models() -> None:
     """List the models specchat can open here; the default is marked."""
     from specchat.models import list_models

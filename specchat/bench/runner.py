@@ -1,0 +1,132 @@
+"""Running a benchmark: every question through every method on one loaded model.
+
+Per question and turn, the methods run interleaved (greedy first, as the baseline and as the
+reference for exactness), repeated, and each keeps the median of its decoding seconds. A
+multi-turn question is a conversation: each later turn sees the earlier turns with greedy's answers,
+so every method answers exactly the same prompts.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from specchat.backends.base import Backend, ChatMessage
+from specchat.bench.data import Question
+from specchat.bench.summary import QuestionRow
+from specchat.decoding.race import first_divergence, greedy_margin, run_decoder
+from specchat.decoding.registry import get_decoder_info
+from specchat.decoding.sampling import SamplingParams
+from specchat.prompting import chat_prompt_ids
+
+BASELINE = "greedy"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    token_ids: tuple[int, ...]
+    text: str
+    seconds: float  # decoding time, prefill excluded
+    steps: int
+    drafted: int
+    accepted: int
+
+
+class Method(Protocol):
+    name: str
+    greedy_family: bool
+
+    def run(self, prompt: list[int], max_tokens: int) -> Outcome: ...
+
+
+class DecoderMethod:
+    """One of our decoders, from the registry."""
+
+    def __init__(self, backend: Backend, name: str, params: dict[str, object]) -> None:
+        self.backend, self.name, self.params = backend, name, params
+        self.greedy_family = get_decoder_info(name).greedy_family
+
+    def run(self, prompt: list[int], max_tokens: int) -> Outcome:
+        done = run_decoder(
+            self.backend, self.name, self.params, prompt, max_tokens, SamplingParams()
+        )
+        s = done.stats
+        return Outcome(
+            done.token_ids,
+            done.text,
+            float(s["decode_seconds"]),
+            int(s["steps"]),
+            int(s["drafted"]),
+            int(s["accepted"]),
+        )
+
+
+def run_benchmark(
+    backend: Backend,
+    questions: list[Question],
+    methods: list[Method],
+    *,
+    max_tokens: int,
+    repeats: int,
+    on_run: Callable[[], None] | None = None,
+) -> list[QuestionRow]:
+    rows: list[QuestionRow] = []
+    for question in questions:
+        history: list[ChatMessage] = []
+        totals = {m.name: [0, 0.0, 0, 0, 0] for m in methods}
+        identical = {m.name: True for m in methods}
+        divergence: dict[str, dict | None] = {m.name: None for m in methods}
+        for turn_index, turn in enumerate(question.turns):
+            history.append(ChatMessage("user", turn))
+            prompt = chat_prompt_ids(backend, history)
+            seconds: dict[str, list[float]] = {m.name: [] for m in methods}
+            last: dict[str, Outcome] = {}
+            for _ in range(repeats):
+                for method in methods:
+                    outcome = method.run(prompt, max_tokens)
+                    seconds[method.name].append(outcome.seconds)
+                    last[method.name] = outcome
+                    if on_run:
+                        on_run()
+            reference = last[methods[0].name]
+            for method in methods:
+                outcome = last[method.name]
+                total = totals[method.name]
+                total[0] += len(outcome.token_ids)
+                total[1] += statistics.median(seconds[method.name])
+                total[2] += outcome.steps
+                total[3] += outcome.drafted
+                total[4] += outcome.accepted
+                index = first_divergence(reference.token_ids, outcome.token_ids)
+                if index is not None and identical[method.name]:
+                    identical[method.name] = False
+                    margin = (
+                        greedy_margin(backend, prompt, reference.token_ids, index)
+                        if index < len(reference.token_ids)
+                        else None
+                    )
+                    divergence[method.name] = {
+                        "turn": turn_index,
+                        "index": index,
+                        "margin": None if margin is None else round(margin, 6),
+                    }
+            history.append(ChatMessage("assistant", reference.text))
+        for method in methods:
+            tokens, secs, steps, drafted, accepted = totals[method.name]
+            rows.append(
+                QuestionRow(
+                    question.question_id,
+                    question.category,
+                    method.name,
+                    tokens,
+                    secs,
+                    steps,
+                    drafted,
+                    accepted,
+                    identical[method.name] if method.greedy_family else None,
+                    divergence[method.name],
+                )
+            )
+    return rows

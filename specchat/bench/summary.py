@@ -1,0 +1,77 @@
+"""Benchmark arithmetic, kept pure so it can be tested on known numbers.
+
+Spec-Bench's definitions: a question's speed is its generated tokens over its decoding seconds; a
+method's speed in a category is the mean of its questions' speeds; speedup is that mean over the
+baseline's mean on the same questions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OVERALL = "overall"
+
+
+@dataclass(frozen=True)
+class QuestionRow:
+    question_id: int | str
+    category: str
+    decoder: str
+    tokens: int
+    seconds: float
+    steps: int
+    drafted: int
+    accepted: int
+    identical_to_greedy: bool | None
+    first_divergence: dict | None = None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def summarize(rows: list[QuestionRow], baseline: str) -> dict[str, dict[str, dict[str, object]]]:
+    """decoder -> category (and "overall") -> figures."""
+    decoders = list(dict.fromkeys(r.decoder for r in rows))
+    categories = list(dict.fromkeys(r.category for r in rows))
+    summary: dict[str, dict[str, dict[str, object]]] = {}
+    base_speed = {
+        cat: _mean_speed([r for r in rows if r.decoder == baseline and _in(r, cat)])
+        for cat in [*categories, OVERALL]
+    }
+    for decoder in decoders:
+        summary[decoder] = {}
+        for cat in [*categories, OVERALL]:
+            mine = [r for r in rows if r.decoder == decoder and _in(r, cat)]
+            if not mine:
+                continue
+            speed = _mean_speed(mine)
+            steps = sum(r.steps for r in mine)
+            drafted = sum(r.drafted for r in mine)
+            judged = [r for r in mine if r.identical_to_greedy is not None]
+            summary[decoder][cat] = {
+                "tokens_per_second": round(speed, 3),
+                "speedup": round(speed / base_speed[cat], 4) if base_speed[cat] else None,
+                "mean_accepted_tokens": round(sum(r.tokens for r in mine) / steps, 4)
+                if steps
+                else 0.0,
+                "acceptance_rate": round(sum(r.accepted for r in mine) / drafted, 4)
+                if drafted
+                else 0.0,
+                "exact_rate": round(
+                    sum(bool(r.identical_to_greedy) for r in judged) / len(judged), 4
+                )
+                if judged
+                else None,
+                "questions": len(mine),
+            }
+    return summary
+
+
+def _in(row: QuestionRow, category: str) -> bool:
+    return category == OVERALL or row.category == category
+
+
+def _mean_speed(rows: list[QuestionRow]) -> float:
+    speeds = [r.tokens_per_second for r in rows if r.seconds > 0]
+    return sum(speeds) / len(speeds) if speeds else 0.0
