@@ -1,0 +1,157 @@
+"""`specchat bench`: the arithmetic on known numbers, the data checks, the JSON it writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specchat.bench.data import load_questions
+from specchat.bench.summary import OVERALL, QuestionRow, summarize
+from specchat.errors import SpecchatError
+
+
+def _row(qid, cat, dec, tokens, seconds, steps=None, drafted=0, accepted=0, same=True):
+    return QuestionRow(qid, cat, dec, tokens, seconds, steps or tokens, drafted, accepted, same)
+
+
+def test_speedup_is_the_ratio_of_mean_question_speeds():
+    rows = [
+        _row(1, "qa", "greedy", 100, 2.0),  # 50 tok/s
+        _row(2, "qa", "greedy", 100, 1.0),  # 100 tok/s -> mean 75
+        _row(1, "qa", "pld", 100, 1.0, steps=40, drafted=80, accepted=60),  # 100
+        _row(2, "qa", "pld", 100, 0.5, steps=50, drafted=70, accepted=50),  # 200 -> mean 150
+        _row(3, "math", "greedy", 60, 1.0),  # 60
+        _row(3, "math", "pld", 60, 2.0, steps=60, same=False),  # 30
+    ]
+    summary = summarize(rows, "greedy")
+    qa = summary["pld"]["qa"]
+    assert qa["tokens_per_second"] == pytest.approx(150.0)
+    assert qa["speedup"] == pytest.approx(2.0)
+    assert qa["mean_accepted_tokens"] == pytest.approx(200 / 90, abs=1e-4)
+    assert qa["acceptance_rate"] == pytest.approx(110 / 150, abs=1e-4)
+    assert qa["exact_rate"] == 1.0 and qa["questions"] == 2
+    assert summary["pld"]["math"]["speedup"] == pytest.approx(0.5)
+    assert summary["pld"]["math"]["exact_rate"] == 0.0
+    overall = summary["pld"][OVERALL]
+    assert overall["tokens_per_second"] == pytest.approx((100 + 200 + 30) / 3)
+    assert overall["speedup"] == pytest.approx(110 / ((50 + 100 + 60) / 3), abs=1e-4)
+    assert overall["exact_rate"] == pytest.approx(2 / 3, abs=1e-4)
+    assert summary["greedy"][OVERALL]["speedup"] == pytest.approx(1.0)
+
+
+def test_data_filters_and_limits(tmp_path):
+    path = tmp_path / "q.jsonl"
+    lines = [
+        {"question_id": i, "category": "a" if i < 3 else "b", "turns": [f"q{i}"]} for i in range(6)
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert [q.question_id for q in load_questions(path, ["b"], 2)] == [3, 4]
+    assert len(load_questions(path, None, 1)) == 2
+    with pytest.raises(SpecchatError, match="no category 'c'"):
+        load_questions(path, ["c"])
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("", "holds no questions"),
+        ("not json\n", "not a Spec-Bench question"),
+        ('{"question_id": 1, "turns": ["x"]}\n', "missing field 'category'"),
+        ('{"question_id": 1, "category": "a", "turns": []}\n', "turns must be"),
+    ],
+)
+def test_broken_data_is_a_clear_error(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(SpecchatError, match=message):
+        load_questions(path)
+
+
+def test_missing_data_file_exits_2_without_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "specchat", "bench", "--data", str(tmp_path / "none.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "benchmark data not found" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text(
+        json.dumps(
+            {"question_id": 7, "category": "chat", "turns": ["Name a fruit.", "And a colour?"]}
+        )
+        + "\n"
+        + json.dumps(
+            {"question_id": 8, "category": "sum", "turns": ["Summarize: cats sleep a lot."]}
+        )
+        + "\n"
+    )
+    out = tmp_path / "r.json"
+    md = tmp_path / "r.md"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specchat",
+            "bench",
+            "--data",
+            str(data),
+            "-d",
+            "pld",
+            "--max-tokens",
+            "16",
+            "--json",
+            str(out),
+            "--markdown",
+            str(md),
+            "--peers",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ},
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert set(report) == {"summary", "questions", "environment"}
+    for method in ("greedy", "pld", "peer:llama-cpp-python:greedy", "peer:llama-cpp-python:pld"):
+        assert set(report["summary"][method]) == {"chat", "sum", "overall"}
+        fig = report["summary"][method]["overall"]
+        assert set(fig) == {
+            "tokens_per_second",
+            "speedup",
+            "mean_accepted_tokens",
+            "acceptance_rate",
+            "exact_rate",
+            "questions",
+        }
+    assert report["summary"]["pld"]["overall"]["exact_rate"] == 1.0
+    rows = report["questions"]
+    assert len(rows) == 2 * 4
+    row = next(r for r in rows if r["decoder"] == "pld" and r["question_id"] == 7)
+    assert set(row) == {
+        "question_id",
+        "category",
+        "decoder",
+        "tokens",
+        "seconds",
+        "steps",
+        "drafted",
+        "accepted",
+        "identical_to_greedy",
+        "first_divergence",
+    }
+    # two turns answered: more tokens than one turn's limit
+    assert row["tokens"] > 16
+    env = report["environment"]
+    assert env["backend"] == "llama" and "versions" in env and "decoder_params" in env
+    assert "speedup" in md.read_text() or "×" in md.read_text()
+    assert "pld ÷ peer:llama-cpp-python:pld" in result.stdout
