@@ -8,22 +8,26 @@ device than the target: it only ever exchanges token ids with it.
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 
 import numpy as np
 
 from specchat.backends.base import Backend, Block
+from specchat.decoding.draft_policy import AcceptanceEstimate, best_draft_length
 from specchat.decoding.sampling import Sampler, verify_chain
 from specchat.decoding.step import Step
 from specchat.errors import SpecchatError
 
 
 @lru_cache(maxsize=2)
-def load_draft_backend(spec: str | None, backend: str | None, device: str) -> Backend:
+def load_draft_backend(
+    spec: str | None, backend: str | None, device: str, threads: int | None = None
+) -> Backend:
     """Drafts are loaded once per process and shared by every decoder instance that uses them."""
     from specchat.models import load_backend
 
-    return load_backend(spec, backend=backend, device=device, n_ctx=8192)
+    return load_backend(spec, backend=backend, device=device, n_ctx=8192, threads=threads)
 
 
 def default_draft_reason(target: Backend) -> str | None:
@@ -71,6 +75,11 @@ class DraftModelDecoder:
         self.k, self.k_max, self.threshold = int(k), int(k_max), float(threshold)
         self._draft: Backend | None = None
         self._draft_tokens: list[int] = []  # what the draft's cache holds
+        self._acceptance = AcceptanceEstimate(accepted=4.0, trials=5.0)  # same-family prior
+        # Seconds per drafted token as actually paid: alternating two runtimes' thread pools on
+        # shared cores can cost several times the draft's stand-alone block cost.
+        self._draft_cost: float | None = None
+        self._probe_countdown = 16
 
     def params(self) -> dict[str, object]:
         return {
@@ -91,12 +100,16 @@ class DraftModelDecoder:
         else:
             draft = load_draft_backend(self.draft_spec, self.draft_backend_name, self.draft_device)
         check_same_vocabulary(target, draft)
+        draft.block_cost(1)
+        target.block_cost(1)
         self._draft = draft
         self._draft_tokens = list(range(0))
         draft.rollback(0)
 
     def reset(self, context: list[int]) -> None:
-        pass  # the draft cache is synced lazily, by common prefix, at each step
+        """Bring the draft's cache up to the prompt now, so that it counts as prefill."""
+        if self._draft is not None:
+            self._sync(context[:-1])
 
     def _sync(self, committed: list[int]) -> None:
         draft = self._draft
@@ -111,11 +124,19 @@ class DraftModelDecoder:
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
         draft = self._draft
         assert draft is not None, "prepare() loads the draft"
-        self._sync(context[:-1])
+        if self._draft_cost is None:
+            self._draft_cost = draft.block_cost(1)
         drafts: list[int] = []
         draft_probs: list[np.ndarray] = []
         last = context[-1]
-        for _ in range(min(self.k, room - 1)):
+        # K bounds the draft; the cost model (draft passes + the longer target block) picks within.
+        planned = best_draft_length(
+            target, self._acceptance.rate, self.k, room - 1, extra_cost=self._draft_cost
+        )
+        started = time.perf_counter()
+        if planned:
+            self._sync(context[:-1])
+        for _ in range(planned):
             logits = draft.evaluate(Block.chain([last]))[0]
             draft.commit([0])
             self._draft_tokens.append(last)
@@ -126,11 +147,21 @@ class DraftModelDecoder:
             drafts.append(token)
             draft_probs.append(probs)
             last = token
+        if drafts:
+            spent = (time.perf_counter() - started) / len(drafts)
+            self._draft_cost = 0.8 * self._draft_cost + 0.2 * spent
+        else:
+            self._probe_countdown -= 1
+            if self._probe_countdown <= 0:
+                # Costs drift (load, cache length): let the estimate recover now and then.
+                self._draft_cost *= 0.9
+                self._probe_countdown = 16
         logits = target.evaluate(Block.chain([context[-1], *drafts]))
         q = np.stack(draft_probs) if drafts and not sampler.greedy else None
         accepted, next_token = verify_chain(logits, drafts, sampler, q)
         target.commit(list(range(accepted + 1)))
         if drafts:
+            self._acceptance.update(len(drafts), accepted)
             self.k = min(self.k_max, self.k + 2) if accepted == len(drafts) else max(1, self.k - 1)
         return Step(tokens=(*drafts[:accepted], next_token), drafted=len(drafts), accepted=accepted)
 

@@ -98,9 +98,9 @@ class Engine:
         start = time.perf_counter()
         self._kv_tokens = self._kv_tokens[: backend.n_committed]
         self._prefill(prompt)
-        stats.prefill_seconds = time.perf_counter() - start
         context = list(prompt)
-        self.decoder.reset(context)
+        self.decoder.reset(context)  # a draft model's own prefill happens here
+        stats.prefill_seconds = time.perf_counter() - start
         generated: list[int] = []
         finish = None
         while finish is None:

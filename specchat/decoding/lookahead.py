@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from specchat.backends.base import Backend, Block
+from specchat.decoding.draft_policy import AcceptanceEstimate, expected_tokens
 from specchat.decoding.ngram_pool import NgramPool
 from specchat.decoding.sampling import Sampler, sample
 from specchat.decoding.step import Step
@@ -38,6 +39,7 @@ class LookaheadDecoder:
         self._levels: list[list[int]] = []
         self._rng = np.random.default_rng(0)
         self._size: tuple[int, int] | None = None
+        self._acceptance = AcceptanceEstimate()
 
     def params(self) -> dict[str, object]:
         return {
@@ -88,12 +90,14 @@ class LookaheadDecoder:
                 parents.append(parent)
                 nodes.append(len(tokens) - 1)
             level_nodes.append(nodes)
-        # The verification trie.
+        # The verification trie, its depth chosen by expected tokens per second.
+        candidates = self._pool.candidates(pending, max_cands)
+        depth = self._best_depth(target, len(tokens), len(candidates), room)
         children: dict[int, dict[int, int]] = {0: {}}
         longest = 0
-        for cand in self._pool.candidates(pending, max_cands):
+        for cand in candidates if depth else []:
             node = 0
-            draft = cand[: max(0, room - 1)]
+            draft = cand[:depth]
             longest = max(longest, len(draft))
             for token in draft:
                 child = children[node].get(token)
@@ -109,8 +113,23 @@ class LookaheadDecoder:
         target.commit(Block(tuple(tokens), tuple(parents)).path_to(node))
         if window:
             self._advance_window(logits, level_nodes, len(accepted) + 1)
+        if longest:
+            self._acceptance.update(longest, len(accepted))
         # "drafted" counts the longest candidate: the most this pass could have accepted.
         return Step(tokens=(*accepted, next_token), drafted=longest, accepted=len(accepted))
+
+    def _best_depth(self, target: Backend, base_size: int, n_cands: int, room: int) -> int:
+        """How deep to verify the pool's candidates: more depth costs a longer block on a
+        compute-bound backend, and pays only at the acceptance seen so far."""
+        if not n_cands:
+            return 0
+        rate = self._acceptance.rate
+        best, best_speed = 0, 1.0 / target.block_cost(base_size)
+        for depth in range(1, min(self.ngram - 1, room - 1) + 1):
+            speed = expected_tokens(rate, depth) / target.block_cost(base_size + n_cands * depth)
+            if speed > best_speed * 1.0001:
+                best, best_speed = depth, speed
+        return best
 
     @staticmethod
     def _verify(logits, children, sampler: Sampler, tokens):

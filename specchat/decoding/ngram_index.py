@@ -37,11 +37,12 @@ class NgramIndex:
         else:
             self.reset(context)
 
-    def continuation(self, limit: int) -> list[int]:
-        """Tokens that followed the most recent earlier occurrence of the longest matching suffix."""
+    def continuation(self, limit: int) -> tuple[list[int], int]:
+        """Tokens that followed the most recent earlier occurrence of the longest matching suffix,
+        and that suffix's length (0: no match)."""
         tokens = self.tokens
         for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
             end = self._last_end.get(tuple(tokens[-n:]))
             if end is not None:
-                return tokens[end + 1 : end + 1 + limit]
-        return []
+                return tokens[end + 1 : end + 1 + limit], n
+        return [], 0

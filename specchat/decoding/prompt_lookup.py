@@ -3,6 +3,9 @@ context's longest recent n-gram, verify them in one target pass.
 
 The draft length is chosen per step from the running acceptance and the backend's measured block
 costs (see draft_policy), so on a compute-bound CPU it drafts little or nothing rather than lose.
+Acceptance is bursty — a draft copied from a passage being quoted keeps being right, one matched on
+a single common token rarely is — so it is estimated separately by the length of the matched
+n-gram and by whether the previous draft was accepted in full.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ class PromptLookupDecoder:
         self.max_ngram, self.min_ngram = int(max_ngram), int(min_ngram)
         self.num_pred_tokens = int(num_pred_tokens)
         self._index = NgramIndex(self.min_ngram, self.max_ngram)
-        self._acceptance = AcceptanceEstimate()
+        self._acceptance: dict[tuple[int, bool], AcceptanceEstimate] = {}
+        self._streak = False  # the previous draft was accepted in full
 
     def params(self) -> dict[str, object]:
         return {
@@ -37,11 +41,14 @@ class PromptLookupDecoder:
 
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
         self._index.sync(context)
-        proposal = self._index.continuation(self.num_pred_tokens)
-        k = best_draft_length(target, self._acceptance.rate, len(proposal), room - 1)
+        proposal, matched = self._index.continuation(self.num_pred_tokens)
+        estimate = self._acceptance.setdefault((matched, self._streak), AcceptanceEstimate())
+        k = best_draft_length(target, estimate.rate, len(proposal), room - 1)
         draft = proposal[:k]
         logits = target.evaluate(Block.chain([context[-1], *draft]))
         accepted, next_token = verify_chain(logits, draft, sampler)
         target.commit(list(range(accepted + 1)))
-        self._acceptance.update(len(draft), accepted)
+        if draft:
+            estimate.update(len(draft), accepted)
+            self._streak = accepted == len(draft)
         return Step(tokens=(*draft[:accepted], next_token), drafted=len(draft), accepted=accepted)

@@ -14,6 +14,7 @@ from specchat.decoding.base import Decoder
 from specchat.decoding.beam import BeamSearchDecoder
 from specchat.decoding.draft_model import DraftModelDecoder, default_draft_reason
 from specchat.decoding.lookahead import LookaheadDecoder
+from specchat.decoding.payoff import PayoffGuard
 from specchat.decoding.plain import PlainDecoder
 from specchat.decoding.prompt_lookup import PromptLookupDecoder
 from specchat.decoding.sampling import SamplingParams
@@ -97,8 +98,8 @@ register(
         name="pld",
         key="f5",
         description="prompt lookup: drafts what followed the latest earlier match of the context's tail",
-        build=lambda max_ngram, min_ngram, num_pred_tokens: PromptLookupDecoder(
-            max_ngram, min_ngram, num_pred_tokens
+        build=lambda max_ngram, min_ngram, num_pred_tokens: PayoffGuard(
+            PromptLookupDecoder(max_ngram, min_ngram, num_pred_tokens)
         ),
         params=(
             Param("max_ngram", 3, "longest n-gram matched against the context"),
@@ -113,8 +114,8 @@ register(
         name="lookahead",
         key="f6",
         description="lookahead: Jacobi window + n-gram pool, verified in the same tree-shaped pass",
-        build=lambda window, ngram, candidates, max_cost_ratio, seed_from_prompt: LookaheadDecoder(
-            window, ngram, candidates, max_cost_ratio, seed_from_prompt
+        build=lambda window, ngram, candidates, max_cost_ratio, seed_from_prompt: PayoffGuard(
+            LookaheadDecoder(window, ngram, candidates, max_cost_ratio, seed_from_prompt)
         ),
         params=(
             Param("window", 5, "W: Jacobi window columns"),
@@ -133,8 +134,8 @@ register(
         name="draft",
         key="f7",
         description="draft model: a small model with the same vocabulary drafts K tokens",
-        build=lambda draft, draft_backend, draft_device, k, k_max, threshold: DraftModelDecoder(
-            draft, draft_backend, draft_device, k, k_max, threshold
+        build=lambda draft, draft_backend, draft_device, k, k_max, threshold: PayoffGuard(
+            DraftModelDecoder(draft, draft_backend, draft_device, k, k_max, threshold)
         ),
         params=(
             Param("draft", None, "draft model spec (default: the bundled GGUF, for an hf target)"),
