@@ -175,3 +175,26 @@ def load_backend(
             progress=progress,
         )
     raise SpecchatError(f"unknown backend {chosen!r}: use llama or hf")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How the user asked for the model (flags or settings): one value for every command."""
+
+    model: str | None = None
+    backend: str | None = None
+    device: str = "cpu"
+    threads: int | None = None
+    n_ctx: int = 4096
+    dtype: str = "float32"
+
+    def load(self, progress: Callable[[str], None] | None = None):
+        return load_backend(
+            self.model,
+            backend=self.backend,
+            device=self.device,
+            threads=self.threads,
+            n_ctx=self.n_ctx,
+            dtype=self.dtype,
+            progress=progress,
+        )

@@ -77,12 +77,16 @@ def test_greedy_equals_transformers_generate(smol_hf):
     assert list(done.token_ids) == expected
 
 
-@pytest.mark.parametrize("name", ["pld", "lookahead", "draft"])
-def test_speculative_equals_greedy_up_to_rounding(smol_hf, name):
+@pytest.mark.parametrize(
+    "name,params",
+    [("pld", {}), ("lookahead", {}), ("draft", {}), ("draft", {"draft": "self:24"})],
+    ids=["pld", "lookahead", "draft", "self-speculation"],
+)
+def test_speculative_equals_greedy_up_to_rounding(smol_hf, name, params):
     for text in PROMPTS:
         ids = chat_prompt_ids(smol_hf, [ChatMessage("user", text)])
         reference = run_decoder(smol_hf, "greedy", {}, ids, 64, SamplingParams()).token_ids
-        done = run_decoder(smol_hf, name, {}, ids, 64, SamplingParams())
+        done = run_decoder(smol_hf, name, params, ids, 64, SamplingParams())
         index = first_divergence(reference, done.token_ids)
         if index is not None:
             margin = greedy_margin(smol_hf, ids, reference, index)

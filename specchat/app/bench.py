@@ -20,7 +20,7 @@ from specchat.bench.runner import BASELINE, DecoderMethod, run_benchmark
 from specchat.bench.summary import summarize
 from specchat.decoding.registry import build_decoder, get_decoder_info
 from specchat.errors import SpecchatError
-from specchat.models import load_backend
+from specchat.models import ModelOptions
 
 
 def _versions() -> dict[str, str]:
@@ -50,11 +50,7 @@ def run_bench(
     data: str,
     decoders: list[str],
     params: dict[str, object],
-    model: str | None,
-    backend: str | None,
-    device: str,
-    threads: int | None,
-    dtype: str,
+    model_options: ModelOptions,
     categories: list[str] | None,
     limit_per_category: int | None,
     max_tokens: int,
@@ -71,7 +67,7 @@ def run_bench(
     per = scoped_params(names, params)
     console = Console(file=sys.stderr)
     with console.status("loading the model…"):
-        loaded = load_backend(model, backend=backend, device=device, threads=threads, dtype=dtype)
+        loaded = model_options.load()
     for name in names:  # unavailable decoders stop here, before any run
         build_decoder(name, per[name], loaded)
     methods = [DecoderMethod(loaded, name, per[name]) for name in names]

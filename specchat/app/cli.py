@@ -10,6 +10,7 @@ import typer
 
 from specchat import __version__
 from specchat.errors import SpecchatError
+from specchat.models import ModelOptions
 
 app = typer.Typer(
     add_completion=False,
@@ -123,12 +124,7 @@ def ask(
         prompt,
         decoder=decoder,
         decoder_params=params,
-        model=model,
-        backend=backend,
-        device=device,
-        threads=threads,
-        n_ctx=n_ctx,
-        dtype=dtype,
+        model_options=ModelOptions(model, backend, device, threads, n_ctx, dtype),
         max_tokens=max_tokens,
         temperature=temperature,
         sampling=SamplingParams(top_k=top_k, top_p=top_p, seed=seed),
@@ -182,12 +178,7 @@ def compare(
         prompt,
         decoders=decoder,
         params=params,
-        model=model,
-        backend=backend,
-        device=device,
-        threads=threads,
-        n_ctx=n_ctx,
-        dtype=dtype,
+        model_options=ModelOptions(model, backend, device, threads, n_ctx, dtype),
         max_tokens=max_tokens,
         repeats=repeats,
         temperature=temperature,
@@ -244,11 +235,7 @@ def bench(
         data=data,
         decoders=decoder or ["pld", "lookahead"],
         params=params,
-        model=model,
-        backend=backend,
-        device=device,
-        threads=threads,
-        dtype=dtype,
+        model_options=ModelOptions(model, backend, device, threads, dtype=dtype),
         categories=[c.strip() for c in categories.split(",")] if categories else None,
         limit_per_category=limit_per_category,
         max_tokens=max_tokens,

@@ -12,7 +12,7 @@ from specchat.decoding.race import figures_table_rows, race
 from specchat.decoding.registry import get_decoder_info, sampling_for
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
-from specchat.models import load_backend
+from specchat.models import ModelOptions
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
 
 
@@ -41,12 +41,7 @@ def run_compare(
     *,
     decoders: list[str],
     params: dict[str, object],
-    model: str | None,
-    backend: str | None,
-    device: str,
-    threads: int | None,
-    n_ctx: int,
-    dtype: str,
+    model_options: ModelOptions,
     max_tokens: int,
     repeats: int,
     temperature: float | None,
@@ -61,15 +56,7 @@ def run_compare(
         get_decoder_info(name)
     per = scoped_params(names, params)
     chosen = sampling_for("sample" if temperature else "greedy", temperature, sampling)
-    loaded = load_backend(
-        model,
-        backend=backend,
-        device=device,
-        threads=threads,
-        n_ctx=n_ctx,
-        dtype=dtype,
-        progress=progress,
-    )
+    loaded = model_options.load(progress)
     ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages_for(prompt))
 
     def on_progress(done: int, total: int, name: str) -> None:

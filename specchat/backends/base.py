@@ -126,3 +126,15 @@ class LoadOptions:
     n_ctx: int = 4096
     dtype: str = "float32"
     extra: dict[str, object] = field(default_factory=dict)
+
+
+def sync_cache(backend: Backend, cached: list[int], wanted: list[int]) -> None:
+    """Make the backend's cache hold exactly `wanted`, given that it holds `cached`: keep the
+    common prefix, evaluate the rest. Both the engine (across chat turns) and a draft model (across
+    steps) call this so that nothing already in a cache is evaluated twice."""
+    kept = 0
+    limit = min(len(cached), len(wanted), backend.n_committed)
+    while kept < limit and cached[kept] == wanted[kept]:
+        kept += 1
+    backend.rollback(kept)
+    backend.prefill(wanted[kept:])

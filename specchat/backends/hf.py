@@ -540,3 +540,40 @@ class HFBackend:
         self.model = None
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+def early_exit_draft(target: HFBackend, layers: int) -> HFBackend:
+    """A draft that is the target's first `layers` decoder layers plus its final norm and head
+    (self-speculation). It shares the target's weights, so it costs no memory, only its own KV
+    cache; Llama-family models only (a `model.layers` stack, a `model.norm`, an `lm_head`)."""
+    import copy
+
+    import torch
+
+    outer = target.model
+    inner = getattr(outer, "model", None)
+    stack = getattr(inner, "layers", None)
+    if stack is None or not hasattr(outer, "lm_head"):
+        raise SpecchatError("self-speculation needs a Llama-style model (model.layers, lm_head)")
+    if not 1 <= layers < len(stack):
+        raise SpecchatError(f"self-speculation needs 1 ≤ layers < {len(stack)}, got {layers}")
+    config = copy.deepcopy(outer.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:layers]
+    shallow_inner = copy.copy(inner)
+    shallow_inner._modules = dict(inner._modules)
+    shallow_inner._modules["layers"] = torch.nn.ModuleList(list(stack)[:layers])
+    shallow_inner.config = config
+    shallow_outer = copy.copy(outer)
+    shallow_outer._modules = dict(outer._modules)
+    shallow_outer._modules["model"] = shallow_inner
+    shallow_outer.config = config
+    return HFBackend(
+        shallow_outer,
+        target.tokenizer,
+        model_name=f"{target.model_name} (first {layers} layers)",
+        device=target.device,
+        n_ctx=target.n_ctx,
+        source_key=f"{target._source_key}|early-exit-{layers}",
+    )

@@ -13,36 +13,45 @@ _BAR = 30  # characters for the longest bar
 
 
 def summary_table(summary: dict, categories: list[str]) -> Table:
+    """Categories down, methods across: stays readable with a dozen categories."""
     table = Table(title="speedup vs greedy (Spec-Bench: mean tok/s ÷ greedy's, same run)")
-    table.add_column("method")
+    table.add_column("category")
+    for method in summary:
+        table.add_column(method.replace("peer:", "peer: "), justify="right", overflow="fold")
     for cat in [*categories, OVERALL]:
-        table.add_column(cat, justify="right")
-    for method, per in summary.items():
         cells = []
-        for cat in [*categories, OVERALL]:
+        for per in summary.values():
             fig = per.get(cat)
             cells.append("—" if not fig or fig["speedup"] is None else f"{fig['speedup']:.2f}×")
-        table.add_row(method, *cells)
+        table.add_row(cat, *cells, end_section=cat == categories[-1] if categories else False)
     return table
 
 
 def detail_table(summary: dict) -> Table:
     table = Table(title="overall figures")
     for column in ("method", "tok/s", "speedup", "tok/step", "accept", "exact", "questions"):
-        table.add_column(column, justify="left" if column == "method" else "right")
-    for method, per in summary.items():
-        fig = per[OVERALL]
-        exact = "—" if fig["exact_rate"] is None else f"{fig['exact_rate']:.0%}"
-        table.add_row(
-            method,
-            f"{fig['tokens_per_second']:.1f}",
-            f"{fig['speedup']:.2f}×",
-            f"{fig['mean_accepted_tokens']:.2f}",
-            f"{fig['acceptance_rate']:.0%}",
-            exact,
-            str(fig["questions"]),
+        table.add_column(
+            column, justify="left" if column == "method" else "right", no_wrap=column == "method"
         )
+    for method, per in summary.items():
+        table.add_row(method, *_figure_cells(per[OVERALL]))
     return table
+
+
+def _figure_cells(fig: dict) -> list[str]:
+    """tok/s, speedup, tokens/step, acceptance, exact rate, questions ("—" where unknown)."""
+
+    def maybe(value, fmt: str) -> str:
+        return "—" if value is None else format(value, fmt)
+
+    return [
+        f"{fig['tokens_per_second']:.1f}",
+        maybe(fig["speedup"], ".2f") + ("×" if fig["speedup"] is not None else ""),
+        maybe(fig["mean_accepted_tokens"], ".2f"),
+        maybe(fig["acceptance_rate"], ".0%"),
+        maybe(fig["exact_rate"], ".0%"),
+        str(fig["questions"]),
+    ]
 
 
 def ours_over_peers(summary: dict) -> list[tuple[str, str, float]]:
@@ -120,13 +129,7 @@ def markdown(
     out.append("| method | tok/s | speedup | tokens/step | acceptance | exact | questions |")
     out.append("|---|---|---|---|---|---|---|")
     for method, per in summary.items():
-        f = per[OVERALL]
-        exact = "—" if f["exact_rate"] is None else f"{f['exact_rate']:.0%}"
-        out.append(
-            f"| {method} | {f['tokens_per_second']:.1f} | {f['speedup']:.2f}× | "
-            f"{f['mean_accepted_tokens']:.2f} | {f['acceptance_rate']:.0%} | {exact} | "
-            f"{f['questions']} |"
-        )
+        out.append(f"| {method} | " + " | ".join(_figure_cells(per[OVERALL])) + " |")
     pairs = ours_over_peers(summary)
     if pairs:
         out.append("")

@@ -52,12 +52,13 @@ def summarize(rows: list[QuestionRow], baseline: str) -> dict[str, dict[str, dic
             summary[decoder][cat] = {
                 "tokens_per_second": round(speed, 3),
                 "speedup": round(speed / base_speed[cat], 4) if base_speed[cat] else None,
+                # None where a method reports no steps (a library's own generate)
                 "mean_accepted_tokens": round(sum(r.tokens for r in mine) / steps, 4)
                 if steps
-                else 0.0,
+                else None,
                 "acceptance_rate": round(sum(r.accepted for r in mine) / drafted, 4)
                 if drafted
-                else 0.0,
+                else (0.0 if steps else None),
                 "exact_rate": round(
                     sum(bool(r.identical_to_greedy) for r in judged) / len(judged), 4
                 )

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from specchat.backends.base import Backend, Block
+from specchat.backends.base import Backend, Block, sync_cache
 from specchat.decoding.draft_policy import AcceptanceEstimate, best_draft_length
 from specchat.decoding.sampling import Sampler, verify_chain
 from specchat.decoding.step import Step
@@ -92,7 +92,17 @@ class DraftModelDecoder:
     def prepare(self, target: Backend) -> None:
         if self._draft is not None:
             return
-        if self.draft_spec is None:
+        if self.draft_spec is not None and self.draft_spec.startswith("self:"):
+            from specchat.backends.hf import early_exit_draft
+
+            if target.name != "hf":
+                raise SpecchatError("self-speculation (draft self:L) needs the hf backend")
+            try:
+                layers = int(self.draft_spec.removeprefix("self:"))
+            except ValueError:
+                raise SpecchatError(f"draft {self.draft_spec!r}: use self:LAYERS") from None
+            draft = early_exit_draft(target, layers)
+        elif self.draft_spec is None:
             reason = default_draft_reason(target)
             if reason:
                 raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
@@ -103,7 +113,7 @@ class DraftModelDecoder:
         draft.block_cost(1)
         target.block_cost(1)
         self._draft = draft
-        self._draft_tokens = list(range(0))
+        self._draft_tokens = []
         draft.rollback(0)
 
     def reset(self, context: list[int]) -> None:
@@ -112,13 +122,7 @@ class DraftModelDecoder:
             self._sync(context[:-1])
 
     def _sync(self, committed: list[int]) -> None:
-        draft = self._draft
-        kept = 0
-        limit = min(len(self._draft_tokens), len(committed), draft.n_committed)
-        while kept < limit and self._draft_tokens[kept] == committed[kept]:
-            kept += 1
-        draft.rollback(kept)
-        draft.prefill(committed[kept:])
+        sync_cache(self._draft, self._draft_tokens, committed)
         self._draft_tokens = list(committed)
 
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from specchat.backends.base import Backend
+from specchat.backends.base import Backend, sync_cache
 from specchat.decoding.base import Decoder
 from specchat.decoding.detokenizer import Detokenizer
 from specchat.decoding.events import DoneEvent, Event, StepEvent
@@ -67,15 +67,8 @@ class Engine:
 
     def _prefill(self, prompt: list[int]) -> None:
         """Commit all prompt tokens but the last, reusing the cached prefix of the last answer."""
-        backend = self.backend
-        target = prompt[:-1]
-        kept = 0
-        limit = min(len(self._kv_tokens), len(target), backend.n_committed)
-        while kept < limit and self._kv_tokens[kept] == target[kept]:
-            kept += 1
-        backend.rollback(kept)
-        backend.prefill(target[kept:])
-        self._kv_tokens = list(target)
+        sync_cache(self.backend, self._kv_tokens, prompt[:-1])
+        self._kv_tokens = prompt[:-1]
 
     def generate(self, request: GenerationRequest, cancel: threading.Event | None = None):
         """Yield a StepEvent per step and a final DoneEvent. Raises SpecchatError on bad input."""

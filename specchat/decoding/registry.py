@@ -138,7 +138,12 @@ register(
             DraftModelDecoder(draft, draft_backend, draft_device, k, k_max, threshold)
         ),
         params=(
-            Param("draft", None, "draft model spec (default: the bundled GGUF, for an hf target)"),
+            Param(
+                "draft",
+                None,
+                "draft model spec (default: the bundled GGUF for an hf target); self:L = the "
+                "target's first L layers (self-speculation, hf backend)",
+            ),
             Param("draft_backend", None, "llama or hf (default: by the draft's format)"),
             Param("draft_device", "cpu", "cpu or cuda"),
             Param("k", 4, "initial draft length (adapts: +2 on full acceptance, -1 on a miss)"),
