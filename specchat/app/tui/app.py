@@ -36,6 +36,19 @@ from specchat.themes.palette import RunPalette
 DRAFT_PARAM_NAMES = ("draft", "draft_model", "draft_spec")
 
 
+def ui_model_threads() -> int:
+    """CPU threads for the model while the TUI runs: one core fewer than the machine has.
+
+    The UI thread needs a core now and then; when every core also runs a model thread, the
+    model's spinning thread pool stalls at each barrier whenever the UI preempts one of its
+    threads. Measured on 2 cores (scripts/measure_ui_cost.py): 2 model threads give 31 tok/s in
+    the TUI (95 headless), 1 thread gives 52 tok/s (53 headless).
+    """
+    from specchat.backends.llama import physical_cores
+
+    return max(1, physical_cores() - 1)
+
+
 class SpecchatApp(App):
     """specchat's TUI. Pass `backend` to reuse a loaded model (tests, snapshots)."""
 
@@ -119,6 +132,7 @@ class SpecchatApp(App):
 
     @work(thread=True, exclusive=True, group="load")
     def _load_model(self) -> None:
+        """Load in a worker, leaving a core to the UI (see ui_model_threads)."""
         from specchat.models import load_backend
 
         start = time.perf_counter()
@@ -128,7 +142,7 @@ class SpecchatApp(App):
                 self.settings.model,
                 backend=self.settings.backend,
                 device=self.settings.device,
-                threads=self.settings.threads,
+                threads=self.settings.threads or ui_model_threads(),
                 progress=lambda text: self.post_message(LoadProgress(text)),
             )
         except SpecchatError as exc:
