@@ -113,7 +113,8 @@ def ask(
     from specchat.app.ask import run_ask
     from specchat.decoding.sampling import SamplingParams
 
-    params = _parse_params(param)
+    # `decoder.name=value` works as in compare and bench; here there is one decoder
+    params = {k.removeprefix(f"{decoder}."): v for k, v in _parse_params(param).items()}
     if num_beams is not None:
         params["num_beams"] = num_beams
     if draft is not None:
