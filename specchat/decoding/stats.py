@@ -5,6 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def tokens_per_second(tokens: int, seconds: float) -> float:
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def tokens_per_step(tokens: int, steps: int) -> float:
+    """Mean accepted length per target pass, counting the target's own token."""
+    return tokens / steps if steps else 0.0
+
+
+def acceptance_rate(accepted: int, drafted: int) -> float:
+    return accepted / drafted if drafted else 0.0
+
+
 @dataclass
 class GenerationStats:
     prompt_tokens: int = 0
@@ -26,16 +39,15 @@ class GenerationStats:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        return tokens_per_second(self.generated_tokens, self.decode_seconds)
 
     @property
     def tokens_per_step(self) -> float:
-        """Mean accepted length per target pass, counting the target's own token."""
-        return self.generated_tokens / self.steps if self.steps else 0.0
+        return tokens_per_step(self.generated_tokens, self.steps)
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return acceptance_rate(self.accepted, self.drafted)
 
     def as_dict(self) -> dict[str, object]:
         return {

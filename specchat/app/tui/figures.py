@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from specchat.decoding.events import StepEvent
+from specchat.decoding.stats import acceptance_rate, tokens_per_second, tokens_per_step
 
 FINISH_LABELS = {
     "eos": "EOS",
@@ -45,15 +46,15 @@ class Figures:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        return tokens_per_second(self.tokens, self.decode_seconds)
 
     @property
     def tokens_per_step(self) -> float:
-        return self.tokens / self.steps if self.steps else 0.0
+        return tokens_per_step(self.tokens, self.steps)
 
     @property
     def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return acceptance_rate(self.accepted, self.drafted) if self.drafted else None
 
     @classmethod
     def from_stats(cls, decoder: str, stats: dict, finish: str | None) -> Figures:
