@@ -77,12 +77,14 @@ class LookaheadDecoder:
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
         self._pool.sync(context)
         window = len(self._levels[0]) if self._levels else 0
+        if window and window + len(self._levels) >= room:
+            window = 0  # near the context's end the window would run past it
         max_cands = self._size[1] if self._size else self.max_candidates
         pending = context[-1]
         tokens, parents = [pending], [-1]
         # The Jacobi window.
         level_nodes: list[list[int]] = []
-        for j, level in enumerate(self._levels):
+        for j, level in enumerate(self._levels if window else []):
             nodes = []
             for i, token in enumerate(level):
                 parent = (0 if i == 0 else nodes[i - 1]) if j == 0 else level_nodes[j - 1][i]
