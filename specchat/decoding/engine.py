@@ -127,7 +127,8 @@ class Engine:
             context.extend(kept)
             generated.extend(kept)
             stats.add_step(len(kept), step.drafted, step.accepted, seconds)
-            stats.decoders.setdefault(self.decoder.name, self.decoder.params())
+            if self.decoder.name not in stats.decoders:
+                stats.decoders[self.decoder.name] = self.decoder.params()
             if stats.time_to_first_token is None and kept:
                 stats.time_to_first_token = time.perf_counter() - start
             if kept or text:
