@@ -126,3 +126,20 @@ def test_a_second_turn_reuses_the_cached_prefix_with_identical_output(fresh_llam
     fresh_llama.rollback(0)
     _, cold = _generate(Engine(fresh_llama, PlainDecoder()), ids, max_tokens=15)
     assert reused.token_ids == cold.token_ids
+
+
+def test_switching_to_sampling_mid_answer_starts_sampling(fresh_llama, story_ids):
+    greedy_ids = _generate(Engine(fresh_llama, PlainDecoder()), story_ids, max_tokens=40)[1].token_ids
+    fresh_llama.rollback(0)
+    engine = Engine(fresh_llama, PlainDecoder())
+    steps = 0
+    for event in engine.generate(GenerationRequest(tuple(story_ids), 40)):
+        if isinstance(event, StepEvent):
+            steps += 1
+            if steps == 5:
+                engine.switch(PlainDecoder("sample"), SamplingParams(1.5, seed=3))
+        else:
+            done = event
+    assert done.token_ids[:5] == greedy_ids[:5]
+    assert done.token_ids[6:] != greedy_ids[6:]  # sampled at a high temperature after the switch
+    assert set(done.stats["decoders"]) == {"greedy", "sample"}

@@ -57,7 +57,8 @@ def main_callback(
     ] = False,
     model: ModelOpt = None,
     backend: BackendOpt = None,
-    device: DeviceOpt = "cpu",
+    # None: the settings file decides (a "cpu" default would always override it)
+    device: Annotated[str | None, typer.Option("--device", help="cpu or cuda")] = None,
     draft: Annotated[str | None, typer.Option("--draft", help="draft model spec")] = None,
 ) -> None:
     """Without a command: open the chat."""

@@ -37,27 +37,32 @@ class Engine:
         self.backend = backend
         self.decoder = decoder
         self._next_decoder: Decoder | None = None
+        self._next_sampling: SamplingParams | None = None
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self._kv_tokens: list[int] = []  # what the backend's cache holds, for prefix reuse
 
     # -- commands, callable from any thread ----------------------------------------------
-    def switch(self, decoder: Decoder) -> None:
-        """Use `decoder` from the next step on (or for the next answer when idle)."""
+    def switch(self, decoder: Decoder, sampling: SamplingParams | None = None) -> None:
+        """Use `decoder` from the next step on (or for the next answer when idle); with
+        `sampling`, also its sampling settings (greedy -> sample must start sampling)."""
         with self._lock:
             self._next_decoder = decoder
+            self._next_sampling = sampling
 
     def cancel(self) -> None:
         self._cancel.set()
 
     # -- the loop -------------------------------------------------------------------------
-    def _take_switch(self) -> bool:
+    def _take_switch(self) -> tuple[bool, SamplingParams | None]:
+        """(whether the decoder changed, the sampling settings that came with it)."""
         with self._lock:
             decoder, self._next_decoder = self._next_decoder, None
+            sampling, self._next_sampling = self._next_sampling, None
         if decoder is None:
-            return False
+            return False, None
         self.decoder = decoder
-        return True
+        return True, sampling
 
     def _prepare(self, decoder: Decoder) -> None:
         """One-off work a decoder needs (measuring block costs) before any timing starts."""
@@ -83,8 +88,8 @@ class Engine:
             )
         self._cancel.clear()
         cancel_flags = [self._cancel] + ([cancel] if cancel is not None else [])
-        self._take_switch()
-        sampler = Sampler(request.sampling)
+        _, switched_sampling = self._take_switch()
+        sampler = Sampler(switched_sampling or request.sampling)
         self._prepare(self.decoder)
         stats = GenerationStats(prompt_tokens=len(prompt))
         detok = Detokenizer(backend.token_bytes, request.stop)
@@ -100,7 +105,10 @@ class Engine:
             if any(flag.is_set() for flag in cancel_flags):
                 finish = "cancelled"
                 break
-            if self._take_switch():
+            switched, switched_sampling = self._take_switch()
+            if switched:
+                if switched_sampling is not None and switched_sampling != sampler.params:
+                    sampler = Sampler(switched_sampling)
                 backend.rollback(len(context) - 1)
                 self._prepare(self.decoder)
                 self.decoder.reset(context)

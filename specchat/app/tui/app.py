@@ -257,7 +257,7 @@ class SpecchatApp(App):
         except Exception as exc:
             self.post_message(DecoderFailed(name, f"{type(exc).__name__}: {exc}"))
             return
-        self.engine.switch(decoder)
+        self.engine.switch(decoder, self.sampling(name))
         self.post_message(DecoderSwitched(name, mid_answer))
 
     def on_decoder_switched(self, message: DecoderSwitched) -> None:
