@@ -129,7 +129,9 @@ def test_a_second_turn_reuses_the_cached_prefix_with_identical_output(fresh_llam
 
 
 def test_switching_to_sampling_mid_answer_starts_sampling(fresh_llama, story_ids):
-    greedy_ids = _generate(Engine(fresh_llama, PlainDecoder()), story_ids, max_tokens=40)[1].token_ids
+    greedy_ids = _generate(Engine(fresh_llama, PlainDecoder()), story_ids, max_tokens=40)[
+        1
+    ].token_ids
     fresh_llama.rollback(0)
     engine = Engine(fresh_llama, PlainDecoder())
     steps = 0

@@ -85,7 +85,7 @@ class LlamaBackend:
         if device == "cuda" and not llama_cpp.llama_supports_gpu_offload():
             raise SpecchatError(
                 "CUDA is not available: this llama-cpp-python build has no GPU offload "
-                '(reinstall it with CMAKE_ARGS="-DGGML_CUDA=on", see the README)'
+                '(rebuild it: SPECCHAT_LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF -DGGML_CUDA=on" bash scripts/setup, see the README)'
             )
         if progress:
             progress(f"loading {path.name}")

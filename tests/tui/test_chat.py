@@ -231,3 +231,29 @@ async def test_streams_into_markdown_when_colours_are_off(backend):
         widget = app.screen.query(AssistantMessage).last()
         assert widget.query_one(".markdown").display and not widget.query_one(".runs").display
         assert widget.query_one(".markdown").source == app.screen.messages[-1].content
+
+
+async def test_transcript_follows_the_bottom_until_the_user_scrolls_up(backend):
+    from textual.containers import VerticalScroll
+
+    app = SpecchatApp(settings=Settings(max_tokens=160), backend=backend)
+    async with app.run_test(size=(60, 16)) as pilot:
+        transcript = app.screen.query_one("#transcript", VerticalScroll)
+        await type_and_send(pilot, LONG_PROMPT)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert transcript.max_scroll_y > 0
+        assert transcript.scroll_y == transcript.max_scroll_y, "followed the answer down"
+
+        first_answer_end = transcript.max_scroll_y
+        await type_and_send(pilot, LONG_PROMPT)
+        await wait_until(pilot, lambda: transcript.max_scroll_y > first_answer_end + 4, limit=60)
+        assert app.busy, "the second answer is still streaming"
+        for _ in range(6):  # what six notches of a mouse wheel do
+            transcript._scroll_up_for_pointer(animate=False)
+        await pilot.pause()
+        held = transcript.scroll_y
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert transcript.max_scroll_y > held
+        assert transcript.scroll_y == held, "stayed where the user scrolled to"
