@@ -131,3 +131,17 @@ def test_ctrl_c_keeps_what_was_generated():
     assert len(done["token_ids"]) >= 8
     assert proc.returncode == 130
     assert "Traceback" not in err
+
+
+def test_a_draft_with_another_vocabulary_is_refused(tmp_path):
+    import torch
+
+    from tests.tiny_models import tiny_model, tiny_tokenizer
+
+    folder = tmp_path / "tiny-draft"
+    tiny_model(dtype=torch.float32).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    result = run("ask", "hi", "--decoder", "draft", "--draft", str(folder), "--max-tokens", "4")
+    assert result.returncode == 2, result.stderr
+    assert "vocabulary" in result.stderr and "does not match" in result.stderr
+    assert "Traceback" not in result.stderr
