@@ -30,7 +30,8 @@ PROMPT = "Write a long story about a dragon who learns to bake bread. Use many d
 async def tui_run(backend, decoder: str, max_tokens: int) -> float:
     backend.rollback(0)
     app = SpecchatApp(
-        settings=Settings(max_tokens=max_tokens, decoder=decoder), backend=backend,
+        settings=Settings(max_tokens=max_tokens, decoder=decoder),
+        backend=backend,
         save_settings_file=False,
     )
     async with app.run_test(size=(120, 40)) as pilot:
@@ -56,9 +57,11 @@ def main() -> None:
         headless.append(float(done.stats["tokens_per_second"]))
         tui.append(asyncio.run(tui_run(backend, args.decoder, args.max_tokens)))
         ratios.append(tui[-1] / headless[-1])
-    print(f"decoder {args.decoder}: headless {statistics.median(headless):.1f} tok/s, "
-          f"TUI {statistics.median(tui):.1f} tok/s, TUI/headless median "
-          f"{statistics.median(ratios):.3f} (runs: {', '.join(f'{r:.3f}' for r in ratios)})")
+    print(
+        f"decoder {args.decoder}: headless {statistics.median(headless):.1f} tok/s, "
+        f"TUI {statistics.median(tui):.1f} tok/s, TUI/headless median "
+        f"{statistics.median(ratios):.3f} (runs: {', '.join(f'{r:.3f}' for r in ratios)})"
+    )
 
 
 if __name__ == "__main__":
