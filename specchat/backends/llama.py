@@ -136,7 +136,8 @@ class LlamaBackend:
         self._main = 0
         self._valid = [0] * self.max_branches
         self._last_block: Block | None = None
-        self._last_paths: list[list[int]] = []
+        self._last_paths: list[list[int]] = []  # root-to-leaf paths of the last pass
+        self._last_streams: list[int] = []  # the stream each of those paths ran in
         self._costs = BlockCostTable(self, key=f"llama|{path.name}|{path.stat().st_size}")
 
     # -- tokenizer -------------------------------------------------------------------------
@@ -207,10 +208,14 @@ class LlamaBackend:
         """Forget the KV cells of an evaluated block that was not committed."""
         if self._last_block is None:
             return
-        for seq in range(self.max_branches):
+        self._trim(range(self.max_branches))
+        self._last_block = None
+
+    def _trim(self, seqs) -> None:
+        """Cut each stream back to what it validly holds (all committed tokens, for the main)."""
+        for seq in seqs:
             keep = len(self._committed) if seq == self._main else self._valid[seq]
             self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1)
-        self._last_block = None
 
     def prefill(self, ids: list[int]) -> None:
         self._drop_block()
@@ -242,9 +247,8 @@ class LlamaBackend:
             raise SpecchatError("the context window is full")
         if block.is_chain:
             self._decode([(t, n + i, self._main, True) for i, t in enumerate(block.tokens)])
-            logits = np.stack([self._logits_row(i) for i in range(len(block))])
-            self._last_block, self._last_paths = block, [list(range(len(block)))]
-            return logits
+            self._last_block = block
+            return np.stack([self._logits_row(i) for i in range(len(block))])
         return self._evaluate_tree(block, n)
 
     def _evaluate_tree(self, block: Block, n: int) -> np.ndarray:
@@ -258,7 +262,7 @@ class LlamaBackend:
         for group_start in range(0, len(paths), self.max_branches):
             group = paths[group_start : group_start + self.max_branches]
             if group_start:
-                self._drop_group(streams[: len(group)])
+                self._trim(streams[: len(group)])
             entries: list[tuple[int, int, int, bool]] = []
             wanted: list[tuple[int, int]] = []  # (block index, batch row)
             for seq, path in zip(streams, group):
@@ -282,11 +286,6 @@ class LlamaBackend:
         self._last_streams = streams
         return logits
 
-    def _drop_group(self, seqs: list[int]) -> None:
-        for seq in seqs:
-            keep = len(self._committed) if seq == self._main else self._valid[seq]
-            self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1)
-
     def commit(self, path: list[int]) -> None:
         block = self._last_block
         if block is None:
@@ -307,14 +306,13 @@ class LlamaBackend:
             if branch[: len(path)] == path:
                 holder = seq
                 break
-        old_main = self._main
+        # Each stream keeps the part of its branch the path shares (the main stream is always in
+        # the last pass, so the old main is covered here too).
         for seq, branch in zip(streams, self._last_paths):
             shared = 0
             while shared < min(len(branch), len(path)) and branch[shared] == path[shared]:
                 shared += 1
             self._valid[seq] = n + shared
-        if old_main not in streams[: len(self._last_paths)]:
-            self._valid[old_main] = n
         self._last_block = None
         if holder is None:
             # The path's branch was evaluated in an earlier pass and its cells are gone.
@@ -323,12 +321,8 @@ class LlamaBackend:
             return
         self._main = holder
         self._committed.extend(tokens)
-        for seq in range(self.max_branches):
-            keep = (
-                len(self._committed) if seq == self._main else min(self._valid[seq], n + len(path))
-            )
-            self._valid[seq] = keep
-            self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1)
+        self._valid[holder] = len(self._committed)
+        self._trim(range(self.max_branches))
 
     def _drop_all_to(self, n: int) -> None:
         for seq in range(self.max_branches):

@@ -15,9 +15,17 @@ import numpy as np
 
 from specchat.backends.base import Backend, Block, sync_cache
 from specchat.decoding.draft_policy import AcceptanceEstimate, best_draft_length
-from specchat.decoding.sampling import Sampler, verify_chain
+from specchat.decoding.sampling import (
+    Sampler,
+    SamplingParams,
+    logits_to_probs,
+    sample,
+    verify_chain,
+)
 from specchat.decoding.step import Step
 from specchat.errors import SpecchatError
+
+_PLAIN = SamplingParams(temperature=1.0)
 
 
 @lru_cache(maxsize=2)
@@ -144,8 +152,12 @@ class DraftModelDecoder:
             logits = draft.evaluate(Block.chain([last]))[0]
             draft.commit([0])
             self._draft_tokens.append(last)
-            probs = sampler.probs(logits) if not sampler.greedy else _softmax(logits)
-            token = sampler.next_token(logits) if not sampler.greedy else int(np.argmax(logits))
+            if sampler.greedy:  # its probabilities only measure the draft's confidence
+                probs = logits_to_probs(logits, _PLAIN)
+                token = int(np.argmax(logits))
+            else:  # the q the token is sampled from, which verification needs
+                probs = sampler.probs(logits)
+                token = sample(probs, sampler.rng)
             if drafts and probs.max() < self.threshold:
                 break
             drafts.append(token)
@@ -168,9 +180,3 @@ class DraftModelDecoder:
             self._acceptance.update(len(drafts), accepted)
             self.k = min(self.k_max, self.k + 2) if accepted == len(drafts) else max(1, self.k - 1)
         return Step(tokens=(*drafts[:accepted], next_token), drafted=len(drafts), accepted=accepted)
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits.astype(np.float64) - logits.max()
-    probs = np.exp(shifted)
-    return probs / probs.sum()

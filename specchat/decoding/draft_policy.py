@@ -42,10 +42,21 @@ class AcceptanceEstimate:
         self.trials = self.decay * self.trials + accepted + rejected
 
 
+def best_length(acceptance: float, top: int, pass_cost) -> int:
+    """The k in [0, top] with the most expected tokens per second, where `pass_cost(k)` is the
+    seconds of a target pass that verifies k drafted tokens (plus any drafting cost)."""
+    best_k, best_rate = 0, 1.0 / pass_cost(0)
+    for k in range(1, top + 1):
+        rate = expected_tokens(acceptance, k) / pass_cost(k)
+        if rate > best_rate * 1.0001:
+            best_k, best_rate = k, rate
+    return best_k
+
+
 def best_draft_length(
     backend: Backend, acceptance: float, available: int, limit: int, extra_cost: float = 0.0
 ) -> int:
-    """The k in [0, min(available, limit)] with the most expected tokens per second.
+    """The best k for a chain draft of at most min(available, limit) tokens.
 
     `extra_cost` is the drafting cost per drafted token (a draft model's own passes), zero for
     lookup-based drafts.
@@ -53,10 +64,4 @@ def best_draft_length(
     top = max(0, min(available, limit))
     if top == 0:
         return 0
-    base = backend.block_cost(1)
-    best_k, best_rate = 0, 1.0 / base
-    for k in range(1, top + 1):
-        rate = expected_tokens(acceptance, k) / (backend.block_cost(k + 1) + extra_cost * k)
-        if rate > best_rate * 1.0001:
-            best_k, best_rate = k, rate
-    return best_k
+    return best_length(acceptance, top, lambda k: backend.block_cost(k + 1) + extra_cost * k)

@@ -94,7 +94,6 @@ class Engine:
         stats = GenerationStats(prompt_tokens=len(prompt))
         detok = Detokenizer(backend.token_bytes, request.stop)
         start = time.perf_counter()
-        self._kv_tokens = self._kv_tokens[: backend.n_committed]
         self._prefill(prompt)
         context = list(prompt)
         self.decoder.reset(context)  # a draft model's own prefill happens here

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from specchat.backends.base import Backend, Block
-from specchat.decoding.draft_policy import AcceptanceEstimate, expected_tokens
+from specchat.decoding.draft_policy import AcceptanceEstimate, best_length
 from specchat.decoding.ngram_pool import NgramPool
-from specchat.decoding.sampling import Sampler, sample
+from specchat.decoding.sampling import Sampler, verify_tree
 from specchat.decoding.step import Step
 
 
@@ -111,7 +111,7 @@ class LookaheadDecoder:
                     children[child] = {}
                 node = child
         logits = target.evaluate(Block(tuple(tokens), tuple(parents)))
-        accepted, node, next_token = self._verify(logits, children, sampler, tokens)
+        accepted, node, next_token = verify_tree(logits, children, sampler)
         target.commit(Block(tuple(tokens), tuple(parents)).path_to(node))
         if window:
             self._advance_window(logits, level_nodes, len(accepted) + 1)
@@ -125,51 +125,10 @@ class LookaheadDecoder:
         compute-bound backend, and pays only at the acceptance seen so far."""
         if not n_cands:
             return 0
-        rate = self._acceptance.rate
-        best, best_speed = 0, 1.0 / target.block_cost(base_size)
-        for depth in range(1, min(self.ngram - 1, room - 1) + 1):
-            speed = expected_tokens(rate, depth) / target.block_cost(base_size + n_cands * depth)
-            if speed > best_speed * 1.0001:
-                best, best_speed = depth, speed
-        return best
-
-    @staticmethod
-    def _verify(logits, children, sampler: Sampler, tokens):
-        """Walk the trie from the root. Greedy: follow the child equal to the argmax. Sampling:
-        try each child x in turn, keep it with probability p(x) (an n-gram draft has q = 1), else
-        zero it and renormalise (SpecInfer's multi-candidate rule); when all fail, sample the
-        residual. Either way the output follows the target exactly."""
-        accepted: list[int] = []
-        node = 0
-        while True:
-            row = logits[node]
-            options = children.get(node, {})
-            if sampler.greedy:
-                best = int(np.argmax(row))
-                if best in options:
-                    accepted.append(best)
-                    node = options[best]
-                    continue
-                return accepted, node, best
-            p = sampler.probs(row)
-            chosen = None
-            for token, child in options.items():
-                if sampler.rng.random() < p[token]:
-                    chosen = (token, child)
-                    break
-                p[token] = 0.0
-                total = p.sum()
-                if total <= 0:
-                    break
-                p /= total
-            if chosen is None:
-                return (
-                    accepted,
-                    node,
-                    sample(p, sampler.rng) if p.sum() > 0 else int(np.argmax(row)),
-                )
-            accepted.append(chosen[0])
-            node = chosen[1]
+        top = max(0, min(self.ngram - 1, room - 1))
+        return best_length(
+            self._acceptance.rate, top, lambda d: target.block_cost(base_size + n_cands * d)
+        )
 
     def _advance_window(self, logits, level_nodes, shifts: int) -> None:
         """One Jacobi iteration: the last level's predictions become the newest level, the

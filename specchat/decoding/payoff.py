@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from specchat.backends.base import Backend, Block
+from specchat.backends.base import Backend
+from specchat.decoding.plain import PlainDecoder
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.step import Step
 
@@ -43,6 +44,7 @@ class PayoffGuard:
         self._spec = _Rate()
         self._plain = _Rate()
         self._since_probe = 0
+        self._plain_decoder = PlainDecoder(inner.name)
 
     def params(self) -> dict[str, object]:
         return self.inner.params()
@@ -69,12 +71,9 @@ class PayoffGuard:
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
         speculate = self._use_speculation()
         start = time.perf_counter()
-        if speculate:
-            step = self.inner.step(target, context, sampler, room)
-        else:
-            logits = target.evaluate(Block.chain([context[-1]]))
-            target.commit([0])
-            step = Step(tokens=(sampler.next_token(logits[0]),))
+        step = (self.inner if speculate else self._plain_decoder).step(
+            target, context, sampler, room
+        )
         (self._spec if speculate else self._plain).add(
             len(step.tokens), time.perf_counter() - start
         )

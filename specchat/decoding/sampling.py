@@ -74,35 +74,65 @@ class Sampler:
         return logits_to_probs(logits, self.params)
 
 
+def verify_tree(
+    logits: np.ndarray, children: dict[int, dict[int, int]], sampler: Sampler
+) -> tuple[list[int], int, int]:
+    """Accept a path through a trie of copied drafts (n-grams: the drafter puts q(x) = 1).
+
+    `children[node]` maps a drafted token to its block index; node 0 is the pending token.
+    Returns (accepted tokens, the node reached, the target's next token there). Greedy: follow the
+    child equal to the argmax. Sampling: try each child x in turn and keep it with probability
+    p(x); on rejection zero x and renormalise — the residual max(0, p - q) — before trying the next
+    (SpecInfer's multi-candidate rule); when all fail, sample the residual. Either way the output
+    follows the target exactly.
+    """
+    accepted: list[int] = []
+    node = 0
+    while True:
+        row = logits[node]
+        options = children.get(node, {})
+        if sampler.greedy:
+            best = int(np.argmax(row))
+            if best not in options:
+                return accepted, node, best
+            accepted.append(best)
+            node = options[best]
+            continue
+        p = sampler.probs(row)
+        chosen = None
+        for token, child in options.items():
+            if sampler.rng.random() < p[token]:
+                chosen = (token, child)
+                break
+            p[token] = 0.0
+            p /= p.sum()  # p(x) < 1 here, or x would have been kept
+        if chosen is None:
+            return accepted, node, sample(p, sampler.rng)
+        accepted.append(chosen[0])
+        node = chosen[1]
+
+
 def verify_chain(
     logits: np.ndarray, draft: list[int], sampler: Sampler, draft_probs: np.ndarray | None = None
 ) -> tuple[int, int]:
     """Accept a prefix of `draft` against target logits of a chain [pending, *draft].
 
-    Returns (accepted count, the target's next token after the accepted prefix). Greedy: a drafted
-    token is kept when it is the target's argmax. Sampling: exact speculative sampling — keep x
-    with probability min(1, p(x)/q(x)), where q is the drafter's distribution (a one-hot, q(x)=1,
-    for copied n-grams), and on rejection draw from the normalised residual max(0, p - q), so the
-    output follows the target's distribution exactly.
+    Returns (accepted count, the target's next token after the accepted prefix). Copied drafts
+    (no `draft_probs`) are a one-branch trie: see verify_tree. A draft model's tokens come with the
+    distribution q they were sampled from: keep x with probability min(1, p(x)/q(x)), and on
+    rejection draw from the normalised residual max(0, p - q) — exact speculative sampling.
     """
+    if draft_probs is None or sampler.greedy:
+        children = {i: {token: i + 1} for i, token in enumerate(draft)}
+        accepted, _, next_token = verify_tree(logits, children, sampler)
+        return len(accepted), next_token
     for i, token in enumerate(draft):
-        row = logits[i]
-        if sampler.greedy:
-            best = int(np.argmax(row))
-            if best != token:
-                return i, best
+        p = sampler.probs(logits[i])
+        if sampler.rng.random() * draft_probs[i][token] < p[token]:
             continue
-        p = sampler.probs(row)
-        q_x = 1.0 if draft_probs is None else float(draft_probs[i][token])
-        if sampler.rng.random() * q_x < p[token]:
-            continue
-        if draft_probs is None:
-            residual = p.copy()
-            residual[token] = 0.0
-        else:
-            residual = np.maximum(p - draft_probs[i], 0.0)
+        residual = np.maximum(p - draft_probs[i], 0.0)
         total = residual.sum()
-        if total <= 0:
-            return i, sampler.next_token(row)
+        if total <= 0:  # p == q: the rejection cannot happen, but rounding can claim it did
+            return i, sample(p, sampler.rng)
         return i, sample(residual / total, sampler.rng)
     return len(draft), sampler.next_token(logits[len(draft)])
