@@ -252,3 +252,18 @@ def test_the_distribution_test_detects_a_wrong_sampler(small_vocab_pair):
 
 
 del np, torch
+
+
+def test_divergence_reports_index_and_greedy_margin(tiny_pair):
+    from specchat.decoding.race import find_divergence
+
+    target, _ = tiny_pair
+    prompt = TINY_PROMPTS[0]
+    target.rollback(0)
+    reference = _done(Engine(target, DECODERS["greedy"].create()), prompt, 20).token_ids
+    assert find_divergence(target, prompt, reference, reference) is None
+    changed = reference[:3] + ((reference[3] + 1) % 128,) + reference[4:]
+    found = find_divergence(target, prompt, reference, changed)
+    assert found.index == 3 and found.margin > 0
+    shorter = find_divergence(target, prompt, reference, reference[:5])
+    assert shorter.index == 5 and shorter.margin is None

@@ -105,7 +105,9 @@ def run_compare(
         else:
             div = row["first_divergence"]
             same_text = (
-                f"no @ {div['index']} (margin {div['margin']:.2g})" if div else "no (length)"
+                f"no @ {div['index']} (margin {div['margin']:.2g})"
+                if div["margin"] is not None
+                else f"no @ {div['index']} (length)"
             )
         table.add_row(
             row["decoder"],

@@ -16,7 +16,7 @@ from typing import Protocol
 from specchat.backends.base import Backend, ChatMessage
 from specchat.bench.data import Question
 from specchat.bench.summary import QuestionRow
-from specchat.decoding.race import first_divergence, greedy_margin, run_decoder
+from specchat.decoding.race import find_divergence, run_decoder
 from specchat.decoding.registry import get_decoder_info
 from specchat.decoding.sampling import SamplingParams
 from specchat.prompting import chat_prompt_ids
@@ -99,19 +99,12 @@ def run_benchmark(
                 total[2] += outcome.steps
                 total[3] += outcome.drafted
                 total[4] += outcome.accepted
-                index = first_divergence(reference.token_ids, outcome.token_ids)
-                if index is not None and identical[method.name]:
+                if not identical[method.name]:
+                    continue  # the first divergence of a question is the one reported
+                found = find_divergence(backend, prompt, reference.token_ids, outcome.token_ids)
+                if found is not None:
                     identical[method.name] = False
-                    margin = (
-                        greedy_margin(backend, prompt, reference.token_ids, index)
-                        if index < len(reference.token_ids)
-                        else None
-                    )
-                    divergence[method.name] = {
-                        "turn": turn_index,
-                        "index": index,
-                        "margin": None if margin is None else round(margin, 6),
-                    }
+                    divergence[method.name] = {"turn": turn_index, **found.as_dict()}
             history.append(ChatMessage("assistant", reference.text))
         for method in methods:
             tokens, secs, steps, drafted, accepted = totals[method.name]

@@ -29,10 +29,11 @@ class Divergence:
     there (top-1 minus top-2 logit): a tiny margin is float rounding, a clear one is a bug."""
 
     index: int
-    margin: float
+    margin: float | None  # None: one output is a prefix of the other (no choice to judge)
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {"index": self.index, "margin": round(self.margin, 6)}
+    def as_dict(self) -> dict[str, float | int | None]:
+        margin = None if self.margin is None else round(self.margin, 6)
+        return {"index": self.index, "margin": margin}
 
 
 @dataclass
@@ -83,6 +84,18 @@ def greedy_margin(
     backend.rollback(0)
     top2 = np.partition(row, -2)[-2:]
     return float(abs(top2[1] - top2[0]))
+
+
+def find_divergence(
+    backend: Backend, prompt: list[int], reference: tuple[int, ...], other: tuple[int, ...]
+) -> Divergence | None:
+    """Where `other` leaves greedy's `reference`, with greedy's margin there (None: identical)."""
+    index = first_divergence(reference, other)
+    if index is None:
+        return None
+    if index >= len(reference):
+        return Divergence(index, None)
+    return Divergence(index, greedy_margin(backend, prompt, reference, index))
 
 
 def run_decoder(
@@ -137,10 +150,8 @@ def race(
         for fig in figures:
             if fig is baseline or not get_decoder_info(fig.name).greedy_family:
                 continue
-            index = first_divergence(reference, fig.runs[-1].token_ids)
-            fig.identical = index is None
-            if index is not None and index < len(reference):
-                fig.divergence = Divergence(index, greedy_margin(backend, prompt, reference, index))
+            fig.divergence = find_divergence(backend, prompt, reference, fig.runs[-1].token_ids)
+            fig.identical = fig.divergence is None
         baseline.identical = True
     return figures
 
