@@ -29,6 +29,14 @@ DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: cores)")]
 CtxOpt = Annotated[int, typer.Option("--n-ctx", help="context window in tokens")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="hf backend: float32, bfloat16, float16")]
+TemperatureOpt = Annotated[float | None, typer.Option("--temperature")]
+TopKOpt = Annotated[int, typer.Option("--top-k")]
+TopPOpt = Annotated[float, typer.Option("--top-p")]
+SeedOpt = Annotated[int | None, typer.Option("--seed")]
+ParamOpt = Annotated[
+    list[str], typer.Option("--param", "-p", help="name=value or decoder.name=value (repeatable)")
+]
+DraftOpt = Annotated[str | None, typer.Option("--draft", help="draft model (draft decoder)")]
 
 
 def _progress(message: str) -> None:
@@ -94,17 +102,13 @@ def ask(
     n_ctx: CtxOpt = 4096,
     dtype: DtypeOpt = "float32",
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="answer length limit")] = 512,
-    temperature: Annotated[float | None, typer.Option("--temperature")] = None,
-    top_k: Annotated[int, typer.Option("--top-k")] = 0,
-    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
-    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = 0,
+    top_p: TopPOpt = 1.0,
+    seed: SeedOpt = None,
     num_beams: Annotated[int | None, typer.Option("--num-beams", help="beam decoder")] = None,
-    draft: Annotated[
-        str | None, typer.Option("--draft", help="draft model (draft decoder)")
-    ] = None,
-    param: Annotated[
-        list[str], typer.Option("--param", "-p", help="decoder parameter name=value (repeatable)")
-    ] = [],  # noqa: B006 - typer reads the default
+    draft: DraftOpt = None,
+    param: ParamOpt = [],  # noqa: B006 - typer reads the default
     system: Annotated[str | None, typer.Option("--system", help="system prompt")] = None,
     stop: Annotated[list[str], typer.Option("--stop", help="stop string (repeatable)")] = [],  # noqa: B006
     raw: Annotated[bool, typer.Option("--raw", help="no chat template: continue the text")] = False,
@@ -154,16 +158,12 @@ def compare(
     dtype: DtypeOpt = "float32",
     max_tokens: Annotated[int, typer.Option("--max-tokens")] = 256,
     repeats: Annotated[int, typer.Option("--repeats", help="runs per decoder (median)")] = 3,
-    temperature: Annotated[float | None, typer.Option("--temperature")] = None,
-    top_k: Annotated[int, typer.Option("--top-k")] = 0,
-    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
-    seed: Annotated[int | None, typer.Option("--seed")] = None,
-    param: Annotated[
-        list[str], typer.Option("--param", "-p", help="[decoder.]name=value (repeatable)")
-    ] = [],  # noqa: B006
-    draft: Annotated[
-        str | None, typer.Option("--draft", help="draft model (draft decoder)")
-    ] = None,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = 0,
+    top_p: TopPOpt = 1.0,
+    seed: SeedOpt = None,
+    param: ParamOpt = [],  # noqa: B006
+    draft: DraftOpt = None,
     raw: Annotated[bool, typer.Option("--raw", help="no chat template")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
@@ -209,12 +209,8 @@ def bench(
     limit_per_category: Annotated[int | None, typer.Option("--limit-per-category")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="per turn")] = 256,
     repeats: Annotated[int, typer.Option("--repeats", help="runs per answer (median)")] = 1,
-    param: Annotated[
-        list[str], typer.Option("--param", "-p", help="[decoder.]name=value (repeatable)")
-    ] = [],  # noqa: B006
-    draft: Annotated[
-        str | None, typer.Option("--draft", help="draft model (draft decoder)")
-    ] = None,
+    param: ParamOpt = [],  # noqa: B006
+    draft: DraftOpt = None,
     json_out: Annotated[
         str | None, typer.Option("--json", help="write results to this file")
     ] = None,
