@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tomllib
 
+from specchat.errors import SpecchatError
 from specchat.locations import config_dir
 
 SETTINGS_FILE = "settings.toml"
@@ -29,7 +30,7 @@ class Settings:
     backend: str | None = None
     device: str = "cpu"
     threads: int | None = None  # CPU threads for the model; None: all cores
-    decoder: str = "greedy"
+    decoder: str = ""  # empty: the registry's baseline
     theme: str = DEFAULT_THEME
     max_tokens: int = 512
     colour_runs: bool = True
@@ -84,6 +85,7 @@ def parse_settings(text: str) -> Settings:
         for key, value in values.items():
             if not isinstance(value, _SCALARS):
                 raise ValueError(f"decoders.{name}.{key} must be a number, string or boolean")
+        _check_decoder_values(name, values)
     model = _expect(data, "model", (str,), "") or None
     backend = _expect(data, "backend", (str,), "") or None
     seed = _expect(sampling, "seed", (int,), -1)
@@ -137,6 +139,26 @@ def _toml_value(value: object) -> str:
 
 def _toml_key(key: str) -> str:
     return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
+
+
+def _check_decoder_values(name: str, values: dict[str, object]) -> None:
+    """A known decoder's parameters are checked by its own declaration (a section for a decoder
+    this version does not have is kept, unused)."""
+    from specchat.decoding.registry import DECODERS
+
+    cls = DECODERS.get(name)
+    if cls is None:
+        return
+    params = {k: v for k, v in values.items() if k != "temperature"}
+    try:
+        cls.validate(params)
+    except SpecchatError as exc:
+        raise ValueError(f"[decoders.{name}]: {exc}") from None
+    temperature = values.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature < 0
+    ):
+        raise ValueError(f"decoders.{name}.temperature must be a number ≥ 0")
 
 
 def dump_settings(settings: Settings) -> str:

@@ -9,7 +9,7 @@ import pytest
 from specchat.backends.base import ChatMessage
 from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent, StepEvent
-from specchat.decoding.plain import PlainDecoder
+from specchat.decoding.plain import GreedyDecoder, SampleDecoder
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids, raw_prompt_ids
@@ -27,7 +27,7 @@ def story_ids(fresh_llama):
 
 
 def test_events_add_up_to_the_answer(fresh_llama, story_ids):
-    steps, done = _generate(Engine(fresh_llama, PlainDecoder()), story_ids, max_tokens=30)
+    steps, done = _generate(Engine(fresh_llama, GreedyDecoder()), story_ids, max_tokens=30)
     assert done.finish_reason == "max_tokens"
     assert len(done.token_ids) == 30
     assert "".join(e.text for e in steps) == done.text
@@ -39,7 +39,7 @@ def test_events_add_up_to_the_answer(fresh_llama, story_ids):
 
 
 def test_stop_string_ends_the_answer(fresh_llama, story_ids):
-    engine = Engine(fresh_llama, PlainDecoder())
+    engine = Engine(fresh_llama, GreedyDecoder())
     _, free = _generate(engine, story_ids, max_tokens=40)
     # a stop string made of the middle of the free answer, spanning token boundaries
     words = free.text.split()
@@ -52,13 +52,13 @@ def test_stop_string_ends_the_answer(fresh_llama, story_ids):
 
 def test_eos_ends_the_answer_and_is_not_in_token_ids(fresh_llama):
     ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", "Say just: yes")])
-    _, done = _generate(Engine(fresh_llama, PlainDecoder()), ids, max_tokens=200)
+    _, done = _generate(Engine(fresh_llama, GreedyDecoder()), ids, max_tokens=200)
     assert done.finish_reason == "eos"
     assert not set(done.token_ids) & fresh_llama.eos_ids
 
 
 def test_cancel_stops_within_one_step(fresh_llama, story_ids):
-    engine = Engine(fresh_llama, PlainDecoder())
+    engine = Engine(fresh_llama, GreedyDecoder())
     handle = engine.start(GenerationRequest(tuple(story_ids), max_tokens=400))
     seen = after = 0
     done = None
@@ -78,7 +78,7 @@ def test_cancel_stops_within_one_step(fresh_llama, story_ids):
 
 def test_cancel_through_an_external_flag(fresh_llama, story_ids):
     flag = threading.Event()
-    engine = Engine(fresh_llama, PlainDecoder())
+    engine = Engine(fresh_llama, GreedyDecoder())
     count = 0
     for event in engine.generate(GenerationRequest(tuple(story_ids), 400), cancel=flag):
         if isinstance(event, StepEvent):
@@ -90,7 +90,7 @@ def test_cancel_through_an_external_flag(fresh_llama, story_ids):
 
 
 def test_seeded_sampling_is_reproducible(fresh_llama, story_ids):
-    engine = Engine(fresh_llama, PlainDecoder("sample"))
+    engine = Engine(fresh_llama, SampleDecoder())
     runs = [
         _generate(engine, story_ids, max_tokens=25, sampling=SamplingParams(0.9, 50, 0.95, seed))[1]
         for seed in (7, 7, 8)
@@ -106,10 +106,10 @@ def test_prompt_past_the_context_window_is_refused(bundled_gguf):
     try:
         long_ids = raw_prompt_ids(small, "word " * 100)
         with pytest.raises(SpecchatError, match="context window"):
-            list(Engine(small, PlainDecoder()).generate(GenerationRequest(tuple(long_ids), 10)))
+            list(Engine(small, GreedyDecoder()).generate(GenerationRequest(tuple(long_ids), 10)))
         # a prompt that fits but leaves little room ends with context_full
         ids = raw_prompt_ids(small, "word " * 50)[:56]
-        _, done = _generate(Engine(small, PlainDecoder()), ids, max_tokens=100)
+        _, done = _generate(Engine(small, GreedyDecoder()), ids, max_tokens=100)
         assert done.finish_reason == "context_full"
         assert len(ids) + len(done.token_ids) == 64
     finally:
@@ -117,29 +117,29 @@ def test_prompt_past_the_context_window_is_refused(bundled_gguf):
 
 
 def test_a_second_turn_reuses_the_cached_prefix_with_identical_output(fresh_llama):
-    engine = Engine(fresh_llama, PlainDecoder())
+    engine = Engine(fresh_llama, GreedyDecoder())
     first = [ChatMessage("user", "Name a colour.")]
     _, a = _generate(engine, chat_prompt_ids(fresh_llama, first), max_tokens=10)
     history = first + [ChatMessage("assistant", a.text), ChatMessage("user", "And another?")]
     ids = chat_prompt_ids(fresh_llama, history)
     _, reused = _generate(engine, ids, max_tokens=15)
     fresh_llama.rollback(0)
-    _, cold = _generate(Engine(fresh_llama, PlainDecoder()), ids, max_tokens=15)
+    _, cold = _generate(Engine(fresh_llama, GreedyDecoder()), ids, max_tokens=15)
     assert reused.token_ids == cold.token_ids
 
 
 def test_switching_to_sampling_mid_answer_starts_sampling(fresh_llama, story_ids):
-    greedy_ids = _generate(Engine(fresh_llama, PlainDecoder()), story_ids, max_tokens=40)[
+    greedy_ids = _generate(Engine(fresh_llama, GreedyDecoder()), story_ids, max_tokens=40)[
         1
     ].token_ids
     fresh_llama.rollback(0)
-    engine = Engine(fresh_llama, PlainDecoder())
+    engine = Engine(fresh_llama, GreedyDecoder())
     steps = 0
     for event in engine.generate(GenerationRequest(tuple(story_ids), 40)):
         if isinstance(event, StepEvent):
             steps += 1
             if steps == 5:
-                engine.switch(PlainDecoder("sample"), SamplingParams(1.5, seed=3))
+                engine.switch(SampleDecoder(), SamplingParams(1.5, seed=3))
         else:
             done = event
     assert done.token_ids[:5] == greedy_ids[:5]

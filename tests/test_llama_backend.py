@@ -8,7 +8,7 @@ import pytest
 from specchat.backends.base import Block, ChatMessage
 from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent
-from specchat.decoding.plain import PlainDecoder
+from specchat.decoding.plain import GreedyDecoder
 from specchat.prompting import chat_prompt_ids, raw_prompt_ids
 
 PROMPTS = [
@@ -42,7 +42,7 @@ def library_llama(bundled_gguf):
 @pytest.mark.parametrize("kind,text", PROMPTS)
 def test_greedy_equals_llama_cpp_python_generate(fresh_llama, library_llama, kind, text):
     ids = _ids(fresh_llama, kind, text)
-    done = _run(Engine(fresh_llama, PlainDecoder()), ids, 48)
+    done = _run(Engine(fresh_llama, GreedyDecoder()), ids, 48)
     library_llama.reset()
     expected = []
     for token in library_llama.generate(ids, top_k=1, temp=0.0, reset=True):

@@ -38,9 +38,8 @@ def tiny_pair():
 
 def _decoder(name, draft_backend=None):
     if name == "draft":
-        decoder = DraftModelDecoder(k=3)
-        decoder._draft = draft_backend  # a model built in the test, not loaded from a spec
-        return decoder
+        # a model built in the test, not loaded from a spec
+        return DraftModelDecoder(draft_model=draft_backend, **DraftModelDecoder.validate({"k": 3}))
     return DECODERS[name].create()
 
 
@@ -115,18 +114,13 @@ class _ForceDraft:
     """Wraps a decoder so its target reports flat block costs: it then always drafts."""
 
     def __init__(self, inner):
-        self.inner, self.name = inner, inner.name
-
-    def params(self):
-        return self.inner.params()
+        self.inner, self.name, self.values = inner, inner.name, inner.values
 
     def reset(self, context):
         self.inner.reset(context)
 
     def prepare(self, target):
-        prepare = getattr(self.inner, "prepare", None)
-        if prepare:
-            prepare(_FlatCost(target))
+        self.inner.prepare(_FlatCost(target))
 
     def step(self, target, context, sampler, room):
         return self.inner.step(_FlatCost(target), context, sampler, room)

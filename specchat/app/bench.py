@@ -12,13 +12,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specchat import __version__
-from specchat.app.compare import scoped_params
 from specchat.bench.data import load_questions
 from specchat.bench.peers import peers_for
 from specchat.bench.report import markdown, print_report
-from specchat.bench.runner import BASELINE, DecoderMethod, run_benchmark
+from specchat.bench.runner import DecoderMethod, run_benchmark
 from specchat.bench.summary import summarize
-from specchat.decoding.registry import build_decoder, get_decoder_info
+from specchat.decoding.registry import (
+    baseline_name,
+    build_decoder,
+    decoder_class,
+    default_race,
+    scoped_params,
+)
 from specchat.errors import SpecchatError
 from specchat.models import ModelOptions
 
@@ -61,9 +66,9 @@ def run_bench(
     command: str,
 ) -> None:
     questions = load_questions(data, categories, limit_per_category)
-    names = list(dict.fromkeys([BASELINE, *decoders]))
+    names = list(dict.fromkeys([baseline_name(), *(decoders or default_race())]))
     for name in names:
-        get_decoder_info(name)
+        decoder_class(name)
     per = scoped_params(names, params)
     console = Console(file=sys.stderr)
     with console.status("loading the model…"):
@@ -91,7 +96,7 @@ def run_bench(
             repeats=repeats,
             on_run=lambda: progress.advance(task),
         )
-    summary = summarize(rows, BASELINE)
+    summary = summarize(rows, baseline_name())
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {
         "machine": f"{_cpu_name()}, {os.cpu_count()} logical cores, {platform.system()}",

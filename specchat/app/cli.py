@@ -36,7 +36,9 @@ SeedOpt = Annotated[int | None, typer.Option("--seed")]
 ParamOpt = Annotated[
     list[str], typer.Option("--param", "-p", help="name=value or decoder.name=value (repeatable)")
 ]
-DraftOpt = Annotated[str | None, typer.Option("--draft", help="draft model (draft decoder)")]
+DraftOpt = Annotated[
+    str | None, typer.Option("--draft", help="draft model: the same as --param draft=SPEC")
+]
 
 
 def _progress(message: str) -> None:
@@ -77,8 +79,9 @@ def main_callback(
     open_chat(model=model, backend=backend, device=device, draft=draft)
 
 
-def _parse_params(values: list[str]) -> dict[str, object]:
-    params: dict[str, object] = {}
+def _parse_params(values: list[str], draft: str | None = None) -> dict[str, object]:
+    """`--param` items as {[decoder.]name: value}; `--draft X` is `--param draft=X`."""
+    params: dict[str, object] = {} if draft is None else {"draft": draft}
     for item in values:
         name, sep, raw = item.partition("=")
         if not sep or not name:
@@ -106,7 +109,6 @@ def ask(
     top_k: TopKOpt = 0,
     top_p: TopPOpt = 1.0,
     seed: SeedOpt = None,
-    num_beams: Annotated[int | None, typer.Option("--num-beams", help="beam decoder")] = None,
     draft: DraftOpt = None,
     param: ParamOpt = [],  # noqa: B006 - typer reads the default
     system: Annotated[str | None, typer.Option("--system", help="system prompt")] = None,
@@ -116,14 +118,12 @@ def ask(
 ) -> None:
     """Stream one answer to stdout; multi-token speculative steps are coloured."""
     from specchat.app.ask import run_ask
+    from specchat.decoding.registry import decoder_class, scoped_params
     from specchat.decoding.sampling import SamplingParams
 
     # `decoder.name=value` works as in compare and bench; here there is one decoder
-    params = {k.removeprefix(f"{decoder}."): v for k, v in _parse_params(param).items()}
-    if num_beams is not None:
-        params["num_beams"] = num_beams
-    if draft is not None:
-        params["draft"] = draft
+    decoder_class(decoder)
+    params = scoped_params([decoder], _parse_params(param, draft))[decoder]
     if max_tokens < 1:
         raise SpecchatError("--max-tokens must be at least 1")
     code = run_ask(
@@ -173,9 +173,7 @@ def compare(
 
     if repeats < 1 or max_tokens < 1:
         raise SpecchatError("--repeats and --max-tokens must be at least 1")
-    params = _parse_params(param)
-    if draft is not None:
-        params["draft.draft"] = draft
+    params = _parse_params(param, draft)
     run_compare(
         prompt,
         decoders=decoder,
@@ -226,12 +224,10 @@ def bench(
         raise SpecchatError("--repeats and --max-tokens must be at least 1")
     if limit_per_category is not None and limit_per_category < 1:
         raise SpecchatError("--limit-per-category must be at least 1")
-    params = _parse_params(param)
-    if draft is not None:
-        params["draft.draft"] = draft
+    params = _parse_params(param, draft)
     run_bench(
         data=data,
-        decoders=decoder or ["pld", "lookahead"],
+        decoders=decoder,
         params=params,
         model_options=ModelOptions(model, backend, device, threads, dtype=dtype),
         categories=[c.strip() for c in categories.split(",")] if categories else None,

@@ -9,31 +9,10 @@ from rich.console import Console
 from rich.table import Table
 
 from specchat.decoding.race import figures_table_rows, race
-from specchat.decoding.registry import get_decoder_info, sampling_for
+from specchat.decoding.registry import decoder_class, default_race, sampling_for, scoped_params
 from specchat.decoding.sampling import SamplingParams
-from specchat.errors import SpecchatError
 from specchat.models import ModelOptions
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
-
-
-def scoped_params(names: list[str], raw: dict[str, object]) -> dict[str, dict[str, object]]:
-    """`decoder.param=value` goes to that decoder; a bare `param=value` to every decoder that
-    takes it."""
-    per: dict[str, dict[str, object]] = {name: {} for name in names}
-    for key, value in raw.items():
-        scope, _, param = key.rpartition(".")
-        targets = [scope] if scope else [n for n in names if _takes(n, param)]
-        if scope and scope not in per:
-            raise SpecchatError(f"--param {key}: {scope!r} is not one of the raced decoders")
-        if not targets:
-            raise SpecchatError(f"--param {key}: no raced decoder takes {param!r}")
-        for name in targets:
-            per[name][param] = value
-    return per
-
-
-def _takes(name: str, param: str) -> bool:
-    return any(p.name == param for p in get_decoder_info(name).params)
 
 
 def run_compare(
@@ -51,11 +30,11 @@ def run_compare(
     progress,
     progress_done,
 ) -> None:
-    names = list(dict.fromkeys(decoders or ["greedy", "pld", "lookahead"]))
+    names = list(dict.fromkeys(decoders or default_race()))
     for name in names:
-        get_decoder_info(name)
+        decoder_class(name)
     per = scoped_params(names, params)
-    chosen = sampling_for("sample" if temperature else "greedy", temperature, sampling)
+    chosen = sampling_for(None, temperature, sampling)
     loaded = model_options.load(progress)
     ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages_for(prompt))
 

@@ -17,11 +17,9 @@ from specchat.backends.base import Backend, ChatMessage
 from specchat.bench.data import Question
 from specchat.bench.summary import QuestionRow
 from specchat.decoding.race import find_divergence, run_decoder
-from specchat.decoding.registry import get_decoder_info
+from specchat.decoding.registry import decoder_class
 from specchat.decoding.sampling import SamplingParams
 from specchat.prompting import chat_prompt_ids
-
-BASELINE = "greedy"
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,7 @@ class DecoderMethod:
 
     def __init__(self, backend: Backend, name: str, params: dict[str, object]) -> None:
         self.backend, self.name, self.params = backend, name, params
-        self.greedy_family = get_decoder_info(name).greedy_family
+        self.greedy_family = decoder_class(name).greedy_family
 
     def run(self, prompt: list[int], max_tokens: int) -> Outcome:
         done = run_decoder(

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specchat.backends.base import Backend, Block
+from specchat.decoding.base import Decoder
+from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.step import Step
 
@@ -30,15 +32,29 @@ def _log_softmax(row: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum())
 
 
-class BeamSearchDecoder:
-    def __init__(self, num_beams: int = 4, length_penalty: float = 1.0) -> None:
-        self.name = "beam"
-        self.num_beams = max(1, int(num_beams))
-        self.length_penalty = float(length_penalty)
-        self.reset([])
+class BeamSearchDecoder(Decoder):
+    name = "beam"
+    key = "f4"
+    description = "beam search; streams the prefix all beams share"
+    params = (
+        Param("num_beams", int, 4, "beams kept at each step", minimum=1, maximum=64),
+        Param(
+            "length_penalty",
+            float,
+            1.0,
+            "score / length**penalty; > 0 favours longer answers",
+            minimum=-10,
+            maximum=10,
+        ),
+    )
+    greedy_family = False
+    takes_temperature = False
 
-    def params(self) -> dict[str, object]:
-        return {"num_beams": self.num_beams, "length_penalty": self.length_penalty}
+    def __init__(self, **values: object) -> None:
+        super().__init__(**values)
+        self.num_beams = int(values["num_beams"])
+        self.length_penalty = float(values["length_penalty"])
+        self.reset([])
 
     def reset(self, context: list[int]) -> None:
         self._running = [_Hypothesis((), 0.0)]

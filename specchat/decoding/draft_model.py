@@ -3,180 +3,132 @@ the target verifies them in one pass.
 
 K adapts (+2 after a fully accepted draft, -1 after a rejection) and drafting stops early when the
 draft's own top probability falls below a threshold. The draft may run on another backend or
-device than the target: it only ever exchanges token ids with it.
+device than the target: it only ever exchanges token ids with it, and it is handed in loaded.
 """
 
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 
 import numpy as np
 
 from specchat.backends.base import Backend, Block, sync_cache
-from specchat.decoding.draft_policy import AcceptanceEstimate, best_draft_length
-from specchat.decoding.sampling import (
-    Sampler,
-    SamplingParams,
-    logits_to_probs,
-    sample,
-    verify_chain,
-)
-from specchat.decoding.step import Step
-from specchat.errors import SpecchatError
+from specchat.decoding.draft_policy import Plan
+from specchat.decoding.params import Param
+from specchat.decoding.sampling import Sampler, SamplingParams, logits_to_probs, sample
+from specchat.decoding.speculative import Draft, SpeculativeDecoder
 
 _PLAIN = SamplingParams(temperature=1.0)
+_PRIOR = (4.0, 5.0)  # a draft of the same family agrees most of the time
 
 
-@lru_cache(maxsize=2)
-def load_draft_backend(
-    spec: str | None, backend: str | None, device: str, threads: int | None = None
-) -> Backend:
-    """Drafts are loaded once per process and shared by every decoder instance that uses them."""
-    from specchat.models import load_backend
-
-    return load_backend(spec, backend=backend, device=device, n_ctx=8192, threads=threads)
-
-
-def default_draft_reason(target: Backend) -> str | None:
-    """Why there is no default draft for this target (None when there is one)."""
-    from specchat.models import BUNDLED_FILE
-
-    if target.name == "hf" and target.model_name == BUNDLED_FILE.removesuffix(".gguf"):
-        return None
-    if target.name == "llama":
-        return "the bundled model has no smaller sibling on llama.cpp: pass --draft MODEL"
-    return "no default draft for this model: pass --draft MODEL"
-
-
-def check_same_vocabulary(target: Backend, draft: Backend) -> None:
-    """Refuse a draft whose tokens mean something else: its drafts would all be rejected."""
-    common = min(target.vocab_size, draft.vocab_size)
-    if abs(target.vocab_size - draft.vocab_size) > 256 or common == 0:
-        raise SpecchatError(
-            f"the draft's vocabulary ({draft.vocab_size} tokens) does not match the target's "
-            f"({target.vocab_size})"
-        )
-    for token_id in range(0, common, max(1, common // 512)):
-        if target.token_bytes(token_id) != draft.token_bytes(token_id):
-            raise SpecchatError(
-                f"the draft's vocabulary does not match the target's (token {token_id} differs)"
-            )
-
-
-class DraftModelDecoder:
-    def __init__(
-        self,
-        draft: str | None = None,
-        draft_backend: str | None = None,
-        draft_device: str = "cpu",
-        k: int = 4,
-        k_max: int = 12,
-        threshold: float = 0.3,
-    ) -> None:
-        self.name = "draft"
-        self.draft_spec, self.draft_backend_name, self.draft_device = (
-            draft,
-            draft_backend,
-            draft_device,
-        )
-        self.k, self.k_max, self.threshold = int(k), int(k_max), float(threshold)
-        self._draft: Backend | None = None
-        self._draft_tokens: list[int] = []  # what the draft's cache holds
-        self._acceptance = AcceptanceEstimate(accepted=4.0, trials=5.0)  # same-family prior
+class DraftModelDrafter:
+    def __init__(self, draft: Backend, k: int, k_max: int, threshold: float) -> None:
+        self.model = draft
+        self.k, self.k_max, self.threshold = k, k_max, threshold
+        self._tokens: list[int] = []  # what the draft's cache holds
         # Seconds per drafted token as actually paid: alternating two runtimes' thread pools on
         # shared cores can cost several times the draft's stand-alone block cost.
-        self._draft_cost: float | None = None
+        self._cost: float | None = None
         self._probe_countdown = 16
-
-    def params(self) -> dict[str, object]:
-        return {
-            "draft": self.draft_spec or "(bundled, llama.cpp)",
-            "k": self.k,
-            "k_max": self.k_max,
-            "threshold": self.threshold,
-        }
+        self._prepared = False
 
     def prepare(self, target: Backend) -> None:
-        if self._draft is not None:
+        if self._prepared:
             return
-        if self.draft_spec is not None and self.draft_spec.startswith("self:"):
-            from specchat.backends.hf import early_exit_draft
-
-            if target.name != "hf":
-                raise SpecchatError("self-speculation (draft self:L) needs the hf backend")
-            try:
-                layers = int(self.draft_spec.removeprefix("self:"))
-            except ValueError:
-                raise SpecchatError(f"draft {self.draft_spec!r}: use self:LAYERS") from None
-            draft = early_exit_draft(target, layers)
-        elif self.draft_spec is None:
-            reason = default_draft_reason(target)
-            if reason:
-                raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
-            draft = load_draft_backend(None, "llama", self.draft_device)
-        else:
-            draft = load_draft_backend(self.draft_spec, self.draft_backend_name, self.draft_device)
-        check_same_vocabulary(target, draft)
-        draft.block_cost(1)
-        target.block_cost(1)
-        self._draft = draft
-        self._draft_tokens = []
-        draft.rollback(0)
+        self.model.block_cost(1)
+        self.model.rollback(0)  # the draft may be shared: start from a cache this drafter knows
+        self._prepared = True
 
     def reset(self, context: list[int]) -> None:
         """Bring the draft's cache up to the prompt now, so that it counts as prefill."""
-        if self._draft is not None:
-            self._sync(context[:-1])
+        self._sync(context[:-1])
 
     def _sync(self, committed: list[int]) -> None:
-        sync_cache(self._draft, self._draft_tokens, committed)
-        self._draft_tokens = list(committed)
+        sync_cache(self.model, self._tokens, committed)
+        self._tokens = list(committed)
 
-    def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
-        draft = self._draft
-        assert draft is not None, "prepare() loads the draft"
-        if self._draft_cost is None:
-            self._draft_cost = draft.block_cost(1)
-        drafts: list[int] = []
-        draft_probs: list[np.ndarray] = []
+    def plan(self, context: list[int], room: int) -> Plan:
+        if self._cost is None:
+            self._cost = self.model.block_cost(1)
+        return Plan(available=self.k, key="draft", draft_cost=self._cost, prior=_PRIOR)
+
+    def draft(
+        self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
+    ) -> Draft:
+        tokens: list[int] = []
+        probs_seen: list[np.ndarray] = []
         last = context[-1]
-        # K bounds the draft; the cost model (draft passes + the longer target block) picks within.
-        planned = best_draft_length(
-            target, self._acceptance.rate, self.k, room - 1, extra_cost=self._draft_cost
-        )
         started = time.perf_counter()
-        if planned:
+        if depth:
             self._sync(context[:-1])
-        for _ in range(planned):
-            logits = draft.evaluate(Block.chain([last]))[0]
-            draft.commit([0])
-            self._draft_tokens.append(last)
+        for _ in range(depth):
+            logits = self.model.evaluate(Block.chain([last]))[0]
+            self.model.commit([0])
+            self._tokens.append(last)
             if sampler.greedy:  # its probabilities only measure the draft's confidence
                 probs = logits_to_probs(logits, _PLAIN)
                 token = int(np.argmax(logits))
             else:  # the q the token is sampled from, which verification needs
                 probs = sampler.probs(logits)
                 token = sample(probs, sampler.rng)
-            if drafts and probs.max() < self.threshold:
+            if tokens and probs.max() < self.threshold:
                 break
-            drafts.append(token)
-            draft_probs.append(probs)
+            tokens.append(token)
+            probs_seen.append(probs)
             last = token
-        if drafts:
-            spent = (time.perf_counter() - started) / len(drafts)
-            self._draft_cost = 0.8 * self._draft_cost + 0.2 * spent
+        if tokens:
+            spent = (time.perf_counter() - started) / len(tokens)
+            self._cost = 0.8 * self._cost + 0.2 * spent
         else:
             self._probe_countdown -= 1
             if self._probe_countdown <= 0:
                 # Costs drift (load, cache length): let the estimate recover now and then.
-                self._draft_cost *= 0.9
+                self._cost *= 0.9
                 self._probe_countdown = 16
-        logits = target.evaluate(Block.chain([context[-1], *drafts]))
-        q = np.stack(draft_probs) if drafts and not sampler.greedy else None
-        accepted, next_token = verify_chain(logits, drafts, sampler, q)
-        target.commit(list(range(accepted + 1)))
-        if drafts:
-            self._acceptance.update(len(drafts), accepted)
-            self.k = min(self.k_max, self.k + 2) if accepted == len(drafts) else max(1, self.k - 1)
-        return Step(tokens=(*drafts[:accepted], next_token), drafted=len(drafts), accepted=accepted)
+        q = np.stack(probs_seen) if tokens and not sampler.greedy else None
+        return Draft.chain(context[-1], tokens, q)
+
+    def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
+        if draft.drafted:
+            full = accepted == draft.drafted
+            self.k = min(self.k_max, self.k + 2) if full else max(1, self.k - 1)
+
+
+class DraftModelDecoder(SpeculativeDecoder):
+    name = "draft"
+    key = "f7"
+    description = "draft model: a small model with the same vocabulary drafts K tokens"
+    params = (
+        Param(
+            "draft",
+            str,
+            None,
+            "draft model spec (default: the bundled GGUF for an hf target); self:L = the "
+            "target's first L layers (self-speculation, hf backend)",
+            optional=True,
+        ),
+        Param(
+            "draft_backend",
+            str,
+            None,
+            "llama or hf (default: by the draft's format)",
+            choices=("llama", "hf"),
+            optional=True,
+        ),
+        Param("draft_device", str, "cpu", "cpu or cuda", choices=("cpu", "cuda")),
+        Param(
+            "k", int, 4, "initial draft length (adapts: +2 on full acceptance, -1 on a miss)", 1, 64
+        ),
+        Param("k_max", int, 12, "longest draft", 1, 64),
+        Param(
+            "threshold", float, 0.3, "stop drafting when the draft's top probability is lower", 0, 1
+        ),
+    )
+    needs_draft_model = True
+
+    def __init__(self, draft_model: Backend, **values: object) -> None:
+        super().__init__(**values)
+        self.drafter = DraftModelDrafter(
+            draft_model, int(values["k"]), int(values["k_max"]), float(values["threshold"])
+        )

@@ -53,15 +53,48 @@ def best_length(acceptance: float, top: int, pass_cost) -> int:
     return best_k
 
 
-def best_draft_length(
-    backend: Backend, acceptance: float, available: int, limit: int, extra_cost: float = 0.0
-) -> int:
-    """The best k for a chain draft of at most min(available, limit) tokens.
+@dataclass(frozen=True)
+class Plan:
+    """What a drafter knows before drafting, for the policy to size the draft.
 
-    `extra_cost` is the drafting cost per drafted token (a draft model's own passes), zero for
-    lookup-based drafts.
+    The pass evaluates `base` tokens (the pending token, plus e.g. lookahead's window) and
+    `branches` candidates of the chosen depth; drafting costs `draft_cost` seconds per drafted
+    token (a draft model's own passes; zero for copied drafts). `key` names the situation whose
+    acceptance is estimated apart (e.g. the matched n-gram's length), `prior` seeds it.
     """
-    top = max(0, min(available, limit))
-    if top == 0:
-        return 0
-    return best_length(acceptance, top, lambda k: backend.block_cost(k + 1) + extra_cost * k)
+
+    available: int
+    key: object = None
+    base: int = 1
+    branches: int = 1
+    draft_cost: float = 0.0
+    prior: tuple[float, float] = (1.0, 2.0)
+
+
+class DraftLengthPolicy:
+    """Chooses each draft's depth from the acceptance seen per situation and the measured pass
+    costs, and learns from what each pass accepted."""
+
+    def __init__(self) -> None:
+        self._estimates: dict[object, AcceptanceEstimate] = {}
+
+    def estimate(self, plan: Plan) -> AcceptanceEstimate:
+        estimate = self._estimates.get(plan.key)
+        if estimate is None:
+            accepted, trials = plan.prior
+            estimate = self._estimates[plan.key] = AcceptanceEstimate(accepted, trials)
+        return estimate
+
+    def depth(self, target: Backend, plan: Plan, room: int) -> int:
+        """The depth in [0, min(available, room - 1)] with the most expected tokens per second."""
+        top = max(0, min(plan.available, room - 1))
+        if top == 0:
+            return 0
+        return best_length(
+            self.estimate(plan).rate,
+            top,
+            lambda d: target.block_cost(plan.base + plan.branches * d) + plan.draft_cost * d,
+        )
+
+    def update(self, plan: Plan, drafted: int, accepted: int) -> None:
+        self.estimate(plan).update(drafted, accepted)

@@ -66,9 +66,7 @@ class Engine:
 
     def _prepare(self, decoder: Decoder) -> None:
         """One-off work a decoder needs (measuring block costs) before any timing starts."""
-        prepare = getattr(decoder, "prepare", None)
-        if prepare is not None:
-            prepare(self.backend)
+        decoder.prepare(self.backend)
 
     def _prefill(self, prompt: list[int]) -> None:
         """Commit all prompt tokens but the last, reusing the cached prefix of the last answer."""
@@ -135,7 +133,7 @@ class Engine:
             generated.extend(kept)
             stats.add_step(len(kept), step.drafted, step.accepted, seconds)
             if self.decoder.name not in stats.decoders:
-                stats.decoders[self.decoder.name] = self.decoder.params()
+                stats.decoders[self.decoder.name] = dict(self.decoder.values)
             if stats.time_to_first_token is None and kept:
                 stats.time_to_first_token = time.perf_counter() - start
             if kept or text:

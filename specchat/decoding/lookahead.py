@@ -13,42 +13,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from specchat.backends.base import Backend, Block
-from specchat.decoding.draft_policy import AcceptanceEstimate, best_length
+from specchat.backends.base import Backend
+from specchat.decoding.draft_policy import Plan
 from specchat.decoding.ngram_pool import NgramPool
-from specchat.decoding.sampling import Sampler, verify_tree
-from specchat.decoding.step import Step
+from specchat.decoding.params import Param
+from specchat.decoding.sampling import Sampler
+from specchat.decoding.speculative import Draft, SpeculativeDecoder
 
 
-class LookaheadDecoder:
+class LookaheadDrafter:
     def __init__(
-        self,
-        window: int = 5,
-        ngram: int = 4,
-        candidates: int = 5,
-        max_cost_ratio: float = 2.0,
-        seed_from_prompt: bool = True,
+        self, window: int, ngram: int, candidates: int, max_cost_ratio: float, seed: bool
     ) -> None:
-        self.name = "lookahead"
-        if ngram < 2:
-            raise ValueError("lookahead needs n-grams of at least 2 tokens")
-        self.window, self.ngram, self.max_candidates = int(window), int(ngram), int(candidates)
-        self.max_cost_ratio = float(max_cost_ratio)
-        self.seed_from_prompt = bool(seed_from_prompt)
-        self._pool = NgramPool(self.ngram, self.max_candidates)
+        self.window, self.ngram, self.max_candidates = window, ngram, candidates
+        self.max_cost_ratio = max_cost_ratio
+        self.seed_from_prompt = seed
+        self._pool = NgramPool(ngram, candidates)
         self._levels: list[list[int]] = []
         self._rng = np.random.default_rng(0)
         self._size: tuple[int, int] | None = None
-        self._acceptance = AcceptanceEstimate()
-
-    def params(self) -> dict[str, object]:
-        return {
-            "window": self.window,
-            "ngram": self.ngram,
-            "candidates": self.max_candidates,
-            "max_cost_ratio": self.max_cost_ratio,
-            "seed_from_prompt": self.seed_from_prompt,
-        }
+        self._candidates: list[tuple[int, ...]] = []
+        self._window = 0  # columns in this step's block
 
     def prepare(self, target: Backend) -> None:
         """Fit W and G to the cost budget: a pass may cost at most max_cost_ratio single passes."""
@@ -74,14 +59,28 @@ class LookaheadDecoder:
             for _ in range(self.ngram - 1)
         ]
 
-    def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
-        self._pool.sync(context)
+    def _window_width(self, room: int) -> int:
         window = len(self._levels[0]) if self._levels else 0
         if window and window + len(self._levels) >= room:
-            window = 0  # near the context's end the window would run past it
+            return 0  # near the context's end the window would run past it
+        return window
+
+    def plan(self, context: list[int], room: int) -> Plan:
+        self._pool.sync(context)
         max_cands = self._size[1] if self._size else self.max_candidates
-        pending = context[-1]
-        tokens, parents = [pending], [-1]
+        self._candidates = self._pool.candidates(context[-1], max_cands)
+        window = self._window = self._window_width(room)
+        return Plan(
+            available=(self.ngram - 1) if self._candidates else 0,
+            base=1 + window * len(self._levels),
+            branches=len(self._candidates),
+        )
+
+    def draft(
+        self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
+    ) -> Draft:
+        window = self._window
+        tokens, parents = [context[-1]], [-1]
         # The Jacobi window.
         level_nodes: list[list[int]] = []
         for j, level in enumerate(self._levels if window else []):
@@ -92,16 +91,14 @@ class LookaheadDecoder:
                 parents.append(parent)
                 nodes.append(len(tokens) - 1)
             level_nodes.append(nodes)
-        # The verification trie, its depth chosen by expected tokens per second.
-        candidates = self._pool.candidates(pending, max_cands)
-        depth = self._best_depth(target, len(tokens), len(candidates), room)
+        # The verification trie of the pool's candidates, `depth` deep.
         children: dict[int, dict[int, int]] = {0: {}}
         longest = 0
-        for cand in candidates if depth else []:
+        for cand in self._candidates if depth else []:
             node = 0
-            draft = cand[:depth]
-            longest = max(longest, len(draft))
-            for token in draft:
+            branch = cand[:depth]
+            longest = max(longest, len(branch))
+            for token in branch:
                 child = children[node].get(token)
                 if child is None:
                     tokens.append(token)
@@ -110,33 +107,49 @@ class LookaheadDecoder:
                     children[node][token] = child
                     children[child] = {}
                 node = child
-        logits = target.evaluate(Block(tuple(tokens), tuple(parents)))
-        accepted, node, next_token = verify_tree(logits, children, sampler)
-        target.commit(Block(tuple(tokens), tuple(parents)).path_to(node))
-        if window:
-            self._advance_window(logits, level_nodes, len(accepted) + 1)
-        if longest:
-            self._acceptance.update(longest, len(accepted))
         # "drafted" counts the longest candidate: the most this pass could have accepted.
-        return Step(tokens=(*accepted, next_token), drafted=longest, accepted=len(accepted))
+        return Draft(tokens, parents, children, drafted=longest, state=level_nodes)
 
-    def _best_depth(self, target: Backend, base_size: int, n_cands: int, room: int) -> int:
-        """How deep to verify the pool's candidates: more depth costs a longer block on a
-        compute-bound backend, and pays only at the acceptance seen so far."""
-        if not n_cands:
-            return 0
-        top = max(0, min(self.ngram - 1, room - 1))
-        return best_length(
-            self._acceptance.rate, top, lambda d: target.block_cost(base_size + n_cands * d)
-        )
-
-    def _advance_window(self, logits, level_nodes, shifts: int) -> None:
+    def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
         """One Jacobi iteration: the last level's predictions become the newest level, the
         oldest level with them forms N-grams for the pool; extra accepted tokens shift again."""
+        level_nodes = draft.state
+        if not level_nodes:
+            return
         predictions = [int(np.argmax(logits[node])) for node in level_nodes[-1]]
         for i, first in enumerate(self._levels[0]):
             continuation = tuple(level[i] for level in self._levels[1:]) + (predictions[i],)
             self._pool.add(first, continuation)
         self._levels = self._levels[1:] + [predictions]
-        for _ in range(shifts - 1):
+        for _ in range(accepted):
             self._levels = self._levels[1:] + [list(self._levels[0])]
+
+
+class LookaheadDecoder(SpeculativeDecoder):
+    name = "lookahead"
+    key = "f6"
+    description = "lookahead: Jacobi window + n-gram pool, verified in the same tree-shaped pass"
+    params = (
+        Param("window", int, 5, "W: Jacobi window columns", 1, 64),
+        Param("ngram", int, 4, "N: n-gram length (window levels = N-1)", 2, 16),
+        Param("candidates", int, 5, "G: pool n-grams verified per step (and kept per key)", 1, 64),
+        Param(
+            "max_cost_ratio",
+            float,
+            2.0,
+            "largest pass cost, in single-token passes, W/G shrink to",
+            1.0,
+            100.0,
+        ),
+        Param("seed_from_prompt", bool, True, "seed the pool with the context's own n-grams"),
+    )
+
+    def __init__(self, **values: object) -> None:
+        super().__init__(**values)
+        self.drafter = LookaheadDrafter(
+            int(values["window"]),
+            int(values["ngram"]),
+            int(values["candidates"]),
+            float(values["max_cost_ratio"]),
+            bool(values["seed_from_prompt"]),
+        )

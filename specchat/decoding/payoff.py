@@ -7,13 +7,6 @@ now and then, since text and load change. Both kinds of step are exact, so any m
 
 from __future__ import annotations
 
-import time
-
-from specchat.backends.base import Backend
-from specchat.decoding.plain import PlainDecoder
-from specchat.decoding.sampling import Sampler
-from specchat.decoding.step import Step
-
 _DECAY = 0.85
 _PROBE_EVERY = 12
 
@@ -35,29 +28,15 @@ class _Rate:
 
 
 class PayoffGuard:
-    """Wraps a speculative decoder; falls back to plain steps while speculation does not pay."""
+    """Says whether the next step should speculate, from the measured rates of both kinds."""
 
-    def __init__(self, inner, warmup: int = 4) -> None:
-        self.inner = inner
-        self.name = inner.name
+    def __init__(self, warmup: int = 4) -> None:
         self._warmup = warmup
         self._spec = _Rate()
         self._plain = _Rate()
         self._since_probe = 0
-        self._plain_decoder = PlainDecoder(inner.name)
 
-    def params(self) -> dict[str, object]:
-        return self.inner.params()
-
-    def prepare(self, target: Backend) -> None:
-        prepare = getattr(self.inner, "prepare", None)
-        if prepare is not None:
-            prepare(target)
-
-    def reset(self, context: list[int]) -> None:
-        self.inner.reset(context)
-
-    def _use_speculation(self) -> bool:
+    def speculate(self) -> bool:
         if self._spec.samples < self._warmup:
             return True
         if self._plain.samples < 2:
@@ -68,13 +47,5 @@ class PayoffGuard:
             return self._spec.value < self._plain.value  # probe the one not in use
         return self._spec.value >= self._plain.value
 
-    def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
-        speculate = self._use_speculation()
-        start = time.perf_counter()
-        step = (self.inner if speculate else self._plain_decoder).step(
-            target, context, sampler, room
-        )
-        (self._spec if speculate else self._plain).add(
-            len(step.tokens), time.perf_counter() - start
-        )
-        return step
+    def record(self, speculated: bool, tokens: int, seconds: float) -> None:
+        (self._spec if speculated else self._plain).add(tokens, seconds)

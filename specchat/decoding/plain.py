@@ -3,23 +3,35 @@
 from __future__ import annotations
 
 from specchat.backends.base import Backend, Block
+from specchat.decoding.base import Decoder
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.step import Step
 
 
-class PlainDecoder:
-    """The baseline every speculative decoder must reproduce (greedy) or match in law (sampling)."""
+def plain_step(target: Backend, context: list[int], sampler: Sampler) -> Step:
+    """The baseline step every speculative step must reproduce (greedy) or match in law."""
+    logits = target.evaluate(Block.chain([context[-1]]))
+    target.commit([0])
+    return Step(tokens=(sampler.next_token(logits[0]),))
 
-    def __init__(self, name: str = "greedy") -> None:
-        self.name = name
 
-    def reset(self, context: list[int]) -> None:
-        pass
+class GreedyDecoder(Decoder):
+    name = "greedy"
+    key = "f2"
+    description = "plain greedy decoding: one pass, one token (the baseline)"
+    takes_temperature = False
+    baseline = True
 
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
-        logits = target.evaluate(Block.chain([context[-1]]))
-        target.commit([0])
-        return Step(tokens=(sampler.next_token(logits[0]),))
+        return plain_step(target, context, sampler)
 
-    def params(self) -> dict[str, object]:
-        return {}
+
+class SampleDecoder(Decoder):
+    name = "sample"
+    key = "f3"
+    description = "plain sampling with temperature, top-k, top-p and a seed"
+    greedy_family = False
+    default_temperature = 0.8
+
+    def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
+        return plain_step(target, context, sampler)

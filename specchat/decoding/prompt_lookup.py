@@ -1,54 +1,76 @@
 """Prompt lookup decoding: draft the tokens that followed the latest earlier occurrence of the
 context's longest recent n-gram, verify them in one target pass.
 
-The draft length is chosen per step from the running acceptance and the backend's measured block
-costs (see draft_policy), so on a compute-bound CPU it drafts little or nothing rather than lose.
 Acceptance is bursty — a draft copied from a passage being quoted keeps being right, one matched on
-a single common token rarely is — so it is estimated separately by the length of the matched
-n-gram and by whether the previous draft was accepted in full.
+a single common token rarely is — so the policy estimates it separately by the length of the
+matched n-gram and by whether the previous draft was accepted in full.
 """
 
 from __future__ import annotations
 
-from specchat.backends.base import Backend, Block
-from specchat.decoding.draft_policy import AcceptanceEstimate, best_draft_length
+import numpy as np
+
+from specchat.backends.base import Backend
+from specchat.decoding.draft_policy import Plan
 from specchat.decoding.ngram_index import NgramIndex
-from specchat.decoding.sampling import Sampler, verify_chain
-from specchat.decoding.step import Step
+from specchat.decoding.params import Param
+from specchat.decoding.sampling import Sampler
+from specchat.decoding.speculative import Draft, SpeculativeDecoder
+from specchat.errors import SpecchatError
 
 
-class PromptLookupDecoder:
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred_tokens: int = 10) -> None:
-        self.name = "pld"
-        self.max_ngram, self.min_ngram = int(max_ngram), int(min_ngram)
-        self.num_pred_tokens = int(num_pred_tokens)
-        self._index = NgramIndex(self.min_ngram, self.max_ngram)
-        self._acceptance: dict[tuple[int, bool], AcceptanceEstimate] = {}
+class PromptLookupDrafter:
+    def __init__(self, max_ngram: int, min_ngram: int, num_pred_tokens: int) -> None:
+        self.num_pred_tokens = num_pred_tokens
+        self._index = NgramIndex(min_ngram, max_ngram)
         self._streak = False  # the previous draft was accepted in full
-
-    def params(self) -> dict[str, object]:
-        return {
-            "max_ngram": self.max_ngram,
-            "min_ngram": self.min_ngram,
-            "num_pred_tokens": self.num_pred_tokens,
-        }
+        self._proposal: list[int] = []
 
     def prepare(self, target: Backend) -> None:
-        target.block_cost(1)
+        pass
 
     def reset(self, context: list[int]) -> None:
         self._index.reset(context)
 
-    def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
+    def plan(self, context: list[int], room: int) -> Plan:
         self._index.sync(context)
-        proposal, matched = self._index.continuation(self.num_pred_tokens)
-        estimate = self._acceptance.setdefault((matched, self._streak), AcceptanceEstimate())
-        k = best_draft_length(target, estimate.rate, len(proposal), room - 1)
-        draft = proposal[:k]
-        logits = target.evaluate(Block.chain([context[-1], *draft]))
-        accepted, next_token = verify_chain(logits, draft, sampler)
-        target.commit(list(range(accepted + 1)))
-        if draft:
-            estimate.update(len(draft), accepted)
-            self._streak = accepted == len(draft)
-        return Step(tokens=(*draft[:accepted], next_token), drafted=len(draft), accepted=accepted)
+        self._proposal, matched = self._index.continuation(self.num_pred_tokens)
+        return Plan(available=len(self._proposal), key=(matched, self._streak))
+
+    def proposal(self, context: list[int]) -> list[int]:
+        """What it would propose after `context` at most (a function of the context alone)."""
+        self._index.sync(context)
+        return self._index.continuation(self.num_pred_tokens)[0]
+
+    def draft(
+        self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
+    ) -> Draft:
+        return Draft.chain(context[-1], self._proposal[:depth])
+
+    def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
+        if draft.drafted:
+            self._streak = accepted == draft.drafted
+
+
+class PromptLookupDecoder(SpeculativeDecoder):
+    name = "pld"
+    key = "f5"
+    description = (
+        "prompt lookup: drafts what followed the latest earlier match of the context's tail"
+    )
+    params = (
+        Param("max_ngram", int, 3, "longest n-gram matched against the context", 1, 64),
+        Param("min_ngram", int, 1, "shortest n-gram matched", 1, 64),
+        Param("num_pred_tokens", int, 10, "most tokens drafted in one step", 1, 256),
+    )
+
+    @classmethod
+    def check(cls, values: dict[str, object]) -> None:
+        if values["min_ngram"] > values["max_ngram"]:
+            raise SpecchatError("pld.min_ngram must be ≤ pld.max_ngram")
+
+    def __init__(self, **values: object) -> None:
+        super().__init__(**values)
+        self.drafter = PromptLookupDrafter(
+            int(values["max_ngram"]), int(values["min_ngram"]), int(values["num_pred_tokens"])
+        )

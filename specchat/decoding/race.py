@@ -17,10 +17,8 @@ import numpy as np
 from specchat.backends.base import Backend, Block
 from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent
-from specchat.decoding.registry import build_decoder, get_decoder_info
+from specchat.decoding.registry import baseline_name, build_decoder, decoder_class
 from specchat.decoding.sampling import SamplingParams
-
-BASELINE = "greedy"
 
 
 @dataclass
@@ -131,8 +129,9 @@ def race(
     """Figures per decoder; greedy is added as the baseline when missing (and sampling is off)."""
     sampling = sampling or SamplingParams()
     entries = list(decoders)
-    if sampling.greedy and all(name != BASELINE for name, _ in entries):
-        entries.insert(0, (BASELINE, {}))
+    base = baseline_name()
+    if sampling.greedy and all(name != base for name, _ in entries):
+        entries.insert(0, (base, {}))
     figures = [DecoderFigures(name, params) for name, params in entries]
     total = repeats * len(figures)
     done_runs = 0
@@ -144,11 +143,11 @@ def race(
             done_runs += 1
             if on_progress:
                 on_progress(done_runs, total, fig.name)
-    baseline = next((f for f in figures if f.name == BASELINE), None)
+    baseline = next((f for f in figures if f.name == base), None)
     if baseline is not None and sampling.greedy:
         reference = baseline.runs[-1].token_ids
         for fig in figures:
-            if fig is baseline or not get_decoder_info(fig.name).greedy_family:
+            if fig is baseline or not decoder_class(fig.name).greedy_family:
                 continue
             fig.divergence = find_divergence(backend, prompt, reference, fig.runs[-1].token_ids)
             fig.identical = fig.divergence is None
@@ -158,7 +157,8 @@ def race(
 
 def figures_table_rows(figures: list[DecoderFigures]) -> list[dict[str, object]]:
     """One row per decoder, as `compare` prints it and `--json` writes it."""
-    baseline = next((f for f in figures if f.name == BASELINE), figures[0] if figures else None)
+    base = baseline_name()
+    baseline = next((f for f in figures if f.name == base), figures[0] if figures else None)
     rows = []
     for fig in figures:
         speedup = fig.speedup(baseline)

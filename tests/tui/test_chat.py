@@ -7,7 +7,8 @@ import pytest
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.status_bar import StatusBar
-from specchat.decoding.registry import DECODERS, DecoderInfo
+from specchat.decoding.base import Decoder
+from specchat.decoding.registry import DECODERS
 from specchat.settings import Settings
 
 from .conftest import wait_until
@@ -98,14 +99,14 @@ async def test_decoder_key_when_idle_sets_next_answer(backend):
 
 
 async def test_unavailable_decoder_says_why(backend, monkeypatch):
-    info = DecoderInfo(
-        name="needs-gpu",
-        key="f12",
-        description="test entry",
-        build=lambda: None,
-        unavailable=lambda backend: "needs a GPU",
-    )
-    monkeypatch.setitem(DECODERS, info.name, info)
+    class NeedsGpu(Decoder):
+        name, key, description = "needs-gpu", "f12", "test entry"
+
+        @classmethod
+        def unavailable(cls, backend, values):
+            return "needs a GPU"
+
+    monkeypatch.setitem(DECODERS, NeedsGpu.name, NeedsGpu)
     app = SpecchatApp(settings=Settings(), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f12")

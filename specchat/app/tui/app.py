@@ -6,7 +6,6 @@ loads in a thread worker so the window (and its progress line) appears at once.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,15 +24,19 @@ from specchat.app.tui.messages import (
     ModelLoaded,
 )
 from specchat.decoding.engine import Engine
-from specchat.decoding.registry import DECODERS, DecoderInfo, build_decoder, sampling_for
+from specchat.decoding.registry import (
+    DECODERS,
+    baseline_name,
+    build_decoder,
+    sampling_for,
+    unavailable_reason,
+)
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
 from specchat.history import HistoryStore
 from specchat.settings import DEFAULT_THEME, Settings, load_settings, save_settings
 from specchat.themes.app_themes import APP_THEMES, palette_for
 from specchat.themes.palette import RunPalette
-
-DRAFT_PARAM_NAMES = ("draft", "draft_model", "draft_spec")
 
 
 def ui_model_threads() -> int:
@@ -93,7 +96,9 @@ class SpecchatApp(App):
         self.backend = backend
         self._owns_backend = backend is None
         self.engine: Engine | None = None
-        self.decoder_name = self.settings.decoder if self.settings.decoder in DECODERS else "greedy"
+        self.decoder_name = (
+            self.settings.decoder if self.settings.decoder in DECODERS else baseline_name()
+        )
         self.busy = False  # an answer or a race holds the engine
         self.racing = False
         self.ready_seconds: float | None = None
@@ -171,7 +176,7 @@ class SpecchatApp(App):
             decoder = self.build(name)
         except SpecchatError as exc:
             self.notify(f"{exc}; using greedy", severity="warning")
-            name = self.decoder_name = "greedy"
+            name = self.decoder_name = baseline_name()
             decoder = self.build(name)
         self.engine = Engine(backend, decoder)
         self.ready_seconds = time.perf_counter() - self._started
@@ -197,10 +202,8 @@ class SpecchatApp(App):
         """Registry defaults, then the user's settings, then --draft for a draft-model decoder."""
         info = DECODERS[name]
         params = {**info.defaults(), **self.settings.decoder_params(name)}
-        if self.draft:
-            for param in info.params:
-                if param.name in DRAFT_PARAM_NAMES:
-                    params[param.name] = self.draft
+        if self.draft and info.needs_draft_model:
+            params["draft"] = self.draft
         return {k: v for k, v in params.items() if k in {p.name for p in info.params}}
 
     def sampling(self, name: str) -> SamplingParams:
@@ -227,7 +230,7 @@ class SpecchatApp(App):
     def unavailable_reason(self, name: str) -> str | None:
         if self.backend is None:
             return None
-        return unavailable_reason(DECODERS[name], self.backend, self.decoder_params(name))
+        return unavailable_reason(name, self.backend, self.decoder_params(name))
 
     def action_decoder(self, name: str) -> None:
         """Switch decoder: mid-answer from the next step on, else for the next answer."""
@@ -315,16 +318,6 @@ class SpecchatApp(App):
                 f"{info.key.upper()} — {info.description}",
                 lambda name=info.name: self.action_decoder(name),
             )
-
-
-def unavailable_reason(info: DecoderInfo, backend: object, params: dict[str, object]) -> str | None:
-    """Why a decoder cannot run here, or None. Registry entries take (backend, params); older
-    ones took (backend) alone."""
-    try:
-        takes_params = len(inspect.signature(info.unavailable).parameters) >= 2
-    except (TypeError, ValueError):
-        takes_params = True
-    return info.unavailable(backend, params) if takes_params else info.unavailable(backend)
 
 
 def export_dir() -> Path:

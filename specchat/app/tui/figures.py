@@ -21,7 +21,7 @@ FINISH_LABELS = {
 
 @dataclass
 class Figures:
-    decoder: str = "greedy"
+    decoder: str = ""
     params: str = ""
     pending: str | None = None  # a decoder that takes over at the next step
     tokens: int = 0

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
 from specchat.decoding.registry import DECODERS
+from specchat.errors import SpecchatError
 
 
 def parse_value(text: str, default: object, name: str) -> object:
@@ -108,8 +109,7 @@ class DecoderSettingsScreen(ModalScreen):
         try:
             for param in info.params:
                 raw = self.query_one(f"#p-{param.name}", Input).value
-                value = parse_value(raw, param.default, param.name)
-                values[param.name] = param.default if value is None else value
+                values[param.name] = param.parse(raw, info.name)
             temperature = parse_value(
                 self.query_one("#s-temperature", Input).value, 0.0, "temperature"
             )
@@ -122,7 +122,8 @@ class DecoderSettingsScreen(ModalScreen):
                 raise ValueError("top-p must be in (0, 1]")
             if top_k is not None and top_k < 0:
                 raise ValueError("top-k must be ≥ 0")
-        except ValueError as exc:
+            info.check(values)
+        except (ValueError, SpecchatError) as exc:
             self.notify(str(exc), severity="error")
             return
         settings = self.app.settings

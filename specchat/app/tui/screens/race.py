@@ -22,7 +22,7 @@ from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.backends.base import ChatMessage
 from specchat.decoding.engine import GenerationRequest
 from specchat.decoding.events import DoneEvent
-from specchat.decoding.registry import DECODERS
+from specchat.decoding.registry import DECODERS, baseline_name
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
 
@@ -69,7 +69,7 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
     finished = [p for p in panes if p.done is not None]
     if not finished:
         return []
-    base = next((p for p in finished if p.decoder == "greedy"), finished[0])
+    base = next((p for p in finished if p.decoder == baseline_name()), finished[0])
     base_tps = float(base.done.stats.get("tokens_per_second", 0.0)) or 0.0
     reference = next((p for p in finished if greedy_flags.get(p.decoder)), None)
     rows = []
@@ -154,8 +154,8 @@ class RaceScreen(Screen):
 
     def _default_choice(self) -> list[str]:
         usable = [n for n in DECODERS if not self.app.unavailable_reason(n)]
-        speculative = [n for n in usable if n not in ("greedy", "sample", "beam")]
-        return (["greedy"] + speculative[:2]) if speculative else usable[:2]
+        speculative = [n for n in usable if DECODERS[n].speculative]
+        return ([baseline_name()] + speculative[:2]) if speculative else usable[:2]
 
     @on(PromptInput.Submitted)
     @on(Button.Pressed, "#race-run")

@@ -1,0 +1,58 @@
+"""The speedup a drafter's own proposals would allow, had the policy known which would be accepted.
+
+Replays greedy's answer: at every position the drafter proposes from the same context greedy had,
+and we count how many proposed tokens greedy would have accepted. An oracle policy then picks, by
+dynamic programming over the answer, the draft lengths that minimise total pass cost at the
+backend's measured k-token pass costs. (speedup − 1) / (oracle − 1) is the share of what the drafts
+allow that a real policy realises: the number a draft policy is judged by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OracleFigures:
+    speedup: float  # oracle tokens/s ÷ plain greedy tokens/s
+    copyable: float  # share of answer tokens some proposal could have supplied
+
+    def efficiency(self, realised: float | None) -> float | None:
+        if realised is None or self.speedup <= 1.0 + 1e-9:
+            return None
+        return (realised - 1.0) / (self.speedup - 1.0)
+
+
+def accepted_lengths(
+    propose: Callable[[list[int]], Sequence[int]], prompt: list[int], answer: Sequence[int]
+) -> list[int]:
+    """For each answer position i, how many of the tokens proposed after prompt + answer[:i]
+    equal answer[i:] (what greedy verification would accept)."""
+    lengths = []
+    context = list(prompt)
+    for i in range(len(answer)):
+        proposal = propose(context)
+        n = 0
+        while n < len(proposal) and i + n < len(answer) and proposal[n] == answer[i + n]:
+            n += 1
+        lengths.append(n)
+        context.append(answer[i])
+    return lengths
+
+
+def oracle_speedup(lengths: Sequence[int], pass_cost: Callable[[int], float]) -> OracleFigures:
+    """Best total cost over draft-length choices; `pass_cost(k)` is a k-token pass's seconds."""
+    n = len(lengths)
+    if n == 0:
+        return OracleFigures(1.0, 0.0)
+    costs = [pass_cost(k) for k in range(1, max(lengths) + 2)]
+    best = [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        top = min(lengths[i], n - i - 1)
+        best[i] = min(costs[k] + best[i + k + 1] for k in range(top + 1))
+    reach, copyable = 0, 0
+    for i, m in enumerate(lengths):
+        reach = max(reach, i + m)
+        copyable += i < reach
+    return OracleFigures(n * costs[0] / best[0], copyable / n)

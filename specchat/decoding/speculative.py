@@ -1,0 +1,118 @@
+"""One speculative step for every drafter: draft, one target pass, verify, commit, learn.
+
+A drafter only proposes (prompt lookup, lookahead's pool and window, a draft model); this module
+verifies every kind of draft the same way. Greedy verification follows the target's argmax through
+the draft's trie; with a temperature, copied drafts (q = 1) use SpecInfer's multi-candidate rule
+and a draft model's chain uses exact rejection sampling (see sampling.verify_chain). The payoff
+guard and the draft-length policy are the two visible decisions around the pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from specchat.backends.base import Backend, Block
+from specchat.decoding.base import Decoder
+from specchat.decoding.draft_policy import DraftLengthPolicy, Plan
+from specchat.decoding.payoff import PayoffGuard
+from specchat.decoding.plain import plain_step
+from specchat.decoding.sampling import Sampler, verify_chain, verify_tree
+from specchat.decoding.step import Step
+
+
+@dataclass
+class Draft:
+    """A block after the pending token (index 0), and which of its nodes are drafts to verify.
+
+    `children[node]` maps a drafted token to its block index (a trie rooted at 0); block nodes
+    outside the trie (lookahead's window) are evaluated but never accepted. `q` holds a draft
+    model's per-position distributions for a chain draft, `drafted` the most the pass can accept.
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    children: dict[int, dict[int, int]]
+    drafted: int
+    q: np.ndarray | None = None
+    state: Any = None  # the drafter's own bookkeeping for `observe`
+
+    @classmethod
+    def chain(cls, pending: int, tokens: list[int], q: np.ndarray | None = None) -> Draft:
+        children = {i: {token: i + 1} for i, token in enumerate(tokens)}
+        return cls([pending, *tokens], list(range(-1, len(tokens))), children, len(tokens), q)
+
+    @property
+    def block(self) -> Block:
+        return Block(tuple(self.tokens), tuple(self.parents))
+
+    def chain_tokens(self) -> list[int]:
+        return self.tokens[1:]
+
+
+class Drafter(Protocol):
+    """Proposes drafts; hears back what the target accepted."""
+
+    def prepare(self, target: Backend) -> None: ...
+
+    def reset(self, context: list[int]) -> None: ...
+
+    def plan(self, context: list[int], room: int) -> Plan: ...
+
+    def draft(
+        self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
+    ) -> Draft: ...
+
+    def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None: ...
+
+
+class SpeculativeDecoder(Decoder):
+    """A decoder made of a drafter; subclasses declare themselves and build their drafter."""
+
+    speculative = True
+    drafter: Drafter
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**values)
+        self.policy = DraftLengthPolicy()
+        self.guard = PayoffGuard()
+
+    def prepare(self, target: Backend) -> None:
+        target.block_cost(1)
+        self.drafter.prepare(target)
+
+    def reset(self, context: list[int]) -> None:
+        self.drafter.reset(context)
+
+    def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
+        speculate = self.guard.speculate()
+        start = time.perf_counter()
+        if speculate:
+            step = self.speculative_step(target, context, sampler, room)
+        else:
+            step = plain_step(target, context, sampler)
+        self.guard.record(speculate, len(step.tokens), time.perf_counter() - start)
+        return step
+
+    def speculative_step(
+        self, target: Backend, context: list[int], sampler: Sampler, room: int
+    ) -> Step:
+        plan = self.drafter.plan(context, room)
+        depth = self.policy.depth(target, plan, room)
+        draft = self.drafter.draft(target, context, sampler, plan, depth)
+        block = draft.block
+        logits = target.evaluate(block)
+        if draft.q is not None and not sampler.greedy:
+            chain = draft.chain_tokens()
+            n, next_token = verify_chain(logits, chain, sampler, draft.q)
+            accepted, node = chain[:n], n
+        else:
+            accepted, node, next_token = verify_tree(logits, draft.children, sampler)
+        target.commit(block.path_to(node))
+        if draft.drafted:
+            self.policy.update(plan, draft.drafted, len(accepted))
+        self.drafter.observe(draft, logits, len(accepted))
+        return Step(tokens=(*accepted, next_token), drafted=draft.drafted, accepted=len(accepted))
