@@ -144,6 +144,28 @@ async def test_escape_cancels_and_keeps_text(backend):
         assert not app.busy
 
 
+async def test_escape_before_the_engine_starts_stops_the_answer(backend):
+    """Esc while the worker has built the prompt but not yet called the engine is kept: the
+    answer stops before its first step (it used to be lost and the answer ran to the end)."""
+    app = SpecchatApp(settings=Settings(max_tokens=400), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        with StepGate(app.engine, after=0) as gate:
+            await type_and_send(pilot, LONG_PROMPT)
+            await wait_until(pilot, gate.held.is_set)
+            assert app.busy
+            await pilot.press("escape")
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        answer = app.screen.messages[-1]
+        assert answer.role == "assistant" and answer.finish_reason == "cancelled"
+        assert answer.stats["generated_tokens"] == 0 and gate.decoders == []
+        widget = app.screen.query(AssistantMessage).last()
+        assert "stopped" in str(widget.query_one(".role").render())
+        assert "cancelled" in status_of(app)
+        assert not app.busy
+
+
 async def test_regenerate_replaces_last_answer(backend):
     app = SpecchatApp(settings=Settings(max_tokens=12), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
