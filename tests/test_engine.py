@@ -89,6 +89,37 @@ def test_cancel_through_an_external_flag(fresh_llama, story_ids):
             assert event.finish_reason == "cancelled" and len(event.token_ids) == 3
 
 
+def test_cancel_before_the_first_step_is_kept(fresh_llama, story_ids):
+    """Engine.cancel() reaches a generation from the moment generate() returned, before the
+    consumer asked for its first event (a worker still preparing, say)."""
+    engine = Engine(fresh_llama, PlainDecoder())
+    events = engine.generate(GenerationRequest(tuple(story_ids), 400))
+    engine.cancel()
+    *steps, done = list(events)
+    assert steps == []
+    assert done.finish_reason == "cancelled" and done.token_ids == ()
+
+
+def test_cancel_right_after_start_is_kept(fresh_llama, story_ids):
+    """The handle's own token exists before its thread starts: a Ctrl+C at once is never lost."""
+    engine = Engine(fresh_llama, PlainDecoder())
+    handle = engine.start(GenerationRequest(tuple(story_ids), 400))
+    handle.cancel()
+    *steps, done = list(handle)
+    assert steps == []
+    assert done.finish_reason == "cancelled" and done.token_ids == ()
+
+
+def test_a_cancel_while_idle_does_not_stop_the_next_answer(fresh_llama, story_ids):
+    engine = Engine(fresh_llama, PlainDecoder())
+    engine.cancel()  # nothing asked for yet
+    _, first = _generate(engine, story_ids, max_tokens=5)
+    assert first.finish_reason == "max_tokens"
+    engine.cancel()  # the answer that already ended
+    _, second = _generate(engine, story_ids, max_tokens=5)
+    assert second.finish_reason == "max_tokens"
+
+
 def test_seeded_sampling_is_reproducible(fresh_llama, story_ids):
     engine = Engine(fresh_llama, SampleDecoder())
     runs = [

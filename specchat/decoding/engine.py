@@ -1,8 +1,9 @@
 """The generation loop: prefill, decoder steps, detokenizing, stopping, events.
 
-`Engine.generate` is a plain generator that a worker thread (the TUI's, or `Engine.start`'s for
+`Engine.generate` returns an iterator that a worker thread (the TUI's, or `Engine.start`'s for
 the CLI) drives. Commands from other threads — cancel and switch — are only read between steps,
-so a decoder never sees its backend change under it.
+so a decoder never sees its backend change under it. Each generation has its own cancel tokens,
+never cleared, so a cancel that comes before the loop starts still stops it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from specchat.backends.base import Backend, sync_cache
@@ -39,7 +40,7 @@ class Engine:
         self._next_decoder: Decoder | None = None
         self._next_sampling: SamplingParams | None = None
         self._lock = threading.Lock()
-        self._cancel = threading.Event()
+        self._latest_cancel: threading.Event | None = None  # the last generation asked for
         self._kv_tokens: list[int] = []  # what the backend's cache holds, for prefix reuse
 
     # -- commands, callable from any thread ----------------------------------------------
@@ -51,7 +52,13 @@ class Engine:
             self._next_sampling = sampling
 
     def cancel(self) -> None:
-        self._cancel.set()
+        """Stop the generation asked for last — running, or returned by `generate` and not yet
+        started — at its next step boundary; what it generated is kept. Generations asked for
+        later are not affected, so a cancel while idle stops nothing."""
+        with self._lock:
+            token = self._latest_cancel
+        if token is not None:
+            token.set()
 
     # -- the loop -------------------------------------------------------------------------
     def _take_switch(self) -> tuple[bool, SamplingParams | None]:
@@ -73,8 +80,27 @@ class Engine:
         sync_cache(self.backend, self._kv_tokens, prompt[:-1])
         self._kv_tokens = prompt[:-1]
 
-    def generate(self, request: GenerationRequest, cancel: threading.Event | None = None):
-        """Yield a StepEvent per step and a final DoneEvent. Raises SpecchatError on bad input."""
+    def generate(
+        self,
+        request: GenerationRequest,
+        cancel: threading.Event | Iterable[threading.Event] | None = None,
+    ) -> Iterator[Event]:
+        """A StepEvent per step and a final DoneEvent, computed as they are asked for; raises
+        SpecchatError on bad input. Setting `cancel` (one token or several) at any moment, also
+        before the first event is asked for, stops the generation; so does `Engine.cancel()`
+        from the moment this returns."""
+        own = threading.Event()
+        with self._lock:
+            self._latest_cancel = own
+        if cancel is None:
+            cancel = ()
+        elif isinstance(cancel, threading.Event):
+            cancel = (cancel,)
+        return self._generate(request, (own, *cancel))
+
+    def _generate(
+        self, request: GenerationRequest, cancel_flags: tuple[threading.Event, ...]
+    ) -> Iterator[Event]:
         backend = self.backend
         prompt = list(request.prompt_ids)
         if not prompt:
@@ -84,8 +110,6 @@ class Engine:
                 f"the prompt has {len(prompt)} tokens but the context window holds "
                 f"{backend.n_ctx}: shorten it or raise the context size"
             )
-        self._cancel.clear()
-        cancel_flags = [self._cancel] + ([cancel] if cancel is not None else [])
         _, switched_sampling = self._take_switch()
         sampler = Sampler(switched_sampling or request.sampling)
         self._prepare(self.decoder)
@@ -175,12 +199,13 @@ class GenerationHandle:
     def __init__(self, engine: Engine, request: GenerationRequest) -> None:
         self.engine = engine
         self._queue: queue.Queue = queue.Queue()
+        self._cancel = threading.Event()  # before the thread starts: a cancel at once is kept
         self._thread = threading.Thread(target=self._run, args=(request,), daemon=True)
         self._thread.start()
 
     def _run(self, request: GenerationRequest) -> None:
         try:
-            for event in self.engine.generate(request):
+            for event in self.engine.generate(request, cancel=self._cancel):
                 self._queue.put(event)
         except BaseException as exc:  # handed to the consumer's thread
             self._queue.put(exc)
@@ -188,7 +213,7 @@ class GenerationHandle:
             self._queue.put(_END)
 
     def cancel(self) -> None:
-        self.engine.cancel()
+        self._cancel.set()
 
     def __iter__(self) -> Iterator[Event]:
         while True:

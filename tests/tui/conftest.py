@@ -1,12 +1,15 @@
 """TUI fixtures: private config/data dirs per test, the real bundled model shared by the session,
-a pilot helper that waits on conditions instead of sleeping, and a fixed chat for snapshots."""
+a pilot helper that waits on conditions instead of sleeping, a gate that parks the answer's worker
+at a step boundary, and a fixed chat for snapshots."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
+from specchat.decoding.events import StepEvent
 from specchat.history import HistoryStore, StoredMessage
 
 
@@ -43,6 +46,54 @@ async def wait_until(pilot, condition, limit: float = 120.0) -> None:
         waited += 0.02
         if waited > limit:
             raise AssertionError("condition not reached")
+
+
+class StepGate:
+    """Parks the worker that consumes `engine.generate` at one moment of the next answer, so a
+    test can press a key there however fast or slow the machine is.
+
+    `after=0` parks it once the prompt is built, before the engine is called; `after=n` parks it
+    once the engine has yielded its n-th step, where the engine's generator is suspended: it
+    resumes with its step-boundary checks (cancel, decoder switch) before the next step. The model
+    and the engine run for real; the gate only holds the thread that asks for the next event.
+    Use it as a context manager: leaving releases the worker and restores the engine.
+    """
+
+    def __init__(self, engine, after: int, limit: float = 120.0) -> None:
+        self.engine = engine
+        self.after = after
+        self.limit = limit  # only guards against a hang
+        self.held = threading.Event()
+        self._released = threading.Event()
+        self.decoders: list[str] = []  # the decoder of every step event, in order
+
+    def __enter__(self) -> StepGate:
+        original = self.engine.generate
+
+        def generate(request, cancel=None):
+            if self.after == 0:
+                self._hold()
+            for event in original(request, cancel):
+                if isinstance(event, StepEvent):
+                    self.decoders.append(event.decoder)
+                yield event
+                if len(self.decoders) == self.after and not self.held.is_set():
+                    self._hold()
+
+        self.engine.generate = generate  # on this engine object only
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+        del self.engine.generate
+
+    def _hold(self) -> None:
+        self.held.set()
+        if not self._released.wait(self.limit):
+            raise RuntimeError("the test never released the step gate")
+
+    def release(self) -> None:
+        self._released.set()
 
 
 @pytest.fixture

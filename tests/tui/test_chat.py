@@ -11,7 +11,7 @@ from specchat.decoding.base import Decoder
 from specchat.decoding.registry import DECODERS
 from specchat.settings import Settings
 
-from .conftest import wait_until
+from .conftest import StepGate, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -65,21 +65,29 @@ async def test_answer_streams_and_status_updates(backend):
 
 
 async def test_decoder_key_mid_answer_switches(backend):
+    """The key lands while the worker is parked between steps 2 and 3, so the switch is in the
+    engine before step 3 on any machine; steps 3 on must all come from the new decoder."""
     target = (
         next((i for i in DECODERS.values() if i.name != "greedy" and i.greedy_family), None)
         or DECODERS["sample"]
     )
-    app = SpecchatApp(settings=Settings(max_tokens=100), backend=backend)
+    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
-        await type_and_send(pilot, LONG_PROMPT)
-        await wait_until(pilot, lambda: app.screen.figures.tokens >= 2)
-        await pilot.press(target.key)
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        with StepGate(app.engine, after=2) as gate:
+            await type_and_send(pilot, LONG_PROMPT)
+            await wait_until(pilot, gate.held.is_set)
+            await pilot.press(target.key)
+            # the switch worker handed the decoder to the engine and the bar shows it pending
+            await wait_until(pilot, lambda: app.screen.figures.pending == target.name)
+            assert app.busy
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
         answer = app.screen.messages[-1]
         assert answer.finish_reason in ("eos", "max_tokens")
-        used = list(answer.stats["decoders"])
-        assert used[0] == "greedy" and target.name in used, used
+        assert gate.decoders[:2] == ["greedy", "greedy"]
+        assert len(gate.decoders) > 2 and set(gate.decoders[2:]) == {target.name}, gate.decoders
+        assert list(answer.stats["decoders"]) == ["greedy", target.name]
         assert app.decoder_name == target.name
         assert f" {target.name} " in status_of(app)
 
@@ -116,20 +124,45 @@ async def test_unavailable_decoder_says_why(backend, monkeypatch):
 
 
 async def test_escape_cancels_and_keeps_text(backend):
+    """Esc while the worker is parked after step 3: the engine stops before step 4."""
     app = SpecchatApp(settings=Settings(max_tokens=400), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
-        await type_and_send(pilot, LONG_PROMPT)
-        await wait_until(pilot, lambda: app.screen.figures.tokens >= 3)
-        await pilot.press("escape")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        with StepGate(app.engine, after=3) as gate:
+            await type_and_send(pilot, LONG_PROMPT)
+            await wait_until(pilot, gate.held.is_set)
+            await pilot.press("escape")
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
         answer = app.screen.messages[-1]
         assert answer.finish_reason == "cancelled"
         assert answer.content.strip()
-        assert answer.stats["generated_tokens"] < 400
+        assert answer.stats["generated_tokens"] == 3 and len(gate.decoders) == 3
         widget = app.screen.query(AssistantMessage).last()
         assert "stopped" in str(widget.query_one(".role").render())
         assert widget.text == answer.content
+        assert "cancelled" in status_of(app)
+        assert not app.busy
+
+
+async def test_escape_before_the_engine_starts_stops_the_answer(backend):
+    """Esc while the worker has built the prompt but not yet called the engine is kept: the
+    answer stops before its first step (it used to be lost and the answer ran to the end)."""
+    app = SpecchatApp(settings=Settings(max_tokens=400), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        with StepGate(app.engine, after=0) as gate:
+            await type_and_send(pilot, LONG_PROMPT)
+            await wait_until(pilot, gate.held.is_set)
+            assert app.busy
+            await pilot.press("escape")
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        answer = app.screen.messages[-1]
+        assert answer.role == "assistant" and answer.finish_reason == "cancelled"
+        assert answer.stats["generated_tokens"] == 0 and gate.decoders == []
+        widget = app.screen.query(AssistantMessage).last()
+        assert "stopped" in str(widget.query_one(".role").render())
         assert "cancelled" in status_of(app)
         assert not app.busy
 

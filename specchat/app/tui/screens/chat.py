@@ -3,6 +3,7 @@ posts messages; this screen turns them into widgets, figures and history rows.""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,7 @@ class ChatScreen(Screen):
         self.figures = Figures()
         self._answer_id = 0
         self._answer: AssistantMessage | None = None
+        self._answer_cancel: threading.Event | None = None  # the latest answer's stop token
         self._answer_started = 0.0
         self._mounted = False  # the app may report the model before this screen is composed
 
@@ -184,6 +186,7 @@ class ChatScreen(Screen):
 
     async def send(self, text: str) -> None:
         """Add the user's turn and start the answer."""
+        cancel = self._new_answer_token()
         if self.chat_id is None:
             title = " ".join(text.split())[:48] or "New chat"
             self.chat_id = self.app.history.new_chat(title)
@@ -192,9 +195,15 @@ class ChatScreen(Screen):
         self.app.history.add_message(self.chat_id, message)
         self.messages.append(message)
         await self.query_one("#transcript").mount(UserMessage(text))
-        await self._start_answer()
+        await self._start_answer(cancel)
 
-    async def _start_answer(self) -> None:
+    def _new_answer_token(self) -> threading.Event:
+        """The next answer's stop token, made before anything awaits: Esc sets it, and the
+        engine reads it between steps however late the worker starts, so no Esc is lost."""
+        self._answer_cancel = threading.Event()
+        return self._answer_cancel
+
+    async def _start_answer(self, cancel: threading.Event) -> None:
         app = self.app
         name = app.decoder_name
         self._answer_id += 1
@@ -207,16 +216,26 @@ class ChatScreen(Screen):
         app.busy = True
         self._show_status()
         history = [ChatMessage(m.role, m.content) for m in self.messages]
-        self._generate(self._answer_id, history, app.sampling(name), app.settings.max_tokens)
+        self._generate(
+            self._answer_id, history, app.sampling(name), app.settings.max_tokens, cancel
+        )
 
     @work(thread=True, exclusive=True, group="answer")
-    def _generate(self, answer_id: int, history: list[ChatMessage], sampling, max_tokens: int):
+    def _generate(
+        self,
+        answer_id: int,
+        history: list[ChatMessage],
+        sampling,
+        max_tokens: int,
+        cancel: threading.Event,
+    ):
         engine = self.app.engine
         worker = get_current_worker()
         try:
             ids = chat_prompt_ids(engine.backend, history)
             request = GenerationRequest(tuple(ids), max_tokens, (), sampling)
-            for event in engine.generate(request, cancel=worker.cancelled_event):
+            stop = (cancel, worker.cancelled_event)
+            for event in engine.generate(request, cancel=stop):
                 if hasattr(event, "finish_reason"):
                     self.post_message(AnswerDone(answer_id, event))
                 else:
@@ -276,9 +295,10 @@ class ChatScreen(Screen):
 
     # -- actions ---------------------------------------------------------------------------------
     def action_cancel(self) -> None:
-        """Stop at the next step boundary; what was generated stays, marked as stopped."""
-        if self.app.busy and self.app.engine is not None and self._answer is not None:
-            self.app.engine.cancel()
+        """Stop the answer at its next step boundary — also when the engine has not started it
+        yet; what was generated stays, marked as stopped. Once it ended, this does nothing."""
+        if self._answer_cancel is not None:
+            self._answer_cancel.set()
 
     async def action_regenerate(self) -> None:
         if self.app.engine is None or self.app.busy:
@@ -287,6 +307,7 @@ class ChatScreen(Screen):
         if not self.messages:
             self.notify("no answer to regenerate yet", severity="warning")
             return
+        cancel = self._new_answer_token()
         if self.messages[-1].role == "assistant":
             last = self.messages.pop()
             if last.id is not None:
@@ -294,7 +315,7 @@ class ChatScreen(Screen):
             answers = self.query(AssistantMessage)
             if answers:
                 await answers.last().remove()
-        await self._start_answer()
+        await self._start_answer(cancel)
 
     async def action_toggle_colour(self) -> None:
         self.app.colour_runs = not self.app.colour_runs
