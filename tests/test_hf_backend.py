@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from specchat import hardware
 from specchat.backends import hf
 from specchat.backends.base import Backend, Block, ChatMessage
 from specchat.backends.hf import HFBackend, load_hf_backend
@@ -365,7 +366,7 @@ def test_load_model_directory(tmp_path: Path) -> None:
     backend.close()
     threads = torch.get_num_threads()
     load_hf_backend(str(tmp_path / "tiny")).close()
-    assert torch.get_num_threads() == hf.physical_cores()
+    assert torch.get_num_threads() == hardware.physical_cores()
     torch.set_num_threads(threads)
 
 

@@ -31,9 +31,9 @@ from specchat import locations
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable
 from specchat.backends.chat_template import CHATML_TEMPLATE
-from specchat.backends.llama import physical_cores
 from specchat.backends.token_bytes import token_bytes_table
 from specchat.errors import SpecchatError
+from specchat.hardware import physical_cores
 
 if TYPE_CHECKING:
     import torch

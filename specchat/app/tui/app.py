@@ -28,6 +28,7 @@ from specchat.decoding.engine import Engine
 from specchat.decoding.registry import DECODERS, DecoderInfo, build_decoder, sampling_for
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
+from specchat.hardware import physical_cores
 from specchat.history import HistoryStore
 from specchat.settings import DEFAULT_THEME, Settings, load_settings, save_settings
 from specchat.themes.app_themes import APP_THEMES, palette_for
@@ -44,8 +45,6 @@ def ui_model_threads() -> int:
     threads. Measured on 2 cores (scripts/measure_ui_cost.py): 2 model threads give 31 tok/s in
     the TUI (95 headless), 1 thread gives 52 tok/s (53 headless).
     """
-    from specchat.backends.llama import physical_cores
-
     return max(1, physical_cores() - 1)
 
 
