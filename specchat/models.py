@@ -155,7 +155,7 @@ def load_backend(
             ref.path, device=device, threads=threads, n_ctx=n_ctx, progress=progress
         )
     if chosen == "hf":
-        from specchat.backends.hf import load_hf_backend
+        from specchat.backends.hf_loading import load_hf_backend
 
         if ref.kind == "gguf":
             return load_hf_backend(
