@@ -1,5 +1,8 @@
 """Model specs to weights and a loaded backend: the bundled GGUF, a .gguf path, a Hugging Face
 directory, or a Hugging Face id already in the local cache. Nothing is ever downloaded.
+
+`load_model` is the one way to load a model (the CLI, the TUI, the REPL); it takes `LoadOptions`,
+which every runtime honours.
 """
 
 from __future__ import annotations
@@ -9,8 +12,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specchat.errors import SpecchatError
+
+if TYPE_CHECKING:
+    from specchat.backends.base import Backend
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -128,6 +135,64 @@ def list_models() -> list[ModelListing]:
     return found
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a model, whichever it is, as the user asked for it (CLI flags or settings)."""
+
+    backend: str | None = None  # "llama" or "hf"; None: llama for a GGUF file, else hf
+    device: str = "cpu"
+    threads: int | None = None  # CPU threads; None: the physical cores
+    n_ctx: int = 4096  # context size in tokens, at most the model's own
+    dtype: str = "float32"  # hf: the weights' type; a GGUF on llama.cpp runs in its own types
+
+
+def load_model(
+    spec: str | None,
+    options: LoadOptions = LoadOptions(),  # frozen: one shared default is safe
+    progress: Callable[[str], None] | None = None,
+) -> Backend:
+    """Resolve a model spec and load it on the runtime `options` ask for (or the model's own)."""
+    ref, runtime = _choose_runtime(spec, options)
+    if runtime == "llama":
+        from specchat.backends.llama import LlamaBackend
+
+        return LlamaBackend(
+            ref.path,
+            device=options.device,
+            threads=options.threads,
+            n_ctx=options.n_ctx,
+            progress=progress,
+        )
+    from specchat.backends.hf_loading import load_hf_backend
+
+    folder, gguf_file = (ref.path.parent, ref.path.name) if ref.kind == "gguf" else (ref.path, None)
+    return load_hf_backend(
+        str(folder),
+        gguf_file=gguf_file,
+        device=options.device,
+        dtype=options.dtype,
+        threads=options.threads,
+        n_ctx=options.n_ctx,
+        progress=progress,
+    )
+
+
+def _choose_runtime(spec: str | None, options: LoadOptions) -> tuple[ModelRef, str]:
+    """The model's weights and the runtime that will run them, or a one-line error."""
+    if options.device not in ("cpu", "cuda"):
+        raise SpecchatError(f"unknown device {options.device!r}: use cpu or cuda")
+    ref = resolve_model(spec)
+    runtime = options.backend or ref.default_backend
+    if runtime == "llama" and ref.kind != "gguf":
+        raise SpecchatError(
+            f"the llama backend needs a GGUF file; {ref.label} is a Hugging Face model "
+            "(use --backend hf)"
+        )
+    if runtime not in ("llama", "hf"):
+        raise SpecchatError(f"unknown backend {runtime!r}: use llama or hf")
+    return ref, runtime
+
+
 def load_backend(
     spec: str | None,
     *,
@@ -137,64 +202,7 @@ def load_backend(
     n_ctx: int = 4096,
     dtype: str = "float32",
     progress: Callable[[str], None] | None = None,
-):
-    """Resolve a model spec and load it on the requested runtime."""
-    if device not in ("cpu", "cuda"):
-        raise SpecchatError(f"unknown device {device!r}: use cpu or cuda")
-    ref = resolve_model(spec)
-    chosen = backend or ref.default_backend
-    if chosen == "llama":
-        if ref.kind != "gguf":
-            raise SpecchatError(
-                f"the llama backend needs a GGUF file; {ref.label} is a Hugging Face model "
-                "(use --backend hf)"
-            )
-        from specchat.backends.llama import LlamaBackend
-
-        return LlamaBackend(
-            ref.path, device=device, threads=threads, n_ctx=n_ctx, progress=progress
-        )
-    if chosen == "hf":
-        from specchat.backends.hf_loading import load_hf_backend
-
-        if ref.kind == "gguf":
-            return load_hf_backend(
-                str(ref.path.parent),
-                gguf_file=ref.path.name,
-                device=device,
-                dtype=dtype,
-                threads=threads,
-                progress=progress,
-            )
-        return load_hf_backend(
-            str(ref.path),
-            gguf_file=None,
-            device=device,
-            dtype=dtype,
-            threads=threads,
-            progress=progress,
-        )
-    raise SpecchatError(f"unknown backend {chosen!r}: use llama or hf")
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """How the user asked for the model (flags or settings): one value for every command."""
-
-    model: str | None = None
-    backend: str | None = None
-    device: str = "cpu"
-    threads: int | None = None
-    n_ctx: int = 4096
-    dtype: str = "float32"
-
-    def load(self, progress: Callable[[str], None] | None = None):
-        return load_backend(
-            self.model,
-            backend=self.backend,
-            device=self.device,
-            threads=self.threads,
-            n_ctx=self.n_ctx,
-            dtype=self.dtype,
-            progress=progress,
-        )
+) -> Backend:
+    """`load_model` with keyword options, for decoding/draft_model.py until it is handed its
+    draft (then this goes); nothing else calls it."""
+    return load_model(spec, LoadOptions(backend, device, threads, n_ctx, dtype), progress)

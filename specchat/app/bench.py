@@ -20,7 +20,7 @@ from specchat.bench.runner import BASELINE, DecoderMethod, run_benchmark
 from specchat.bench.summary import summarize
 from specchat.decoding.registry import build_decoder, get_decoder_info
 from specchat.errors import SpecchatError
-from specchat.models import ModelOptions
+from specchat.models import LoadOptions, load_model
 
 
 def _versions() -> dict[str, str]:
@@ -50,7 +50,8 @@ def run_bench(
     data: str,
     decoders: list[str],
     params: dict[str, object],
-    model_options: ModelOptions,
+    model: str | None,
+    load_options: LoadOptions,
     categories: list[str] | None,
     limit_per_category: int | None,
     max_tokens: int,
@@ -67,7 +68,7 @@ def run_bench(
     per = scoped_params(names, params)
     console = Console(file=sys.stderr)
     with console.status("loading the model…"):
-        loaded = model_options.load()
+        loaded = load_model(model, load_options)
     for name in names:  # unavailable decoders stop here, before any run
         build_decoder(name, per[name], loaded)
     methods = [DecoderMethod(loaded, name, per[name]) for name in names]

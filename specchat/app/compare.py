@@ -12,7 +12,7 @@ from specchat.decoding.race import figures_table_rows, race
 from specchat.decoding.registry import get_decoder_info, sampling_for
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
-from specchat.models import ModelOptions
+from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
 
 
@@ -41,7 +41,8 @@ def run_compare(
     *,
     decoders: list[str],
     params: dict[str, object],
-    model_options: ModelOptions,
+    model: str | None,
+    load_options: LoadOptions,
     max_tokens: int,
     repeats: int,
     temperature: float | None,
@@ -56,7 +57,7 @@ def run_compare(
         get_decoder_info(name)
     per = scoped_params(names, params)
     chosen = sampling_for("sample" if temperature else "greedy", temperature, sampling)
-    loaded = model_options.load(progress)
+    loaded = load_model(model, load_options, progress)
     ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages_for(prompt))
 
     def on_progress(done: int, total: int, name: str) -> None:

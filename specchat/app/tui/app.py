@@ -132,16 +132,19 @@ class SpecchatApp(App):
     @work(thread=True, exclusive=True, group="load")
     def _load_model(self) -> None:
         """Load in a worker, leaving a core to the UI (see ui_model_threads)."""
-        from specchat.models import load_backend
+        from specchat.models import LoadOptions, load_model
 
         start = time.perf_counter()
         self.post_message(LoadProgress("loading model"))
+        options = LoadOptions(
+            backend=self.settings.backend,
+            device=self.settings.device,
+            threads=self.settings.threads or ui_model_threads(),
+        )
         try:
-            backend = load_backend(
+            backend = load_model(
                 self.settings.model,
-                backend=self.settings.backend,
-                device=self.settings.device,
-                threads=self.settings.threads or ui_model_threads(),
+                options,
                 progress=lambda text: self.post_message(LoadProgress(text)),
             )
         except SpecchatError as exc:
