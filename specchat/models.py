@@ -1,8 +1,8 @@
 """Model specs to weights and a loaded backend: the bundled GGUF, a .gguf path, a Hugging Face
 directory, or a Hugging Face id already in the local cache. Nothing is ever downloaded.
 
-`load_model` is the one way to load a model (the CLI, the TUI, the REPL); it takes `LoadOptions`,
-which every runtime honours.
+`load_model` is the one way to load a model (the CLI, the TUI, the REPL); `load_draft` loads a
+draft model for a target through it. Both take `LoadOptions`, which every runtime honours.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -203,6 +204,74 @@ def load_backend(
     dtype: str = "float32",
     progress: Callable[[str], None] | None = None,
 ) -> Backend:
-    """`load_model` with keyword options, for decoding/draft_model.py until it is handed its
-    draft (then this goes); nothing else calls it."""
+    """`load_model` with keyword options, for decoding/draft_model.py until it calls `load_draft`
+    (then this goes); nothing else calls it."""
     return load_model(spec, LoadOptions(backend, device, threads, n_ctx, dtype), progress)
+
+
+# -- drafts -------------------------------------------------------------------------------------
+
+
+def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backend:
+    """The draft model for `target`, loaded and checked, for a draft decoder to be handed.
+
+    `spec` is a model spec loaded with `options`; `self:L` is the target's own first L layers
+    (hf only, sharing its weights); None is the default draft, which only the bundled model on the
+    hf backend has: the same model on llama.cpp. The draft's context is the target's, since it
+    drafts over the same tokens. torch has one thread pool per process, so an hf draft beside an
+    hf target runs on the target's threads: loading it never changes the target's. Loaded drafts
+    are shared by the whole process; a draft whose vocabulary differs from the target's is refused.
+    """
+    if spec is not None and spec.startswith("self:"):
+        from specchat.backends.hf import early_exit_draft
+
+        if target.name != "hf":
+            raise SpecchatError("self-speculation (draft self:L) needs the hf backend")
+        try:
+            layers = int(spec.removeprefix("self:"))
+        except ValueError:
+            raise SpecchatError(f"draft {spec!r}: use self:LAYERS") from None
+        draft: Backend = early_exit_draft(target, layers)
+    else:
+        if spec is None:
+            reason = default_draft_reason(target)
+            if reason:
+                raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
+            options = replace(options, backend="llama")
+        options = replace(options, n_ctx=target.n_ctx)
+        _, runtime = _choose_runtime(spec, options)
+        if runtime == "hf" and target.name == "hf":
+            options = replace(options, threads=getattr(target, "threads", None))
+        draft = _load_shared_draft(spec, options)
+    check_same_vocabulary(target, draft)
+    return draft
+
+
+@lru_cache(maxsize=2)
+def _load_shared_draft(spec: str | None, options: LoadOptions) -> Backend:
+    """Drafts load once per process and serve every decoder instance that drafts with them."""
+    return load_model(spec, options)
+
+
+def default_draft_reason(target: Backend) -> str | None:
+    """Why there is no default draft for this target (None when there is one)."""
+    if target.name == "hf" and target.model_name == BUNDLED_FILE.removesuffix(".gguf"):
+        return None
+    if target.name == "llama":
+        return "the bundled model has no smaller sibling on llama.cpp: pass --draft MODEL"
+    return "no default draft for this model: pass --draft MODEL"
+
+
+def check_same_vocabulary(target: Backend, draft: Backend) -> None:
+    """Refuse a draft whose tokens mean something else: its drafts would all be rejected."""
+    common = min(target.vocab_size, draft.vocab_size)
+    if abs(target.vocab_size - draft.vocab_size) > 256 or common == 0:
+        raise SpecchatError(
+            f"the draft's vocabulary ({draft.vocab_size} tokens) does not match the target's "
+            f"({target.vocab_size})"
+        )
+    for token_id in range(0, common, max(1, common // 512)):
+        if target.token_bytes(token_id) != draft.token_bytes(token_id):
+            raise SpecchatError(
+                f"the draft's vocabulary does not match the target's (token {token_id} differs)"
+            )

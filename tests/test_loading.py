@@ -1,5 +1,5 @@
 """One way to load a model: `load_model` honours device, dtype, threads and n_ctx on both
-backends.
+backends, and `load_draft` loads a draft beside a target without changing the target's threads.
 
 Models are real: tiny Llamas built from a config and saved as Hugging Face directories, and the
 bundled SmolLM2.
@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
 
+from specchat.backends.hf import HFBackend
 from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent
 from specchat.decoding.plain import PlainDecoder
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
-from specchat.models import LoadOptions, load_model
+from specchat.models import LoadOptions, check_same_vocabulary, load_draft, load_model
 from tests.tiny_models import tiny_model, tiny_tokenizer
 
 
@@ -105,3 +108,87 @@ def test_llama_backend_needs_a_gguf(model_dirs: dict[str, Path]) -> None:
     with pytest.raises(SpecchatError) as excinfo:
         load_model(None, LoadOptions(backend="vllm"))
     assert "unknown backend" in one_line_error(excinfo)
+
+
+# -- load_draft ------------------------------------------------------------------------------------
+
+
+def test_loading_a_draft_keeps_torch_threads(model_dirs: dict[str, Path]) -> None:
+    threads = physical_cores() + 1
+    target = load_model(str(model_dirs["target"]), LoadOptions(threads=threads, n_ctx=64))
+    assert torch.get_num_threads() == threads
+
+    for options in (LoadOptions(), LoadOptions(threads=1)):
+        draft = load_draft(str(model_dirs["draft"]), options, target)
+        assert torch.get_num_threads() == threads
+        assert draft.threads == threads and draft.name == "hf"
+        assert draft.n_ctx == target.n_ctx == 64
+
+    # Loaded once per process: every decoder drafting with it shares it.
+    assert load_draft(str(model_dirs["draft"]), LoadOptions(), target) is draft
+
+
+def test_self_speculation_draft(model_dirs: dict[str, Path], llama_backend) -> None:
+    target = load_model(str(model_dirs["target"]), LoadOptions(threads=1, n_ctx=64))
+    draft = load_draft("self:1", LoadOptions(), target)
+    assert draft.name == "hf" and draft.model_name == "target (first 1 layers)"
+    assert draft.n_ctx == 64 and draft.vocab_size == target.vocab_size
+
+    for spec, message in (("self:x", "draft 'self:x': use self:LAYERS"), ("self:2", "layers < 2")):
+        with pytest.raises(SpecchatError) as excinfo:
+            load_draft(spec, LoadOptions(), target)
+        assert message in one_line_error(excinfo)
+    with pytest.raises(SpecchatError) as excinfo:
+        load_draft("self:1", LoadOptions(), llama_backend)
+    assert one_line_error(excinfo) == "self-speculation (draft self:L) needs the hf backend"
+
+
+def test_no_default_draft_but_for_the_bundled_model_on_hf(
+    model_dirs: dict[str, Path], llama_backend
+) -> None:
+    target = load_model(str(model_dirs["target"]), LoadOptions(threads=1))
+    with pytest.raises(SpecchatError) as excinfo:
+        load_draft(None, LoadOptions(), target)
+    assert one_line_error(excinfo) == (
+        "decoder 'draft' is unavailable: no default draft for this model: pass --draft MODEL"
+    )
+    with pytest.raises(SpecchatError) as excinfo:
+        load_draft(None, LoadOptions(), llama_backend)
+    assert one_line_error(excinfo) == (
+        "decoder 'draft' is unavailable: the bundled model has no smaller sibling on llama.cpp:"
+        " pass --draft MODEL"
+    )
+
+
+def test_default_draft_of_the_bundled_model_on_hf(bundled_gguf: Path) -> None:
+    target = load_model(None, LoadOptions(backend="hf", threads=1, n_ctx=1024))
+    try:
+        draft = load_draft(None, LoadOptions(), target)
+        assert draft.name == "llama" and draft.model_name == target.model_name
+        assert draft.n_ctx == 1024
+        assert torch.get_num_threads() == 1
+    finally:
+        target.close()
+
+
+def test_a_draft_with_another_vocabulary_is_refused(model_dirs: dict[str, Path]) -> None:
+    target = load_model(str(model_dirs["target"]), LoadOptions(threads=1))
+    with pytest.raises(SpecchatError) as excinfo:
+        load_draft(str(model_dirs["wide"]), LoadOptions(), target)
+    assert one_line_error(excinfo) == (
+        "the draft's vocabulary (512 tokens) does not match the target's (128)"
+    )
+
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(128)}, unk_token="w0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    renamed = HFBackend(
+        tiny_model(dtype=torch.float32),
+        PreTrainedTokenizerFast(tokenizer_object=words, eos_token="w2"),
+        model_name="renamed",
+        device="cpu",
+    )
+    with pytest.raises(SpecchatError) as excinfo:
+        check_same_vocabulary(target, renamed)
+    assert one_line_error(excinfo) == (
+        "the draft's vocabulary does not match the target's (token 0 differs)"
+    )
