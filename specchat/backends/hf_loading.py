@@ -87,6 +87,8 @@ def load_hf_backend(
     `path` is a Hugging Face model directory (or the id of a model already in the local Hugging
     Face cache), or, with `gguf_file` (a file name inside `path`, or a path of its own), the folder
     holding a GGUF file. `n_ctx` caps the context (default: the model's, at most 8192).
+    `threads` (default: the physical cores) sets torch's thread count, which is process-wide:
+    `models.load_draft` passes the target's, so that a draft never changes it.
     Every problem the user can fix raises SpecchatError with one line.
     """
     progress = progress or _quiet
