@@ -24,10 +24,10 @@ async def chat_shots() -> None:
     from specchat.app.tui.app import SpecchatApp
     from specchat.app.tui.screens.race import RaceScreen
     from specchat.decoding.registry import DECODERS
-    from specchat.models import load_backend
+    from specchat.models import LoadOptions, load_model
     from specchat.settings import Settings
 
-    backend = load_backend(None, threads=1, n_ctx=2048)
+    backend = load_model(None, LoadOptions(threads=1, n_ctx=2048))
     speculative = next(
         (n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"), "greedy"
     )

@@ -20,7 +20,7 @@ os.environ.setdefault("SPECCHAT_DATA_DIR", tempfile.mkdtemp(prefix="specchat-ui-
 from specchat.app.tui.app import SpecchatApp  # noqa: E402
 from specchat.decoding.race import run_decoder  # noqa: E402
 from specchat.decoding.sampling import SamplingParams  # noqa: E402
-from specchat.models import load_backend  # noqa: E402
+from specchat.models import LoadOptions, load_model  # noqa: E402
 from specchat.prompting import chat_prompt_ids, messages_for  # noqa: E402
 from specchat.settings import Settings  # noqa: E402
 
@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
-    backend = load_backend(None, threads=args.threads)
+    backend = load_model(None, LoadOptions(threads=args.threads))
     ids = chat_prompt_ids(backend, messages_for(PROMPT))
     ratios, tui, headless = [], [], []
     for _ in range(args.repeats):

@@ -6,3 +6,10 @@ The CLI turns it into a single line on stderr and exit code 2; anything else is 
 
 class SpecchatError(Exception):
     """Bad input (model, draft, prompt, decoder, config) explained in one line."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type when it has none): what a user is shown of
+    a failure inside a library."""
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]

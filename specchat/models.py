@@ -1,5 +1,8 @@
 """Model specs to weights and a loaded backend: the bundled GGUF, a .gguf path, a Hugging Face
 directory, or a Hugging Face id already in the local cache. Nothing is ever downloaded.
+
+`load_model` is the one way to load a model (the CLI, the TUI, the REPL); `load_draft` loads a
+draft model for a target through it. Both take `LoadOptions`, which every runtime honours.
 """
 
 from __future__ import annotations
@@ -7,10 +10,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specchat.errors import SpecchatError
+
+if TYPE_CHECKING:
+    from specchat.backends.base import Backend
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -128,73 +136,127 @@ def list_models() -> list[ModelListing]:
     return found
 
 
-def load_backend(
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a model, whichever it is, as the user asked for it (CLI flags or settings)."""
+
+    backend: str | None = None  # "llama" or "hf"; None: llama for a GGUF file, else hf
+    device: str = "cpu"
+    threads: int | None = None  # CPU threads; None: the physical cores
+    n_ctx: int = 4096  # context size in tokens, at most the model's own
+    dtype: str = "float32"  # hf: the weights' type; a GGUF on llama.cpp runs in its own types
+
+
+def load_model(
     spec: str | None,
-    *,
-    backend: str | None = None,
-    device: str = "cpu",
-    threads: int | None = None,
-    n_ctx: int = 4096,
-    dtype: str = "float32",
+    options: LoadOptions = LoadOptions(),  # frozen: one shared default is safe
     progress: Callable[[str], None] | None = None,
-):
-    """Resolve a model spec and load it on the requested runtime."""
-    if device not in ("cpu", "cuda"):
-        raise SpecchatError(f"unknown device {device!r}: use cpu or cuda")
-    ref = resolve_model(spec)
-    chosen = backend or ref.default_backend
-    if chosen == "llama":
-        if ref.kind != "gguf":
-            raise SpecchatError(
-                f"the llama backend needs a GGUF file; {ref.label} is a Hugging Face model "
-                "(use --backend hf)"
-            )
+) -> Backend:
+    """Resolve a model spec and load it on the runtime `options` ask for (or the model's own)."""
+    ref, runtime = _choose_runtime(spec, options)
+    if runtime == "llama":
         from specchat.backends.llama import LlamaBackend
 
         return LlamaBackend(
-            ref.path, device=device, threads=threads, n_ctx=n_ctx, progress=progress
+            ref.path,
+            device=options.device,
+            threads=options.threads,
+            n_ctx=options.n_ctx,
+            progress=progress,
         )
-    if chosen == "hf":
-        from specchat.backends.hf import load_hf_backend
+    from specchat.backends.hf_loading import load_hf_backend
 
-        if ref.kind == "gguf":
-            return load_hf_backend(
-                str(ref.path.parent),
-                gguf_file=ref.path.name,
-                device=device,
-                dtype=dtype,
-                threads=threads,
-                progress=progress,
+    folder, gguf_file = (ref.path.parent, ref.path.name) if ref.kind == "gguf" else (ref.path, None)
+    return load_hf_backend(
+        str(folder),
+        gguf_file=gguf_file,
+        device=options.device,
+        dtype=options.dtype,
+        threads=options.threads,
+        n_ctx=options.n_ctx,
+        progress=progress,
+    )
+
+
+def _choose_runtime(spec: str | None, options: LoadOptions) -> tuple[ModelRef, str]:
+    """The model's weights and the runtime that will run them, or a one-line error."""
+    if options.device not in ("cpu", "cuda"):
+        raise SpecchatError(f"unknown device {options.device!r}: use cpu or cuda")
+    ref = resolve_model(spec)
+    runtime = options.backend or ref.default_backend
+    if runtime == "llama" and ref.kind != "gguf":
+        raise SpecchatError(
+            f"the llama backend needs a GGUF file; {ref.label} is a Hugging Face model "
+            "(use --backend hf)"
+        )
+    if runtime not in ("llama", "hf"):
+        raise SpecchatError(f"unknown backend {runtime!r}: use llama or hf")
+    return ref, runtime
+
+
+# -- drafts -------------------------------------------------------------------------------------
+
+
+def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backend:
+    """The draft model for `target`, loaded and checked, for a draft decoder to be handed.
+
+    `spec` is a model spec loaded with `options`; `self:L` is the target's own first L layers
+    (hf only, sharing its weights); None is the default draft, which only the bundled model on the
+    hf backend has: the same model on llama.cpp. The draft's context is the target's, since it
+    drafts over the same tokens. torch has one thread pool per process, so an hf draft beside an
+    hf target runs on the target's threads: loading it never changes the target's. Loaded drafts
+    are shared by the whole process; a draft whose vocabulary differs from the target's is refused.
+    """
+    if spec is not None and spec.startswith("self:"):
+        from specchat.backends.hf import early_exit_draft
+
+        if target.name != "hf":
+            raise SpecchatError("self-speculation (draft self:L) needs the hf backend")
+        try:
+            layers = int(spec.removeprefix("self:"))
+        except ValueError:
+            raise SpecchatError(f"draft {spec!r}: use self:LAYERS") from None
+        draft: Backend = early_exit_draft(target, layers)
+    else:
+        if spec is None:
+            reason = default_draft_reason(target)
+            if reason:
+                raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
+            options = replace(options, backend="llama")
+        options = replace(options, n_ctx=target.n_ctx)
+        _, runtime = _choose_runtime(spec, options)
+        if runtime == "hf" and target.name == "hf":
+            options = replace(options, threads=getattr(target, "threads", None))
+        draft = _load_shared_draft(spec, options)
+    check_same_vocabulary(target, draft)
+    return draft
+
+
+@lru_cache(maxsize=2)
+def _load_shared_draft(spec: str | None, options: LoadOptions) -> Backend:
+    """Drafts load once per process and serve every decoder instance that drafts with them."""
+    return load_model(spec, options)
+
+
+def default_draft_reason(target: Backend) -> str | None:
+    """Why there is no default draft for this target (None when there is one)."""
+    if target.name == "hf" and target.model_name == BUNDLED_FILE.removesuffix(".gguf"):
+        return None
+    if target.name == "llama":
+        return "the bundled model has no smaller sibling on llama.cpp: pass --draft MODEL"
+    return "no default draft for this model: pass --draft MODEL"
+
+
+def check_same_vocabulary(target: Backend, draft: Backend) -> None:
+    """Refuse a draft whose tokens mean something else: its drafts would all be rejected."""
+    common = min(target.vocab_size, draft.vocab_size)
+    if abs(target.vocab_size - draft.vocab_size) > 256 or common == 0:
+        raise SpecchatError(
+            f"the draft's vocabulary ({draft.vocab_size} tokens) does not match the target's "
+            f"({target.vocab_size})"
+        )
+    for token_id in range(0, common, max(1, common // 512)):
+        if target.token_bytes(token_id) != draft.token_bytes(token_id):
+            raise SpecchatError(
+                f"the draft's vocabulary does not match the target's (token {token_id} differs)"
             )
-        return load_hf_backend(
-            str(ref.path),
-            gguf_file=None,
-            device=device,
-            dtype=dtype,
-            threads=threads,
-            progress=progress,
-        )
-    raise SpecchatError(f"unknown backend {chosen!r}: use llama or hf")
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """How the user asked for the model (flags or settings): one value for every command."""
-
-    model: str | None = None
-    backend: str | None = None
-    device: str = "cpu"
-    threads: int | None = None
-    n_ctx: int = 4096
-    dtype: str = "float32"
-
-    def load(self, progress: Callable[[str], None] | None = None):
-        return load_backend(
-            self.model,
-            backend=self.backend,
-            device=self.device,
-            threads=self.threads,
-            n_ctx=self.n_ctx,
-            dtype=self.dtype,
-            progress=progress,
-        )

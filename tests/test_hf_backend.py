@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from specchat.backends import hf
+from specchat import hardware
+from specchat.backends import hf_loading
 from specchat.backends.base import Backend, Block, ChatMessage
-from specchat.backends.hf import HFBackend, load_hf_backend
+from specchat.backends.hf import HFBackend
+from specchat.backends.hf_loading import load_hf_backend
 from specchat.backends.token_bytes import byte_level_bytes, sentencepiece_bytes
 from specchat.errors import SpecchatError
 from tests.tiny_models import tiny_model, tiny_tokenizer
@@ -321,7 +323,7 @@ def test_corrupt_gguf(tmp_path: Path, session_cache: Path) -> None:
     with pytest.raises(SpecchatError) as excinfo:
         load_hf_backend(str(tmp_path), gguf_file="broken.gguf")
     assert "broken.gguf" in one_line_error(excinfo)
-    leftovers = list((session_cache / hf.GGUF_CACHE_FOLDER).glob("*broken*"))
+    leftovers = list((session_cache / hf_loading.GGUF_CACHE_FOLDER).glob("*broken*"))
     assert leftovers == []
 
 
@@ -365,7 +367,7 @@ def test_load_model_directory(tmp_path: Path) -> None:
     backend.close()
     threads = torch.get_num_threads()
     load_hf_backend(str(tmp_path / "tiny")).close()
-    assert torch.get_num_threads() == hf.physical_cores()
+    assert torch.get_num_threads() == hardware.physical_cores()
     torch.set_num_threads(threads)
 
 
@@ -373,7 +375,7 @@ def test_converted_cache_is_fast_and_identical(
     smol: HFBackend, session_cache: Path, bundled_gguf: Path
 ) -> None:
     assert "converting GGUF to safetensors (once)…" in smol.load_messages  # type: ignore[attr-defined]
-    converted = list((session_cache / hf.GGUF_CACHE_FOLDER).iterdir())
+    converted = list((session_cache / hf_loading.GGUF_CACHE_FOLDER).iterdir())
     assert [path.name for path in converted if path.name.startswith(".")] == []
     assert any((path / "model.safetensors").is_file() for path in converted)
 
@@ -412,20 +414,20 @@ def test_killed_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.M
         (target / "config.json").write_text("{}")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(hf, "_convert_gguf", interrupted)
+    monkeypatch.setattr(hf_loading, "_convert_gguf", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        hf.converted_gguf_dir(gguf)
-    assert list((tmp_path / "cache" / hf.GGUF_CACHE_FOLDER).iterdir()) == []
+        hf_loading.converted_gguf_dir(gguf)
+    assert list((tmp_path / "cache" / hf_loading.GGUF_CACHE_FOLDER).iterdir()) == []
 
     def complete(source: Path, target: Path, progress: object) -> None:
         (target / "config.json").write_text("{}")
         (target / "model.safetensors").write_bytes(b"")
 
-    monkeypatch.setattr(hf, "_convert_gguf", complete)
-    converted = hf.converted_gguf_dir(gguf)
+    monkeypatch.setattr(hf_loading, "_convert_gguf", complete)
+    converted = hf_loading.converted_gguf_dir(gguf)
     assert converted.name.startswith("model-10-") and (converted / "config.json").is_file()
-    monkeypatch.setattr(hf, "_convert_gguf", interrupted)
-    assert hf.converted_gguf_dir(gguf) == converted  # reused, not converted again
+    monkeypatch.setattr(hf_loading, "_convert_gguf", interrupted)
+    assert hf_loading.converted_gguf_dir(gguf) == converted  # reused, not converted again
 
 
 # -- block cost ------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ MARGIN_TOLERANCE = 1e-3
 
 @pytest.fixture(scope="module")
 def smol_hf(bundled_gguf):
-    from specchat.backends.hf import load_hf_backend
+    from specchat.backends.hf_loading import load_hf_backend
 
     threads = torch.get_num_threads()
     backend = load_hf_backend(str(bundled_gguf.parent), gguf_file=bundled_gguf.name, threads=1)

@@ -75,7 +75,7 @@ def test_toy_decoder_runs_in_ask_with_checked_params(toy):
 
 def test_toy_decoder_is_benchmarked(toy, tmp_path):
     from specchat.app.bench import run_bench
-    from specchat.models import ModelOptions
+    from specchat.models import LoadOptions
 
     data = tmp_path / "q.jsonl"
     data.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["Hi"]}) + "\n")
@@ -84,7 +84,8 @@ def test_toy_decoder_is_benchmarked(toy, tmp_path):
         data=str(data),
         decoders=["toy"],
         params={"width": 4},
-        model_options=ModelOptions(None, None, "cpu", None, 2048, "float32"),
+        model=None,
+        load_options=LoadOptions(n_ctx=2048),
         categories=None,
         limit_per_category=None,
         max_tokens=4,

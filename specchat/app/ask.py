@@ -12,7 +12,7 @@ from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.registry import build_decoder, sampling_for
 from specchat.decoding.sampling import SamplingParams
-from specchat.models import ModelOptions
+from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
 from specchat.themes.palette import COLOUR_BLIND_SAFE, ansi
 
@@ -50,7 +50,8 @@ def run_ask(
     *,
     decoder: str,
     decoder_params: dict[str, object],
-    model_options: ModelOptions,
+    model: str | None,
+    load_options: LoadOptions,
     max_tokens: int,
     temperature: float | None,
     sampling: SamplingParams,
@@ -63,7 +64,7 @@ def run_ask(
 ) -> int:
     """Returns the exit code: 0, or 130 when Ctrl+C stopped the answer."""
     chosen_sampling = sampling_for(decoder, temperature, sampling)
-    loaded = model_options.load(progress)
+    loaded = load_model(model, load_options, progress)
     progress_done()
     engine = Engine(loaded, build_decoder(decoder, decoder_params, loaded))
     ids = (

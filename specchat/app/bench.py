@@ -25,7 +25,7 @@ from specchat.decoding.registry import (
     scoped_params,
 )
 from specchat.errors import SpecchatError
-from specchat.models import ModelOptions
+from specchat.models import LoadOptions, load_model
 
 
 def _versions() -> dict[str, str]:
@@ -55,7 +55,8 @@ def run_bench(
     data: str,
     decoders: list[str],
     params: dict[str, object],
-    model_options: ModelOptions,
+    model: str | None,
+    load_options: LoadOptions,
     categories: list[str] | None,
     limit_per_category: int | None,
     max_tokens: int,
@@ -72,7 +73,7 @@ def run_bench(
     per = scoped_params(names, params)
     console = Console(file=sys.stderr)
     with console.status("loading the model…"):
-        loaded = model_options.load()
+        loaded = load_model(model, load_options)
     for name in names:  # unavailable decoders stop here, before any run
         build_decoder(name, per[name], loaded)
     methods = [DecoderMethod(loaded, name, per[name]) for name in names]

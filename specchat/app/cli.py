@@ -10,7 +10,7 @@ import typer
 
 from specchat import __version__
 from specchat.errors import SpecchatError
-from specchat.models import ModelOptions
+from specchat.models import LoadOptions
 
 app = typer.Typer(
     add_completion=False,
@@ -130,7 +130,8 @@ def ask(
         prompt,
         decoder=decoder,
         decoder_params=params,
-        model_options=ModelOptions(model, backend, device, threads, n_ctx, dtype),
+        model=model,
+        load_options=LoadOptions(backend, device, threads, n_ctx, dtype),
         max_tokens=max_tokens,
         temperature=temperature,
         sampling=SamplingParams(top_k=top_k, top_p=top_p, seed=seed),
@@ -178,7 +179,8 @@ def compare(
         prompt,
         decoders=decoder,
         params=params,
-        model_options=ModelOptions(model, backend, device, threads, n_ctx, dtype),
+        model=model,
+        load_options=LoadOptions(backend, device, threads, n_ctx, dtype),
         max_tokens=max_tokens,
         repeats=repeats,
         temperature=temperature,
@@ -229,7 +231,8 @@ def bench(
         data=data,
         decoders=decoder,
         params=params,
-        model_options=ModelOptions(model, backend, device, threads, dtype=dtype),
+        model=model,
+        load_options=LoadOptions(backend, device, threads, dtype=dtype),
         categories=[c.strip() for c in categories.split(",")] if categories else None,
         limit_per_category=limit_per_category,
         max_tokens=max_tokens,

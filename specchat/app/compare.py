@@ -11,7 +11,7 @@ from rich.table import Table
 from specchat.decoding.race import figures_table_rows, race
 from specchat.decoding.registry import decoder_class, default_race, sampling_for, scoped_params
 from specchat.decoding.sampling import SamplingParams
-from specchat.models import ModelOptions
+from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
 
 
@@ -20,7 +20,8 @@ def run_compare(
     *,
     decoders: list[str],
     params: dict[str, object],
-    model_options: ModelOptions,
+    model: str | None,
+    load_options: LoadOptions,
     max_tokens: int,
     repeats: int,
     temperature: float | None,
@@ -35,7 +36,7 @@ def run_compare(
         decoder_class(name)
     per = scoped_params(names, params)
     chosen = sampling_for(None, temperature, sampling)
-    loaded = model_options.load(progress)
+    loaded = load_model(model, load_options, progress)
     ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages_for(prompt))
 
     def on_progress(done: int, total: int, name: str) -> None:

@@ -8,12 +8,12 @@ from specchat.backends.base import ChatMessage
 from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.registry import build_decoder
-from specchat.models import load_backend
+from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids
 
 
 def run_repl(model: str | None, backend: str | None, device: str) -> None:
-    loaded = load_backend(model, backend=backend, device=device)
+    loaded = load_model(model, LoadOptions(backend=backend, device=device))
     engine = Engine(loaded, build_decoder("greedy", {}, loaded))
     history: list[ChatMessage] = []
     print(f"specchat on {loaded.model_name} ({loaded.name}, {loaded.device}); Ctrl+D quits.")

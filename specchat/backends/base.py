@@ -7,7 +7,7 @@ path they accepted; nothing above this module knows how a runtime lays out its c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol, runtime_checkable
 
@@ -115,17 +115,6 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Free the model."""
-
-
-@dataclass
-class LoadOptions:
-    """How to load a model, as the user asked for it (CLI flags or settings)."""
-
-    device: str = "cpu"
-    threads: int | None = None
-    n_ctx: int = 4096
-    dtype: str = "float32"
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def sync_cache(backend: Backend, cached: list[int], wanted: list[int]) -> None:

@@ -8,298 +8,27 @@ because a mask is present, so the tree structure really reaches attention. The K
 `DynamicCache` whose per-layer tensors we crop and gather ourselves, so committing any root-to-node
 path of a tree is one `index_select` per layer.
 
-GGUF files (such as the bundled SmolLM2) are dequantized by transformers' GGUF reader, which takes
-10-30 seconds; the result is saved once as a safetensors model directory under the cache dir and
-loaded from there (well under a second) ever after.
+Loading a model from disk (and converting a GGUF file) is `hf_loading`'s job; this module only
+needs a model and a tokenizer.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
-import shutil
-import tempfile
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specchat import locations
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable
 from specchat.backends.chat_template import CHATML_TEMPLATE
-from specchat.backends.llama import physical_cores
 from specchat.backends.token_bytes import token_bytes_table
-from specchat.errors import SpecchatError
+from specchat.errors import SpecchatError, first_line
 
 if TYPE_CHECKING:
     import torch
 
-# Folder under the cache dir holding one converted model directory per GGUF file.
-GGUF_CACHE_FOLDER = "hf-from-gguf"
-# Bump when the layout of a converted directory changes, so old conversions are not reused.
-_CONVERSION_FORMAT = 1
 _DEFAULT_MAX_CONTEXT = 8192
 _PREFILL_CHUNK = 512
-_DTYPES = ("float32", "bfloat16", "float16")
-
-Progress = Callable[[str], None]
-
-
-def _quiet(_message: str) -> None:
-    return None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
-
-
-def _offline() -> None:
-    """Never reach a model hub (every file must already be on disk), and draw no progress bars
-    of transformers' own on a terminal that may belong to the TUI: `progress` reports instead."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()
-
-
-def _check_device_and_dtype(device: str, dtype: str) -> torch.dtype:
-    import torch
-
-    if device == "cuda" or device.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise SpecchatError(
-                f"CUDA is not available: torch {torch.__version__} sees no CUDA device;"
-                " use --device cpu"
-            )
-    elif device == "mps":
-        if not torch.backends.mps.is_available():
-            raise SpecchatError("MPS is not available on this machine; use --device cpu")
-    elif device != "cpu":
-        raise SpecchatError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps")
-    if dtype not in _DTYPES:
-        raise SpecchatError(f"unknown dtype {dtype!r}: use one of {', '.join(_DTYPES)}")
-    if dtype == "float16" and not device.startswith("cuda"):
-        raise SpecchatError("float16 needs --device cuda; use float32 or bfloat16 on the CPU")
-    return getattr(torch, dtype)
-
-
-def load_hf_backend(
-    path: str,
-    *,
-    gguf_file: str | None = None,
-    device: str = "cpu",
-    dtype: str = "float32",
-    threads: int | None = None,
-    n_ctx: int | None = None,
-    progress: Progress | None = None,
-) -> HFBackend:
-    """Load a model for the transformers backend, never touching the network.
-
-    `path` is a Hugging Face model directory (or the id of a model already in the local Hugging
-    Face cache), or, with `gguf_file` (a file name inside `path`, or a path of its own), the folder
-    holding a GGUF file. `n_ctx` caps the context (default: the model's, at most 8192).
-    Every problem the user can fix raises SpecchatError with one line.
-    """
-    progress = progress or _quiet
-    _offline()
-    torch_dtype = _check_device_and_dtype(device, dtype)
-    import torch
-
-    torch.set_num_threads(threads or physical_cores())
-
-    source = Path(path).expanduser()
-    if gguf_file is not None:
-        gguf_path: Path | None = source / gguf_file
-        if not gguf_path.is_file():
-            raise SpecchatError(f"GGUF file not found: {gguf_path}")
-    elif source.suffix == ".gguf" and source.is_file():
-        gguf_path = source
-    else:
-        gguf_path = _lone_gguf(source)
-
-    if gguf_path is not None:
-        where = str(converted_gguf_dir(gguf_path, progress))
-        model_name = gguf_path.stem
-        source_key = Path(where).name
-    elif source.is_dir():
-        where, model_name, source_key = str(source), source.name, _source_key(source)
-    elif source.exists():
-        raise SpecchatError(f"not a model directory: {source}")
-    else:
-        where, model_name, source_key = path, path, path  # an id in the local HF cache, maybe
-
-    progress(f"loading {model_name} with transformers…")
-    try:
-        model, tokenizer = _load_model_dir(where, torch_dtype, device, model_name)
-    except SpecchatError:
-        if gguf_path is None:
-            raise
-        # Only a damaged disk or a hand edit spoils a finished conversion: redo it once.
-        progress("the converted copy is unreadable; converting again…")
-        shutil.rmtree(where, ignore_errors=True)
-        where = str(converted_gguf_dir(gguf_path, progress))
-        model, tokenizer = _load_model_dir(where, torch_dtype, device, model_name)
-    return HFBackend(
-        model, tokenizer, model_name=model_name, device=device, n_ctx=n_ctx, source_key=source_key
-    )
-
-
-def _lone_gguf(model_dir: Path) -> Path | None:
-    """The one GGUF file of a folder without a config.json, so `--model FOLDER` finds it."""
-    if not model_dir.is_dir() or (model_dir / "config.json").exists():
-        return None
-    files = sorted(model_dir.glob("*.gguf"))
-    return files[0] if len(files) == 1 else None
-
-
-def _source_key(model_dir: Path) -> str:
-    """Identifies the weights on disk, for the block-cost cache."""
-    config = model_dir / "config.json"
-    try:
-        stat = config.stat()
-        return f"{model_dir.resolve()}-{stat.st_size}-{stat.st_mtime_ns}"
-    except OSError:
-        return str(model_dir)
-
-
-def _load_model_dir(
-    where: str, torch_dtype: torch.dtype, device: str, model_name: str
-) -> tuple[Any, Any]:
-    """Model and tokenizer from a local directory (or the local HF cache), moved to `device`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if not Path(where).is_dir() and not _looks_like_hub_id(where):
-        raise SpecchatError(f"model not found: {where}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=torch_dtype, local_files_only=True
-        )
-    except OSError as error:
-        if not Path(where).is_dir():
-            raise SpecchatError(
-                f"model not found: {where} is no directory and not in the local Hugging Face cache"
-            ) from error
-        raise SpecchatError(f"cannot load model {model_name}: {_first_line(error)}") from error
-    except Exception as error:  # noqa: BLE001 - any failure of a user's model is one line for them
-        raise SpecchatError(f"cannot load model {model_name}: {_first_line(error)}") from error
-    if model.config._attn_implementation not in ("sdpa", "eager"):
-        # Flash-attention kernels ignore a 4-D mask; tree blocks need one of these two.
-        model.set_attn_implementation("sdpa")
-    model.to(device)
-    model.eval()
-    return model, tokenizer
-
-
-def _looks_like_hub_id(text: str) -> bool:
-    parts = text.split("/")
-    return len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
-
-
-def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None) -> Path:
-    """The safetensors directory converted from `gguf_path`, converting it first if needed.
-
-    The key holds the file's name, size and mtime, so an edited or replaced file converts again.
-    The conversion is written to a temporary folder and renamed into place, so a killed conversion
-    never leaves a half-written directory that a later run would trust.
-    """
-    progress = progress or _quiet
-    stat = gguf_path.stat()
-    key = f"{gguf_path.stem}-{stat.st_size}-{stat.st_mtime_ns}-v{_CONVERSION_FORMAT}"
-    root = locations.cache_dir() / GGUF_CACHE_FOLDER
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / key
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
-        return target
-    if target.exists():
-        shutil.rmtree(target, ignore_errors=True)
-    _remove_stale_temporaries(root, key)
-
-    progress("converting GGUF to safetensors (once)…")
-    started = time.perf_counter()
-    temporary = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    try:
-        _convert_gguf(gguf_path, temporary, progress)
-        try:
-            os.rename(temporary, target)
-        except OSError:
-            # Another process finished the same conversion first; theirs is as good as ours.
-            if not (target / "model.safetensors").is_file():
-                raise
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
-    progress(f"converted {gguf_path.name} in {time.perf_counter() - started:.1f} s")
-    return target
-
-
-def _remove_stale_temporaries(root: Path, key: str) -> None:
-    """Drop temporary folders that a conversion killed an hour or more ago left behind."""
-    for leftover in root.glob(f".{key}.*"):
-        try:
-            if time.time() - leftover.stat().st_mtime > 3600:
-                shutil.rmtree(leftover, ignore_errors=True)
-        except OSError:
-            pass
-
-
-def _convert_gguf(gguf_path: Path, target: Path, progress: Progress) -> None:
-    """Dequantize a GGUF file into a float32 Hugging Face model directory at `target`.
-
-    We call transformers' GGUF reader directly rather than `from_pretrained(gguf_file=...)`: the
-    latter insists on `accelerate` (not needed for anything else here) and marks the model as
-    quantized, which `save_pretrained` then refuses.
-    """
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-    folder, name = str(gguf_path.parent), gguf_path.name
-    try:
-        progress("reading GGUF metadata and tokenizer…")
-        config = AutoConfig.from_pretrained(folder, gguf_file=name, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        with torch.device("meta"):
-            skeleton = AutoModelForCausalLM.from_config(config)
-        progress("dequantizing GGUF weights…")
-        # Its plain tqdm bar ignores transformers' switch; keep it off the terminal.
-        with contextlib.redirect_stderr(io.StringIO()):
-            checkpoint = load_gguf_checkpoint(
-                str(gguf_path),
-                return_tensors=True,
-                model_to_load=skeleton,
-                torch_dtype=torch.float32,
-            )
-        tensors = checkpoint["tensors"]
-    except SpecchatError:
-        raise
-    except Exception as error:  # noqa: BLE001 - a bad file is the user's to fix, in one line
-        raise SpecchatError(f"cannot read GGUF file {gguf_path}: {_first_line(error)}") from error
-
-    expected = set(skeleton.state_dict())
-    missing = expected - set(tensors)
-    if getattr(config, "tie_word_embeddings", False):
-        missing.discard("lm_head.weight")
-    if missing:
-        example = sorted(missing)[0]
-        raise SpecchatError(
-            f"cannot convert GGUF file {gguf_path}: {len(missing)} weights missing (e.g. {example})"
-        )
-    progress("saving the converted model…")
-    weights = {key: tensor.contiguous() for key, tensor in tensors.items() if key in expected}
-    save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
-    config.save_pretrained(target)
-    GenerationConfig.from_model_config(config).save_pretrained(target)
-    tokenizer.save_pretrained(target)
 
 
 class HFBackend:
@@ -385,7 +114,7 @@ class HFBackend:
         except SpecchatError:
             raise
         except Exception as error:  # noqa: BLE001 - a template's own raise_exception, for one
-            raise SpecchatError(f"chat template: {_first_line(error)}") from error
+            raise SpecchatError(f"chat template: {first_line(error)}") from error
 
     # -- KV cache and blocks ---------------------------------------------------------------------
 

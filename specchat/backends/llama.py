@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from specchat.backends.base import Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
 from specchat.errors import SpecchatError
+from specchat.hardware import physical_cores
 
 # Above this many missing tokens a lagging stream is refreshed by copying the main stream's buffer.
 _CATCH_UP_BY_EVALUATION = 32
@@ -39,25 +39,6 @@ def _import_llama_cpp():
         ) from exc
     llama_logger.logger.setLevel(logging.CRITICAL)
     return llama_cpp
-
-
-def physical_cores() -> int:
-    """Physical cores, the thread count at which llama.cpp decodes fastest on CPU."""
-    try:
-        cores = set()
-        with open("/proc/cpuinfo") as f:
-            physical = core = None
-            for line in f:
-                if line.startswith("physical id"):
-                    physical = line.split(":")[1].strip()
-                elif line.startswith("core id"):
-                    core = line.split(":")[1].strip()
-                    cores.add((physical, core))
-        if cores:
-            return len(cores)
-    except OSError:
-        pass
-    return max(1, (os.cpu_count() or 2) // 2)
 
 
 class LlamaBackend:

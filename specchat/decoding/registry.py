@@ -16,8 +16,8 @@ from specchat.decoding.lookahead import LookaheadDecoder
 from specchat.decoding.plain import GreedyDecoder, SampleDecoder
 from specchat.decoding.prompt_lookup import PromptLookupDecoder
 from specchat.decoding.sampling import SamplingParams
-from specchat.drafts import default_draft_reason, load_draft
 from specchat.errors import SpecchatError
+from specchat.models import LoadOptions, default_draft_reason, load_draft
 
 DECODERS: dict[str, type[Decoder]] = {}
 
@@ -82,9 +82,8 @@ def build_decoder(name: str, values: Mapping[str, object], backend: Backend) -> 
     if reason:
         raise SpecchatError(f"decoder {name!r} is unavailable: {reason}")
     if cls.needs_draft_model:
-        draft = load_draft(
-            checked.get("draft"), checked.get("draft_backend"), checked["draft_device"], backend
-        )
+        options = LoadOptions(backend=checked["draft_backend"], device=checked["draft_device"])
+        draft = load_draft(checked["draft"], options, backend)
         return cls(draft_model=draft, **checked)
     return cls(**checked)
 

@@ -24,9 +24,9 @@ def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def tui_backend():
     """The bundled SmolLM2 on llama.cpp, one thread: other processes share the two cores while
     the suite runs, and llama.cpp's threads spin badly when the cores are oversubscribed."""
-    from specchat.models import load_backend
+    from specchat.models import LoadOptions, load_model
 
-    loaded = load_backend(None, threads=1, n_ctx=2048)
+    loaded = load_model(None, LoadOptions(threads=1, n_ctx=2048))
     yield loaded
     loaded.close()
 

@@ -33,6 +33,7 @@ from specchat.decoding.registry import (
 )
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
+from specchat.hardware import physical_cores
 from specchat.history import HistoryStore
 from specchat.settings import DEFAULT_THEME, Settings, load_settings, save_settings
 from specchat.themes.app_themes import APP_THEMES, palette_for
@@ -47,8 +48,6 @@ def ui_model_threads() -> int:
     threads. Measured on 2 cores (scripts/measure_ui_cost.py): 2 model threads give 31 tok/s in
     the TUI (95 headless), 1 thread gives 52 tok/s (53 headless).
     """
-    from specchat.backends.llama import physical_cores
-
     return max(1, physical_cores() - 1)
 
 
@@ -138,16 +137,19 @@ class SpecchatApp(App):
     @work(thread=True, exclusive=True, group="load")
     def _load_model(self) -> None:
         """Load in a worker, leaving a core to the UI (see ui_model_threads)."""
-        from specchat.models import load_backend
+        from specchat.models import LoadOptions, load_model
 
         start = time.perf_counter()
         self.post_message(LoadProgress("loading model"))
+        options = LoadOptions(
+            backend=self.settings.backend,
+            device=self.settings.device,
+            threads=self.settings.threads or ui_model_threads(),
+        )
         try:
-            backend = load_backend(
+            backend = load_model(
                 self.settings.model,
-                backend=self.settings.backend,
-                device=self.settings.device,
-                threads=self.settings.threads or ui_model_threads(),
+                options,
                 progress=lambda text: self.post_message(LoadProgress(text)),
             )
         except SpecchatError as exc:
