@@ -92,7 +92,7 @@ def test_cancel_through_an_external_flag(fresh_llama, story_ids):
 def test_cancel_before_the_first_step_is_kept(fresh_llama, story_ids):
     """Engine.cancel() reaches a generation from the moment generate() returned, before the
     consumer asked for its first event (a worker still preparing, say)."""
-    engine = Engine(fresh_llama, PlainDecoder())
+    engine = Engine(fresh_llama, GreedyDecoder())
     events = engine.generate(GenerationRequest(tuple(story_ids), 400))
     engine.cancel()
     *steps, done = list(events)
@@ -102,7 +102,7 @@ def test_cancel_before_the_first_step_is_kept(fresh_llama, story_ids):
 
 def test_cancel_right_after_start_is_kept(fresh_llama, story_ids):
     """The handle's own token exists before its thread starts: a Ctrl+C at once is never lost."""
-    engine = Engine(fresh_llama, PlainDecoder())
+    engine = Engine(fresh_llama, GreedyDecoder())
     handle = engine.start(GenerationRequest(tuple(story_ids), 400))
     handle.cancel()
     *steps, done = list(handle)
@@ -111,7 +111,7 @@ def test_cancel_right_after_start_is_kept(fresh_llama, story_ids):
 
 
 def test_a_cancel_while_idle_does_not_stop_the_next_answer(fresh_llama, story_ids):
-    engine = Engine(fresh_llama, PlainDecoder())
+    engine = Engine(fresh_llama, GreedyDecoder())
     engine.cancel()  # nothing asked for yet
     _, first = _generate(engine, story_ids, max_tokens=5)
     assert first.finish_reason == "max_tokens"
