@@ -119,6 +119,9 @@ class _ForceDraft:
     def reset(self, context):
         self.inner.reset(context)
 
+    def finish(self):
+        self.inner.finish()
+
     def prepare(self, target):
         self.inner.prepare(_FlatCost(target))
 
