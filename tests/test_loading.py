@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerFast
 from specchat.backends.hf import HFBackend
 from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent
-from specchat.decoding.plain import PlainDecoder
+from specchat.decoding.plain import GreedyDecoder
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 from specchat.models import LoadOptions, check_same_vocabulary, load_draft, load_model
@@ -54,7 +54,7 @@ def one_line_error(excinfo: pytest.ExceptionInfo[SpecchatError]) -> str:
 
 def generate(backend, prompt: list[int], max_tokens: int) -> DoneEvent:
     events = list(
-        Engine(backend, PlainDecoder()).generate(GenerationRequest(tuple(prompt), max_tokens))
+        Engine(backend, GreedyDecoder()).generate(GenerationRequest(tuple(prompt), max_tokens))
     )
     assert isinstance(events[-1], DoneEvent)
     return events[-1]

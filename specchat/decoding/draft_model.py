@@ -16,7 +16,7 @@ from specchat.backends.base import Backend, Block, sync_cache
 from specchat.decoding.draft_policy import Plan
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler, SamplingParams, logits_to_probs, sample
-from specchat.decoding.speculative import Draft, SpeculativeDecoder
+from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
 
 _PLAIN = SamplingParams(temperature=1.0)
 _PRIOR = 0.8  # a draft of the same family agrees most of the time
@@ -124,7 +124,7 @@ class DraftModelDecoder(SpeculativeDecoder):
         Param(
             "threshold", float, 0.3, "stop drafting when the draft's top probability is lower", 0, 1
         ),
-    )
+    ) + SPECULATIVE_PARAMS
     needs_draft_model = True
 
     def __init__(self, draft_model: Backend, **values: object) -> None:

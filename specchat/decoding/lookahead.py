@@ -18,7 +18,7 @@ from specchat.decoding.draft_policy import Plan
 from specchat.decoding.ngram_pool import NgramPool
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
-from specchat.decoding.speculative import Draft, SpeculativeDecoder
+from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
 
 
 class LookaheadDrafter:
@@ -143,7 +143,7 @@ class LookaheadDecoder(SpeculativeDecoder):
             100.0,
         ),
         Param("seed_from_prompt", bool, True, "seed the pool with the context's own n-grams"),
-    )
+    ) + SPECULATIVE_PARAMS
 
     def __init__(self, **values: object) -> None:
         super().__init__(**values)

@@ -16,7 +16,7 @@ from specchat.decoding.draft_policy import Plan
 from specchat.decoding.ngram_index import NgramIndex
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
-from specchat.decoding.speculative import Draft, SpeculativeDecoder
+from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
 from specchat.errors import SpecchatError
 
 # Match lengths share statistics in buckets: 1, 2, 3, 4-5, 6-8, 9-12, 13-16, 17-24, 25-32, 33+.
@@ -85,7 +85,7 @@ class PromptLookupDecoder(SpeculativeDecoder):
         Param("max_ngram", int, 3, "longest n-gram matched against the context", 1, 64),
         Param("min_ngram", int, 1, "shortest n-gram matched", 1, 64),
         Param("num_pred_tokens", int, 10, "most tokens drafted in one step", 1, 256),
-    )
+    ) + SPECULATIVE_PARAMS
 
     @classmethod
     def check(cls, values: dict[str, object]) -> None:

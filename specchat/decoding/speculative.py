@@ -18,6 +18,7 @@ import numpy as np
 from specchat.backends.base import Backend, Block
 from specchat.decoding.base import Decoder
 from specchat.decoding.draft_policy import DraftLengthPolicy, Plan
+from specchat.decoding.params import Param
 from specchat.decoding.payoff import PayoffGuard
 from specchat.decoding.plain import plain_step
 from specchat.decoding.sampling import Sampler, verify_chain, verify_tree
@@ -69,8 +70,22 @@ class Drafter(Protocol):
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None: ...
 
 
+SPECULATIVE_PARAMS = (
+    Param(
+        "fixed_draft",
+        int,
+        0,
+        "0: the learned policy sizes each draft; N: always draft up to N (no policy, no guard)",
+        0,
+        256,
+    ),
+    Param("guard", bool, True, "fall back to plain steps while speculation measures slower"),
+)
+
+
 class SpeculativeDecoder(Decoder):
-    """A decoder made of a drafter; subclasses declare themselves and build their drafter."""
+    """A decoder made of a drafter; subclasses declare themselves (their own parameters followed
+    by SPECULATIVE_PARAMS) and build their drafter."""
 
     speculative = True
     drafter: Drafter
@@ -78,7 +93,8 @@ class SpeculativeDecoder(Decoder):
     def __init__(self, **values: Any) -> None:
         super().__init__(**values)
         self.policy = DraftLengthPolicy()
-        self.guard = PayoffGuard()
+        self.fixed_draft = int(values.get("fixed_draft", 0))
+        self.guard = PayoffGuard() if values.get("guard", True) and not self.fixed_draft else None
         self._model_key: str | None = None  # whose learned acceptance the policy holds
 
     def prepare(self, target: Backend) -> None:
@@ -97,6 +113,8 @@ class SpeculativeDecoder(Decoder):
         self.drafter.reset(context)
 
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
+        if self.guard is None:
+            return self.speculative_step(target, context, sampler, room)
         speculate = self.guard.speculate()
         start = time.perf_counter()
         if speculate:
@@ -110,7 +128,10 @@ class SpeculativeDecoder(Decoder):
         self, target: Backend, context: list[int], sampler: Sampler, room: int
     ) -> Step:
         plan = self.drafter.plan(context, room)
-        depth = self.policy.depth(target, plan, room)
+        if self.fixed_draft:
+            depth = max(0, min(self.fixed_draft, plan.available, room - 1))
+        else:
+            depth = self.policy.depth(target, plan, room)
         draft = self.drafter.draft(target, context, sampler, plan, depth)
         block = draft.block
         logits = target.evaluate(block)
