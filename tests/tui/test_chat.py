@@ -59,6 +59,12 @@ async def test_answer_streams_and_status_updates(backend):
         assert "tok/s" in live[-1] and "greedy" in live[-1]
         final = status_of(app)
         assert "ended:" in final and "tokens" in final
+        # the figures grown from the step events are the engine's own
+        shown = chat.figures.stats
+        assert (shown.steps, shown.generated_tokens) == (
+            answer.stats.steps,
+            answer.stats.generated_tokens,
+        )
         widget = chat.query(AssistantMessage).last()
         assert widget.text == answer.content
         assert len(chat.query(UserMessage)) == 1
@@ -87,7 +93,7 @@ async def test_decoder_key_mid_answer_switches(backend):
         assert answer.finish_reason in ("eos", "max_tokens")
         assert gate.decoders[:2] == ["greedy", "greedy"]
         assert len(gate.decoders) > 2 and set(gate.decoders[2:]) == {target.name}, gate.decoders
-        assert list(answer.stats["decoders"]) == ["greedy", target.name]
+        assert list(answer.stats.decoders) == ["greedy", target.name]
         assert app.decoder_name == target.name
         assert f" {target.name} " in status_of(app)
 
@@ -103,7 +109,7 @@ async def test_decoder_key_when_idle_sets_next_answer(backend):
         await type_and_send(pilot, "Hi")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert list(app.screen.messages[-1].stats["decoders"]) == ["beam"]
+        assert list(app.screen.messages[-1].stats.decoders) == ["beam"]
 
 
 async def test_unavailable_decoder_says_why(backend, monkeypatch):
@@ -137,7 +143,7 @@ async def test_escape_cancels_and_keeps_text(backend):
         answer = app.screen.messages[-1]
         assert answer.finish_reason == "cancelled"
         assert answer.content.strip()
-        assert answer.stats["generated_tokens"] == 3 and len(gate.decoders) == 3
+        assert answer.stats.generated_tokens == 3 and len(gate.decoders) == 3
         widget = app.screen.query(AssistantMessage).last()
         assert "stopped" in str(widget.query_one(".role").render())
         assert widget.text == answer.content
@@ -160,7 +166,7 @@ async def test_escape_before_the_engine_starts_stops_the_answer(backend):
             await pilot.pause()
         answer = app.screen.messages[-1]
         assert answer.role == "assistant" and answer.finish_reason == "cancelled"
-        assert answer.stats["generated_tokens"] == 0 and gate.decoders == []
+        assert answer.stats.generated_tokens == 0 and gate.decoders == []
         widget = app.screen.query(AssistantMessage).last()
         assert "stopped" in str(widget.query_one(".role").render())
         assert "cancelled" in status_of(app)

@@ -153,15 +153,11 @@ class ChatScreen(Screen):
         transcript.anchor()
         self.sub_title = (self.app.history.chat_title(chat_id) or "") if chat_id else "new chat"
         last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
-        self.figures = (
-            Figures.from_stats(last.decoder or "?", last.stats, last.finish_reason)
-            if last
-            else Figures(decoder=self.app.decoder_name)
-        )
         if last is not None:
-            self.figures.params = str(last.stats.get("params", ""))
+            self.figures = Figures.stored(last)
         else:
-            self.figures.params = self.app.params_label(self.app.decoder_name)
+            name = self.app.decoder_name
+            self.figures = Figures(decoder=name, params=self.app.params_label(name))
         if self.app.engine is not None:
             self._show_status()
 
@@ -260,20 +256,18 @@ class ChatScreen(Screen):
         event = message.event
         answer, self._answer = self._answer, None
         await answer.finish(event.text, event.finish_reason)
-        stats = dict(event.stats)
-        stats["elapsed_seconds"] = round(time.monotonic() - self._answer_started, 3)
+        elapsed = round(time.monotonic() - self._answer_started, 3)
         decoder = answer.decoder or self.figures.decoder
-        stats["params"] = self.figures.params
-        # the engine's own count (it includes a step that only produced EOS)
-        self.figures = Figures.from_stats(decoder, stats, event.finish_reason)
-        self.figures.params = str(stats["params"])
+        self.figures.finished(decoder, event.finish_reason, elapsed)
         stored = StoredMessage(
             "assistant",
             answer.text,
             decoder=decoder,
             finish_reason=event.finish_reason,
-            stats=stats,
+            stats=event.stats,
             runs=list(answer.runs.runs),
+            elapsed_seconds=elapsed,
+            params=self.figures.params,
         )
         if self.chat_id is not None:
             self.app.history.add_message(self.chat_id, stored)

@@ -22,6 +22,7 @@ from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.backends.base import ChatMessage
 from specchat.decoding.engine import GenerationRequest
 from specchat.decoding.events import DoneEvent
+from specchat.decoding.figures import race_rows
 from specchat.decoding.registry import DECODERS, baseline_name
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
@@ -67,18 +68,10 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
     """One row per finished pane: tok/s, speedup vs greedy (else the first pane), tok/step,
     acceptance, tokens, and whether a greedy-family output equals the reference."""
     finished = [p for p in panes if p.done is not None]
-    if not finished:
-        return []
-    base = next((p for p in finished if p.decoder == baseline_name()), finished[0])
-    base_tps = float(base.done.stats.get("tokens_per_second", 0.0)) or 0.0
+    figures = race_rows([(p.decoder, [p.done.stats]) for p in finished])
     reference = next((p for p in finished if greedy_flags.get(p.decoder)), None)
     rows = []
-    for pane in finished:
-        stats = pane.done.stats
-        tps = float(stats.get("tokens_per_second", 0.0))
-        speedup = f"{tps / base_tps:.2f}×" if base_tps else "–"
-        drafted = int(stats.get("drafted", 0))
-        acceptance = f"{float(stats.get('acceptance_rate', 0.0)):.0%}" if drafted else "–"
+    for pane, row in zip(finished, figures):
         if not greedy_flags.get(pane.decoder) or reference is None:
             same = "n/a (samples)"
         elif pane is reference:
@@ -88,11 +81,11 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
         rows.append(
             (
                 pane.decoder,
-                f"{tps:.1f}",
-                speedup,
-                f"{float(stats.get('tokens_per_step', 0.0)):.2f}",
-                acceptance,
-                str(stats.get("generated_tokens", 0)),
+                f"{row.tokens_per_second:.1f}",
+                "–" if row.speedup is None else f"{row.speedup:.2f}×",
+                f"{row.tokens_per_step:.2f}",
+                f"{row.acceptance_rate:.0%}" if row.drafted else "–",
+                str(row.tokens),
                 pane.done.finish_reason,
                 same,
             )
@@ -242,8 +235,6 @@ class RaceScreen(Screen):
         pane = self.panes[message.pane]
         pane.done = message.event
         pane.runs.finish(message.event.text)
-        # the engine's own figures, as in the summary (they count a step that only ended it)
-        pane.figures = Figures.from_stats(pane.decoder, message.event.stats, None)
         pane.set_state("stopped" if message.event.finish_reason == "cancelled" else "done")
         pane.repaint(self.app.palette)
         self._fill_summary()
