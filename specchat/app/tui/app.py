@@ -73,7 +73,8 @@ class SpecchatApp(App):
 
     # -- lifecycle --------------------------------------------------------------------------
     def get_default_screen(self) -> Screen:
-        self.chat = ChatScreen(chat_id=self.initial_chat_id)
+        # the decoder keys are read from the registry now, not when the module was imported
+        self.chat = ChatScreen.with_decoder_keys()(chat_id=self.initial_chat_id)
         return self.chat
 
     def on_mount(self) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingsMap
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header
@@ -50,6 +50,20 @@ def chat_markdown(title: str, messages: list[StoredMessage]) -> str:
     return "\n".join(lines)
 
 
+def decoder_bindings() -> list[Binding]:
+    """A key per decoder in the registry, switching to it (see `ChatScreen.with_decoder_keys`)."""
+    return [
+        Binding(
+            info.key,
+            f"decoder('{info.name}')",
+            info.name,
+            key_display=info.key.upper(),
+            priority=True,
+        )
+        for info in DECODERS.values()
+    ]
+
+
 class ChatScreen(Screen):
     BINDINGS = [
         Binding("escape", "cancel", "stop", priority=True),
@@ -64,22 +78,19 @@ class ChatScreen(Screen):
         Binding("question_mark", "app.help", "help", show=False),
     ]
 
+    @classmethod
+    def with_decoder_keys(cls) -> type[ChatScreen]:
+        """This screen with one key per decoder in the registry, first in the footer and with
+        priority, so they work while the input has focus. Made when the app starts rather than
+        at import, so a decoder registered after import has its key too."""
+
+        class ChatScreenWithDecoderKeys(cls, inherit_bindings=False):
+            BINDINGS = [*decoder_bindings(), *Screen.BINDINGS, *cls.BINDINGS]
+
+        return ChatScreenWithDecoderKeys
+
     def __init__(self, chat_id: int | None = None) -> None:
         super().__init__()
-        # One key per registry decoder, first in the footer; priority, so they work while the
-        # input has focus. Read from the registry at start-up, never listed here.
-        static = self._bindings
-        self._bindings = BindingsMap()
-        for info in DECODERS.values():
-            self._bindings.bind(
-                info.key,
-                f"decoder('{info.name}')",
-                info.name,
-                key_display=info.key.upper(),
-                priority=True,
-            )
-        for key, bindings in static.key_to_bindings.items():
-            self._bindings.key_to_bindings.setdefault(key, []).extend(bindings)
         self.chat_id = chat_id
         self.messages: list[StoredMessage] = []
         self.figures = Figures()
