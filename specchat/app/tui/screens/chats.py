@@ -35,7 +35,7 @@ class ChatListScreen(ModalScreen):
         super().__init__()
         self.current = current
         self._open_chat = open_chat  # None: a new, empty chat
-        self._renamed = renamed
+        self._chat_renamed = renamed
 
     @property
     def history(self) -> HistoryStore:
@@ -110,7 +110,7 @@ class ChatListScreen(ModalScreen):
         chat_id = self._selected()
         if chat_id is not None and event.value.strip():
             self.history.rename_chat(chat_id, event.value.strip())
-            self._renamed(chat_id, event.value.strip())
+            self._chat_renamed(chat_id, event.value.strip())
         event.input.display = False
         self._reload()
         self.query_one(OptionList).focus()
