@@ -131,9 +131,14 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
             "mean_accepted_tokens",
             "acceptance_rate",
             "exact_rate",
+            "oracle",
+            "efficiency",
             "questions",
         }
     assert report["summary"]["pld"]["overall"]["exact_rate"] == 1.0
+    # the oracle replays pld's own proposals on greedy's answers; greedy has none to replay
+    assert report["summary"]["pld"]["overall"]["oracle"] >= 1.0
+    assert report["summary"]["greedy"]["overall"]["oracle"] is None
     rows = report["questions"]
     assert len(rows) == 2 * 4
     row = next(r for r in rows if r["decoder"] == "pld" and r["question_id"] == 7)
@@ -148,6 +153,8 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
         "accepted",
         "identical_to_greedy",
         "first_divergence",
+        "oracle_seconds",
+        "plain_seconds",
     }
     # two turns answered: more tokens than one turn's limit
     assert row["tokens"] > 16

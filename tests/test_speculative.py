@@ -119,6 +119,9 @@ class _ForceDraft:
     def reset(self, context):
         self.inner.reset(context)
 
+    def finish(self):
+        self.inner.finish()
+
     def prepare(self, target):
         self.inner.prepare(_FlatCost(target))
 
@@ -262,3 +265,21 @@ def test_divergence_reports_index_and_greedy_margin(tiny_pair):
     # greedy stopped where the other went on: no greedy choice there to judge
     longer = find_divergence(target, prompt, reference[:5], reference)
     assert longer.index == 5 and longer.margin is None
+
+
+CODE_REWRITE = (
+    "Here is a Python function: def area(r): return 3.14159 * r * r — Rewrite it with a docstring "
+    "and type hints."
+)
+
+
+def test_pld_drafts_on_a_code_rewrite_with_its_own_policy(fresh_llama, tmp_path, monkeypatch):
+    """No forcing: the learning policy, from its priors, must try the copy the answer makes of
+    the function, and stay exactly greedy."""
+    monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path))  # no policy learned elsewhere
+    ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", CODE_REWRITE)])
+    reference = _done(Engine(fresh_llama, DECODERS["greedy"].create()), ids, 96)
+    fresh_llama.rollback(0)
+    done = _done(Engine(fresh_llama, DECODERS["pld"].create()), ids, 96)
+    assert done.token_ids == reference.token_ids
+    assert done.stats.accepted >= 10, done.stats

@@ -52,7 +52,7 @@ def _cpu_name() -> str:
 
 def run_bench(
     *,
-    data: str,
+    data: str | None,
     decoders: list[str],
     params: dict[str, object],
     model: str | None,
@@ -126,6 +126,8 @@ def run_bench(
                     "accepted": r.accepted,
                     "identical_to_greedy": r.identical_to_greedy,
                     "first_divergence": r.first_divergence,
+                    "oracle_seconds": r.oracle_seconds,
+                    "plain_seconds": r.plain_seconds,
                 }
                 for r in rows
             ],

@@ -194,7 +194,10 @@ def compare(
 
 @app.command()
 def bench(
-    data: Annotated[str, typer.Option("--data", help="Spec-Bench JSON Lines file")],
+    data: Annotated[
+        str | None,
+        typer.Option("--data", help="Spec-Bench JSON Lines file (default: the bundled dev half)"),
+    ] = None,
     decoder: Annotated[
         list[str], typer.Option("--decoder", "-d", help="decoder to measure (repeatable)")
     ] = [],  # noqa: B006

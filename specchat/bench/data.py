@@ -8,6 +8,8 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 
+BUNDLED_QUESTIONS = Path(__file__).parent / "questions" / "spec_bench_dev.jsonl"
+
 
 @dataclass(frozen=True)
 class Question:
@@ -17,10 +19,13 @@ class Question:
 
 
 def load_questions(
-    path: str | Path, categories: list[str] | None = None, limit_per_category: int | None = None
+    path: str | Path | None,
+    categories: list[str] | None = None,
+    limit_per_category: int | None = None,
 ) -> list[Question]:
-    """Questions from a file, filtered; every problem is one clear line."""
-    file = Path(path)
+    """Questions from a file (None: the bundled Spec-Bench dev half), filtered; every problem is
+    one clear line."""
+    file = Path(path) if path is not None else BUNDLED_QUESTIONS
     if not file.is_file():
         raise SpecchatError(f"benchmark data not found: {file}")
     questions: list[Question] = []

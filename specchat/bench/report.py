@@ -29,7 +29,8 @@ def summary_table(summary: dict, categories: list[str]) -> Table:
 
 def detail_table(summary: dict) -> Table:
     table = Table(title="overall figures")
-    for column in ("method", "tok/s", "speedup", "tok/step", "accept", "exact", "questions"):
+    columns = ("method", "tok/s", "speedup", "tok/step", "accept", "exact", "oracle", "effic.")
+    for column in (*columns, "questions"):
         table.add_column(
             column, justify="left" if column == "method" else "right", no_wrap=column == "method"
         )
@@ -39,7 +40,8 @@ def detail_table(summary: dict) -> Table:
 
 
 def _figure_cells(fig: dict) -> list[str]:
-    """tok/s, speedup, tokens/step, acceptance, exact rate, questions ("—" where unknown)."""
+    """tok/s, speedup, tokens/step, acceptance, exact rate, oracle, efficiency, questions ("—"
+    where unknown)."""
 
     def maybe(value, fmt: str) -> str:
         return "—" if value is None else format(value, fmt)
@@ -50,6 +52,8 @@ def _figure_cells(fig: dict) -> list[str]:
         maybe(fig["mean_accepted_tokens"], ".2f"),
         maybe(fig["acceptance_rate"], ".0%"),
         maybe(fig["exact_rate"], ".0%"),
+        maybe(fig.get("oracle"), ".2f") + ("×" if fig.get("oracle") is not None else ""),
+        maybe(fig.get("efficiency"), ".2f"),
         str(fig["questions"]),
     ]
 
@@ -69,32 +73,37 @@ def ours_over_peers(summary: dict) -> list[tuple[str, str, float]]:
     return pairs
 
 
-def chart_lines(summary: dict, categories: list[str]) -> list[tuple[str, str, float]]:
-    """(category, method, speedup) in chart order."""
+def chart_lines(summary: dict, categories: list[str]) -> list[tuple[str, str, float, float | None]]:
+    """(category, method, speedup, oracle) in chart order."""
     lines = []
     for cat in [*categories, OVERALL]:
         for method, per in summary.items():
             fig = per.get(cat)
             if fig and fig["speedup"] is not None:
-                lines.append((cat, method, fig["speedup"]))
+                lines.append((cat, method, fig["speedup"], fig.get("oracle")))
     return lines
 
 
 def chart_text(summary: dict, categories: list[str], colour: bool = True) -> Text:
+    """Bars of speedup; where an oracle is known, ░ extends the bar to what the drafts allow."""
     lines = chart_lines(summary, categories)
-    top = max((s for _, _, s in lines), default=1.0)
-    width = max((len(m) for _, m, _ in lines), default=6)
+    top = max((max(s, o or 0.0) for _, _, s, o in lines), default=1.0)
+    width = max((len(m) for _, m, _, _ in lines), default=6)
     out = Text()
     current = None
-    for cat, method, speedup in lines:
+    for cat, method, speedup, oracle in lines:
         if cat != current:
             out.append(f"{cat}\n", style="bold" if colour else "")
             current = cat
-        bar = "█" * max(1, round(_BAR * speedup / top))
+        filled = max(1, round(_BAR * speedup / top))
+        bar = "█" * filled
         style = ("green" if speedup >= 1.0 else "red") if colour else ""
         out.append(f"  {method:<{width}} ")
         out.append(bar, style=style)
-        out.append(f" {speedup:.2f}×\n")
+        if oracle is not None:
+            out.append("░" * max(0, round(_BAR * oracle / top) - filled), style="dim")
+        out.append(f" {speedup:.2f}×")
+        out.append(f" (oracle {oracle:.2f}×)\n" if oracle is not None else "\n")
     return out
 
 
@@ -126,8 +135,11 @@ def markdown(
         ]
         out.append(f"| {method} | " + " | ".join(cells) + " |")
     out.append("")
-    out.append("| method | tok/s | speedup | tokens/step | acceptance | exact | questions |")
-    out.append("|---|---|---|---|---|---|---|")
+    out.append(
+        "| method | tok/s | speedup | tokens/step | acceptance | exact | oracle | efficiency "
+        "| questions |"
+    )
+    out.append("|---" * 9 + "|")
     for method, per in summary.items():
         out.append(f"| {method} | " + " | ".join(_figure_cells(per[OVERALL])) + " |")
     pairs = ours_over_peers(summary)

@@ -16,8 +16,9 @@ from typing import Protocol
 from specchat.backends.base import Backend, ChatMessage
 from specchat.bench.data import Question
 from specchat.bench.summary import QuestionRow
+from specchat.decoding.oracle import OracleFigures, accepted_lengths, oracle_speedup
 from specchat.decoding.race import find_divergence, run_decoder
-from specchat.decoding.registry import decoder_class
+from specchat.decoding.registry import build_decoder, decoder_class
 from specchat.decoding.sampling import SamplingParams
 from specchat.prompting import chat_prompt_ids
 
@@ -38,6 +39,9 @@ class Method(Protocol):
 
     def run(self, prompt: list[int], max_tokens: int) -> Outcome: ...
 
+    def oracle(self, prompt: list[int], answer: tuple[int, ...]) -> OracleFigures | None:
+        """What this method's drafter would allow on greedy's `answer` (None: not replayable)."""
+
 
 class DecoderMethod:
     """One of our decoders, from the registry."""
@@ -45,6 +49,16 @@ class DecoderMethod:
     def __init__(self, backend: Backend, name: str, params: dict[str, object]) -> None:
         self.backend, self.name, self.params = backend, name, params
         self.greedy_family = decoder_class(name).greedy_family
+
+    def oracle(self, prompt: list[int], answer: tuple[int, ...]) -> OracleFigures | None:
+        if not self.greedy_family:
+            return None
+        decoder = build_decoder(self.name, self.params, self.backend)
+        propose = getattr(getattr(decoder, "drafter", None), "proposal", None)
+        if propose is None:
+            return None
+        decoder.reset(prompt)
+        return oracle_speedup(accepted_lengths(propose, prompt, answer), self.backend.block_cost)
 
     def run(self, prompt: list[int], max_tokens: int) -> Outcome:
         done = run_decoder(
@@ -73,7 +87,7 @@ def run_benchmark(
     rows: list[QuestionRow] = []
     for question in questions:
         history: list[ChatMessage] = []
-        totals = {m.name: [0, 0.0, 0, 0, 0] for m in methods}
+        totals = {m.name: [0, 0.0, 0, 0, 0, 0.0, 0.0] for m in methods}
         identical = {m.name: True for m in methods}
         divergence: dict[str, dict | None] = {m.name: None for m in methods}
         for turn_index, turn in enumerate(question.turns):
@@ -97,6 +111,10 @@ def run_benchmark(
                 total[2] += outcome.steps
                 total[3] += outcome.drafted
                 total[4] += outcome.accepted
+                replay = getattr(method, "oracle", lambda *_: None)(prompt, reference.token_ids)
+                if replay is not None:
+                    total[5] += replay.seconds
+                    total[6] += replay.plain_seconds
                 if not identical[method.name]:
                     continue  # the first divergence of a question is the one reported
                 found = find_divergence(backend, prompt, reference.token_ids, outcome.token_ids)
@@ -105,7 +123,7 @@ def run_benchmark(
                     divergence[method.name] = {"turn": turn_index, **found.as_dict()}
             history.append(ChatMessage("assistant", reference.text))
         for method in methods:
-            tokens, secs, steps, drafted, accepted = totals[method.name]
+            tokens, secs, steps, drafted, accepted, oracle_secs, plain_secs = totals[method.name]
             rows.append(
                 QuestionRow(
                     question.question_id,
@@ -118,6 +136,8 @@ def run_benchmark(
                     accepted,
                     identical[method.name] if method.greedy_family else None,
                     divergence[method.name],
+                    oracle_secs or None,
+                    plain_secs or None,
                 )
             )
     return rows

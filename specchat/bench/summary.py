@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specchat.decoding.oracle import efficiency
+
 OVERALL = "overall"
 
 
@@ -24,6 +26,9 @@ class QuestionRow:
     accepted: int
     identical_to_greedy: bool | None
     first_divergence: dict | None = None
+    # the oracle over the drafter's own proposals (decoding.oracle), in pass-cost seconds
+    oracle_seconds: float | None = None
+    plain_seconds: float | None = None
 
     @property
     def tokens_per_second(self) -> float:
@@ -64,9 +69,23 @@ def summarize(rows: list[QuestionRow], baseline: str) -> dict[str, dict[str, dic
                 )
                 if judged
                 else None,
+                **_oracle(mine, speed / base_speed[cat] if base_speed[cat] else None),
                 "questions": len(mine),
             }
     return summary
+
+
+def _oracle(rows: list[QuestionRow], speedup: float | None) -> dict[str, object]:
+    """The oracle's speedup, computed like the measured one (mean of per-question speeds over the
+    plain loop's, both at the measured pass costs), and the share of it realised."""
+    judged = [r for r in rows if r.oracle_seconds and r.plain_seconds]
+    if not judged:
+        return {"oracle": None, "efficiency": None}
+    oracle = sum(r.tokens / r.oracle_seconds for r in judged) / sum(
+        r.tokens / r.plain_seconds for r in judged
+    )
+    share = efficiency(speedup, oracle)
+    return {"oracle": round(oracle, 4), "efficiency": None if share is None else round(share, 4)}
 
 
 def _in(row: QuestionRow, category: str) -> bool:

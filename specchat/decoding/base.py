@@ -87,6 +87,9 @@ class Decoder:
     def reset(self, context: list[int]) -> None:
         """(Re)build internal state (indexes, pools, draft caches) from the committed context."""
 
+    def finish(self) -> None:
+        """The answer ended (or the decoder was switched away): keep what was learned."""
+
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
         """One target pass; yields at most `room` tokens (what max tokens and the context allow)."""
         raise NotImplementedError

@@ -19,7 +19,7 @@ from specchat.decoding.sampling import Sampler, SamplingParams, logits_to_probs,
 from specchat.decoding.speculative import Draft, SpeculativeDecoder
 
 _PLAIN = SamplingParams(temperature=1.0)
-_PRIOR = (4.0, 5.0)  # a draft of the same family agrees most of the time
+_PRIOR = 0.8  # a draft of the same family agrees most of the time
 
 
 class DraftModelDrafter:
@@ -51,7 +51,7 @@ class DraftModelDrafter:
     def plan(self, context: list[int], room: int) -> Plan:
         if self._cost is None:
             self._cost = self.model.block_cost(1)
-        return Plan(available=self.k, key="draft", draft_cost=self._cost, prior=_PRIOR)
+        return Plan(available=self.k, key=("draft",), draft_cost=self._cost, prior=_PRIOR)
 
     def draft(
         self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int

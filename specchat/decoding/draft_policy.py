@@ -1,18 +1,44 @@
-"""How many tokens to draft: the choice that maximises expected tokens per second.
+"""How much to draft: the depth that maximises expected tokens per second, from learned acceptance.
 
-A target pass over a block of k+1 tokens costs `block_cost(k+1)` (measured per backend). With a
-per-token acceptance probability a, drafting k tokens yields on average (1 - a^(k+1)) / (1 - a)
-tokens. On a compute-bound CPU a long draft costs nearly as many single passes as it has tokens,
-so the best k is small or zero; on an overhead-bound runtime it is large. The acceptance estimate is
-a decaying average over recent steps, so the choice follows the text (code and summaries repeat,
-free prose does not).
+A target pass over `base + branches·d` tokens costs `block_cost` of that size (measured per
+backend). The policy keeps, per *situation* (what a drafter knows before drafting: where the draft
+comes from, how long the context's match is, whether the last draft was taken whole), the chance
+that drafted depth d is accepted given depth d−1 was. Copies are bursty: once a long match has
+held for a few tokens, the next one almost always holds too — so acceptance is estimated per depth,
+not as one geometric rate. With conditional rates a₁…a_k, drafting k tokens yields on average
+1 + a₁ + a₁a₂ + … + a₁⋯a_k tokens per pass.
+
+It starts from measured priors, learns online from every verified draft, explores by optimism (an
+upper confidence bound on each rate, so a situation never drafted still gets tried at a small cost),
+and is kept per model across runs, like the pass costs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from specchat import locations
 from specchat.backends.base import Backend
+
+# Depths share statistics in buckets: depth 1, 2, 3, 4, 5-6, 7-8, 9-12, 13-16, 17-24, 25-32, ...
+_DEPTH_EDGES = (1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49)
+_PRIOR_WEIGHT = 2.0  # pseudo-trials behind a prior rate
+_MAX_TRIALS = 400.0  # older evidence fades past this many trials per depth bucket
+_OPTIMISM = 1.0  # standard deviations added to each rate (exploration)
+_STORE_FILE = "draft_policy.json"
+
+
+def depth_bucket(depth: int) -> int:
+    """Index of the statistics bucket for drafted depth `depth` (1-based)."""
+    bucket = 0
+    for i, edge in enumerate(_DEPTH_EDGES):
+        if depth >= edge:
+            bucket = i
+    return bucket
 
 
 def expected_tokens(acceptance: float, k: int) -> float:
@@ -22,35 +48,14 @@ def expected_tokens(acceptance: float, k: int) -> float:
     return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
 
 
-@dataclass
-class AcceptanceEstimate:
-    """Per-token acceptance, as a geometric model fitted to recent steps (decay weights them)."""
-
-    accepted: float = 1.0  # prior: one accept ...
-    trials: float = 2.0  # ... out of two tries
-    decay: float = 0.9
-
-    @property
-    def rate(self) -> float:
-        return self.accepted / self.trials
-
-    def update(self, drafted: int, accepted: int) -> None:
-        if drafted <= 0:
-            return
-        rejected = 1 if accepted < drafted else 0
-        self.accepted = self.decay * self.accepted + accepted
-        self.trials = self.decay * self.trials + accepted + rejected
-
-
-def best_length(acceptance: float, top: int, pass_cost) -> int:
-    """The k in [0, top] with the most expected tokens per second, where `pass_cost(k)` is the
-    seconds of a target pass that verifies k drafted tokens (plus any drafting cost)."""
-    best_k, best_rate = 0, 1.0 / pass_cost(0)
-    for k in range(1, top + 1):
-        rate = expected_tokens(acceptance, k) / pass_cost(k)
-        if rate > best_rate * 1.0001:
-            best_k, best_rate = k, rate
-    return best_k
+def expected_from_rates(rates: list[float]) -> list[float]:
+    """Expected tokens per pass for every depth 0..len(rates), from conditional rates."""
+    out, reach, total = [1.0], 1.0, 1.0
+    for rate in rates:
+        reach *= rate
+        total += reach
+        out.append(total)
+    return out
 
 
 @dataclass(frozen=True)
@@ -60,41 +65,115 @@ class Plan:
     The pass evaluates `base` tokens (the pending token, plus e.g. lookahead's window) and
     `branches` candidates of the chosen depth; drafting costs `draft_cost` seconds per drafted
     token (a draft model's own passes; zero for copied drafts). `key` names the situation whose
-    acceptance is estimated apart (e.g. the matched n-gram's length), `prior` seeds it.
+    acceptance is learned apart; `prior` is the per-token acceptance assumed before any evidence.
     """
 
     available: int
-    key: object = None
+    key: tuple = ()
     base: int = 1
     branches: int = 1
     draft_cost: float = 0.0
-    prior: tuple[float, float] = (1.0, 2.0)
+    prior: float = 0.5
+
+
+@dataclass
+class SituationStats:
+    """Accepted / tried counts per depth bucket for one situation."""
+
+    accepted: list[float] = field(default_factory=lambda: [0.0] * len(_DEPTH_EDGES))
+    tried: list[float] = field(default_factory=lambda: [0.0] * len(_DEPTH_EDGES))
+
+    def rate(self, bucket: int, prior: float, optimism: float) -> float:
+        n = self.tried[bucket] + _PRIOR_WEIGHT
+        mean = (self.accepted[bucket] + prior * _PRIOR_WEIGHT) / n
+        bonus = optimism * math.sqrt(mean * (1.0 - mean) / n) if optimism else 0.0
+        return min(0.999, mean + bonus)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        for depth in range(1, min(drafted, accepted + 1) + 1):
+            b = depth_bucket(depth)
+            if self.tried[b] >= _MAX_TRIALS:
+                self.tried[b] *= 0.5
+                self.accepted[b] *= 0.5
+            self.tried[b] += 1.0
+            self.accepted[b] += 1.0 if depth <= accepted else 0.0
 
 
 class DraftLengthPolicy:
-    """Chooses each draft's depth from the acceptance seen per situation and the measured pass
-    costs, and learns from what each pass accepted."""
+    """Chooses each draft's depth from learned acceptance and the measured pass costs."""
 
-    def __init__(self) -> None:
-        self._estimates: dict[object, AcceptanceEstimate] = {}
+    def __init__(self, optimism: float = _OPTIMISM) -> None:
+        self.optimism = optimism
+        self.situations: dict[tuple, SituationStats] = {}
 
-    def estimate(self, plan: Plan) -> AcceptanceEstimate:
-        estimate = self._estimates.get(plan.key)
-        if estimate is None:
-            accepted, trials = plan.prior
-            estimate = self._estimates[plan.key] = AcceptanceEstimate(accepted, trials)
-        return estimate
+    def rates(self, plan: Plan, top: int) -> list[float]:
+        stats = self.situations.get(plan.key) or SituationStats()
+        by_bucket: dict[int, float] = {}
+        rates = []
+        for depth in range(1, top + 1):
+            b = depth_bucket(depth)
+            if b not in by_bucket:
+                by_bucket[b] = stats.rate(b, plan.prior, self.optimism)
+            rates.append(by_bucket[b])
+        return rates
 
     def depth(self, target: Backend, plan: Plan, room: int) -> int:
         """The depth in [0, min(available, room - 1)] with the most expected tokens per second."""
         top = max(0, min(plan.available, room - 1))
         if top == 0:
             return 0
-        return best_length(
-            self.estimate(plan).rate,
-            top,
+        expected = expected_from_rates(self.rates(plan, top))
+        return best_depth(
+            expected,
             lambda d: target.block_cost(plan.base + plan.branches * d) + plan.draft_cost * d,
         )
 
     def update(self, plan: Plan, drafted: int, accepted: int) -> None:
-        self.estimate(plan).update(drafted, accepted)
+        if drafted > 0:
+            self.situations.setdefault(plan.key, SituationStats()).update(drafted, accepted)
+
+    # -- kept per model across runs -------------------------------------------------------
+    def load(self, model_key: str) -> None:
+        table = _read_store().get(model_key, {})
+        for text, counts in table.items():
+            try:
+                key = tuple(json.loads(text))
+                stats = SituationStats([float(x) for x in counts[0]], [float(x) for x in counts[1]])
+            except (ValueError, TypeError, IndexError):
+                continue
+            if len(stats.tried) == len(_DEPTH_EDGES) == len(stats.accepted):
+                self.situations[key] = stats
+
+    def save(self, model_key: str) -> None:
+        """Write this policy's situations into the model's table (others' are kept)."""
+        data = _read_store()
+        table = data.get(model_key)
+        table = table if isinstance(table, dict) else {}
+        for key, stats in self.situations.items():
+            table[json.dumps(list(key))] = [stats.accepted, stats.tried]
+        data[model_key] = table
+        path = locations.data_dir() / _STORE_FILE
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
+def _read_store() -> dict:
+    try:
+        data = json.loads((locations.data_dir() / _STORE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def best_depth(expected: list[float], pass_cost: Callable[[int], float]) -> int:
+    """The d with the most expected[d] / pass_cost(d) (ties go to the shorter draft)."""
+    best_d, best_rate = 0, expected[0] / pass_cost(0)
+    for d in range(1, len(expected)):
+        rate = expected[d] / pass_cost(d)
+        if rate > best_rate * 1.0001:
+            best_d, best_rate = d, rate
+    return best_d

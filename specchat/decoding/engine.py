@@ -68,6 +68,7 @@ class Engine:
             sampling, self._next_sampling = self._next_sampling, None
         if decoder is None:
             return False, None
+        self.decoder.finish()
         self.decoder = decoder
         return True, sampling
 
@@ -174,6 +175,7 @@ class Engine:
             tail = detok.flush()
             if tail:
                 yield StepEvent((), tail, 0, 0, self.decoder.name, 0.0, tail=True)
+        self.decoder.finish()
         # The cache holds context[:-1] after a normal step; anything else is dropped.
         committed = min(backend.n_committed, len(context) - 1)
         backend.rollback(committed)

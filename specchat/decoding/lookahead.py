@@ -72,6 +72,7 @@ class LookaheadDrafter:
         window = self._window = self._window_width(room)
         return Plan(
             available=(self.ngram - 1) if self._candidates else 0,
+            key=("pool",),
             base=1 + window * len(self._levels),
             branches=len(self._candidates),
         )

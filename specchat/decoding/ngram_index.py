@@ -1,10 +1,26 @@
 """An incremental n-gram index over the context, so a lookup costs O(1) in the context length.
 
 For every n in [min_n, max_n] it maps each n-gram to where it most recently ended with at least
-one token after it. Appending a token updates only the n-grams that end just before it.
+one token after it. Appending a token updates only the n-grams that end just before it. A lookup
+also reports how far the match really reaches back (up to `MATCH_CAP` tokens): a 3-gram that is the
+tail of a 40-token copy is a far better bet than a 3-gram that just happens to repeat.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+MATCH_CAP = 64
+
+
+@dataclass(frozen=True)
+class Match:
+    """What followed the most recent earlier occurrence of the context's longest indexed tail."""
+
+    continuation: list[int]
+    ngram: int  # length of the indexed n-gram that matched (0: none)
+    length: int  # how many tokens before the continuation agree with the context's tail (capped)
+    end: int  # index of the occurrence's last matched token
 
 
 class NgramIndex:
@@ -37,12 +53,27 @@ class NgramIndex:
         else:
             self.reset(context)
 
+    def match(self, limit: int) -> Match:
+        """The continuation (at most `limit` tokens) of the most recent earlier occurrence of the
+        longest matching indexed suffix, with how long the match really is."""
+        tokens = self.tokens
+        last = len(tokens) - 1
+        for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
+            end = self._last_end.get(tuple(tokens[-n:]))
+            if end is None:
+                continue
+            length = n
+            while (
+                length < MATCH_CAP
+                and end - length >= 0
+                and tokens[end - length] == tokens[last - length]
+            ):
+                length += 1
+            return Match(tokens[end + 1 : end + 1 + limit], n, length, end)
+        return Match([], 0, 0, -1)
+
     def continuation(self, limit: int) -> tuple[list[int], int]:
         """Tokens that followed the most recent earlier occurrence of the longest matching suffix,
         and that suffix's length (0: no match)."""
-        tokens = self.tokens
-        for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
-            end = self._last_end.get(tuple(tokens[-n:]))
-            if end is not None:
-                return tokens[end + 1 : end + 1 + limit], n
-        return [], 0
+        found = self.match(limit)
+        return found.continuation, found.ngram

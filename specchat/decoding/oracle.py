@@ -15,13 +15,20 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class OracleFigures:
-    speedup: float  # oracle tokens/s ÷ plain greedy tokens/s
+    seconds: float  # the oracle's total pass cost over the answer
+    plain_seconds: float  # one single-token pass per answer token
     copyable: float  # share of answer tokens some proposal could have supplied
 
-    def efficiency(self, realised: float | None) -> float | None:
-        if realised is None or self.speedup <= 1.0 + 1e-9:
-            return None
-        return (realised - 1.0) / (self.speedup - 1.0)
+    @property
+    def speedup(self) -> float:
+        return self.plain_seconds / self.seconds if self.seconds > 0 else 1.0
+
+
+def efficiency(realised: float | None, oracle: float | None) -> float | None:
+    """(speedup − 1) / (oracle − 1): how much of what the drafts allow a policy realises."""
+    if realised is None or oracle is None or oracle <= 1.0 + 1e-9:
+        return None
+    return (realised - 1.0) / (oracle - 1.0)
 
 
 def accepted_lengths(
@@ -45,7 +52,7 @@ def oracle_speedup(lengths: Sequence[int], pass_cost: Callable[[int], float]) ->
     """Best total cost over draft-length choices; `pass_cost(k)` is a k-token pass's seconds."""
     n = len(lengths)
     if n == 0:
-        return OracleFigures(1.0, 0.0)
+        return OracleFigures(0.0, 0.0, 0.0)
     costs = [pass_cost(k) for k in range(1, max(lengths) + 2)]
     best = [0.0] * (n + 1)
     for i in range(n - 1, -1, -1):
@@ -55,4 +62,4 @@ def oracle_speedup(lengths: Sequence[int], pass_cost: Callable[[int], float]) ->
     for i, m in enumerate(lengths):
         reach = max(reach, i + m)
         copyable += i < reach
-    return OracleFigures(n * costs[0] / best[0], copyable / n)
+    return OracleFigures(best[0], n * costs[0], copyable / n)

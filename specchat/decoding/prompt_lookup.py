@@ -2,8 +2,9 @@
 context's longest recent n-gram, verify them in one target pass.
 
 Acceptance is bursty — a draft copied from a passage being quoted keeps being right, one matched on
-a single common token rarely is — so the policy estimates it separately by the length of the
-matched n-gram and by whether the previous draft was accepted in full.
+a single common token rarely is — so the policy learns it per situation: how far back the context's
+tail really matches the earlier occurrence (a few tokens, or a 40-token copy under way) and whether
+the previous draft was accepted in full.
 """
 
 from __future__ import annotations
@@ -17,6 +18,22 @@ from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.speculative import Draft, SpeculativeDecoder
 from specchat.errors import SpecchatError
+
+# Match lengths share statistics in buckets: 1, 2, 3, 4-5, 6-8, 9-12, 13-16, 17-24, 25-32, 33+.
+_MATCH_EDGES = (1, 2, 3, 4, 6, 9, 13, 17, 25, 33)
+# Per-token acceptance before any evidence, per bucket: measured on Spec-Bench dev answers of the
+# bundled model (docs/benchmarks.md: 28% for a 1-token match, 54% for 2, 62% for 3, higher for the
+# long matches of text being copied); a fully accepted previous draft raises it.
+_COPY_PRIORS = (0.28, 0.5, 0.6, 0.68, 0.75, 0.8, 0.85, 0.88, 0.9, 0.92)
+
+
+def match_bucket(length: int) -> int:
+    return max((i for i, edge in enumerate(_MATCH_EDGES) if length >= edge), default=0)
+
+
+def copy_prior(bucket: int, streak: bool) -> float:
+    prior = _COPY_PRIORS[bucket]
+    return prior + (0.95 - prior) / 2 if streak else prior
 
 
 class PromptLookupDrafter:
@@ -34,13 +51,19 @@ class PromptLookupDrafter:
 
     def plan(self, context: list[int], room: int) -> Plan:
         self._index.sync(context)
-        self._proposal, matched = self._index.continuation(self.num_pred_tokens)
-        return Plan(available=len(self._proposal), key=(matched, self._streak))
+        found = self._index.match(self.num_pred_tokens)
+        self._proposal = found.continuation
+        bucket = match_bucket(found.length)
+        return Plan(
+            available=len(self._proposal),
+            key=("copy", bucket, self._streak),
+            prior=copy_prior(bucket, self._streak),
+        )
 
     def proposal(self, context: list[int]) -> list[int]:
         """What it would propose after `context` at most (a function of the context alone)."""
         self._index.sync(context)
-        return self._index.continuation(self.num_pred_tokens)[0]
+        return self._index.match(self.num_pred_tokens).continuation
 
     def draft(
         self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int

@@ -79,10 +79,19 @@ class SpeculativeDecoder(Decoder):
         super().__init__(**values)
         self.policy = DraftLengthPolicy()
         self.guard = PayoffGuard()
+        self._model_key: str | None = None  # whose learned acceptance the policy holds
 
     def prepare(self, target: Backend) -> None:
         target.block_cost(1)
         self.drafter.prepare(target)
+        model_key = f"{target.name}|{target.model_name}"
+        if model_key != self._model_key:
+            self._model_key = model_key
+            self.policy.load(model_key)
+
+    def finish(self) -> None:
+        if self._model_key is not None:
+            self.policy.save(self._model_key)
 
     def reset(self, context: list[int]) -> None:
         self.drafter.reset(context)

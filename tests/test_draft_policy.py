@@ -1,0 +1,138 @@
+"""The draft policy, the oracle and the n-gram index on known numbers: pure, no model needed."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from specchat.decoding.draft_policy import DraftLengthPolicy, Plan, expected_from_rates
+from specchat.decoding.ngram_index import MATCH_CAP, NgramIndex
+from specchat.decoding.oracle import accepted_lengths, efficiency, oracle_speedup
+
+
+class _Costs:
+    """A backend as the policy sees it: only block costs. The default is llama.cpp on this
+    2-core machine (8 tokens cost 4.35 single passes)."""
+
+    def __init__(self, per_token: float = 0.48, overhead: float = 0.52) -> None:
+        self.per_token, self.overhead = per_token, overhead
+
+    def block_cost(self, k: int) -> float:
+        return self.overhead + self.per_token * k
+
+
+def test_expected_tokens_from_conditional_rates():
+    assert expected_from_rates([]) == [1.0]
+    assert expected_from_rates([0.5, 0.5]) == [1.0, 1.5, 1.75]
+    assert expected_from_rates([1.0, 0.0, 1.0]) == [1.0, 2.0, 2.0, 2.0]
+
+
+def test_policy_drafts_long_on_a_sure_copy_and_not_on_a_coin_flip():
+    policy = DraftLengthPolicy(optimism=0.0)
+    sure = Plan(available=32, key=("copy", 9, True), prior=0.97)
+    assert policy.depth(_Costs(), sure, room=100) >= 4
+    assert policy.depth(_Costs(per_token=0.05, overhead=0.95), sure, room=100) >= 24
+    coin = Plan(available=32, key=("copy", 0, False), prior=0.3)
+    assert policy.depth(_Costs(), coin, room=100) == 0
+    # room bounds the draft: the pass must still leave a token of its own
+    assert policy.depth(_Costs(), sure, room=4) == 3
+
+
+def test_policy_learns_from_verified_drafts_and_explores_a_situation_never_tried():
+    costs = _Costs()
+    plan = Plan(available=8, key=("copy", 3, False), prior=0.6)
+    optimistic = DraftLengthPolicy(optimism=1.0)
+    assert optimistic.depth(costs, plan, 100) > 0  # never tried: worth a look
+    for _ in range(60):
+        optimistic.update(plan, drafted=4, accepted=0)
+    assert optimistic.depth(costs, plan, 100) == 0  # learned: this situation does not pay
+    learner = DraftLengthPolicy(optimism=0.0)
+    poor = Plan(available=8, key=("copy", 1, False), prior=0.2)
+    assert learner.depth(costs, poor, 100) == 0
+    for _ in range(60):
+        learner.update(poor, drafted=8, accepted=8)
+    assert learner.depth(costs, poor, 100) == 8
+
+
+def test_policy_is_kept_per_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path))
+    plan = Plan(available=8, key=("copy", 2, True), prior=0.5)
+    first = DraftLengthPolicy()
+    for _ in range(10):
+        first.update(plan, drafted=3, accepted=1)
+    first.save("llama|model-a")
+    again = DraftLengthPolicy()
+    again.load("llama|model-a")
+    assert again.situations[plan.key].tried == first.situations[plan.key].tried
+    other = DraftLengthPolicy()
+    other.load("llama|model-b")
+    assert other.situations == {}
+
+
+def _brute_force_oracle(lengths, cost):
+    """Every way to cut the answer into passes (each pass k+1 tokens, k ≤ lengths[i])."""
+    n = len(lengths)
+    best = {n: 0.0}
+    for i in range(n - 1, -1, -1):
+        best[i] = min(
+            cost(k + 1) + best[i + k + 1] for k in range(0, min(lengths[i], n - i - 1) + 1)
+        )
+    return best[0]
+
+
+def test_oracle_picks_the_cheapest_cut_and_counts_copyable_tokens():
+    cost = _Costs().block_cost
+    # nothing to draft: the oracle is plain decoding
+    plain = oracle_speedup([0, 0, 0, 0], cost)
+    assert plain.speedup == 1.0 and plain.copyable == 0.0
+    # a 5-token copy at position 0: one pass of 6 would cover it
+    figures = oracle_speedup([5, 4, 3, 2, 1, 0, 0, 0], cost)
+    assert figures.copyable == 5 / 8
+    assert figures.seconds == _brute_force_oracle([5, 4, 3, 2, 1, 0, 0, 0], cost)
+    assert figures.speedup > 1.0
+    rng = random.Random(0)
+    for _ in range(50):
+        lengths = [rng.choice([0, 0, 1, 2, 5]) for _ in range(12)]
+        assert (
+            abs(oracle_speedup(lengths, cost).seconds - _brute_force_oracle(lengths, cost)) < 1e-12
+        )
+    assert efficiency(1.2, 1.4) == 0.2 / 0.4 or abs(efficiency(1.2, 1.4) - 0.5) < 1e-12
+    assert efficiency(1.2, 1.0) is None
+
+
+def test_accepted_lengths_replay_the_proposals_against_the_answer():
+    answer = [7, 8, 9, 1]
+    lengths = accepted_lengths(lambda ctx: [7, 8, 9] if len(ctx) == 2 else [1], [5, 6], answer)
+    assert lengths == [3, 0, 0, 1]
+
+
+def test_ngram_match_reports_the_true_match_length():
+    rng = random.Random(3)
+    for _ in range(200):
+        tokens = [rng.randrange(4) for _ in range(rng.randrange(2, 60))]
+        index = NgramIndex(1, 3)
+        index.reset(tokens)
+        found = index.match(5)
+        if found.ngram == 0:
+            continue
+        end, last = found.end, len(tokens) - 1
+        expected = 0
+        while (
+            expected < MATCH_CAP
+            and end - expected >= 0
+            and tokens[end - expected] == tokens[last - expected]
+        ):
+            expected += 1
+        assert found.length == expected >= found.ngram
+        assert found.continuation == tokens[end + 1 : end + 6]
+        # the most recent occurrence of the longest indexed tail
+        n = found.ngram
+        ends = [
+            e
+            for e in range(len(tokens) - 1)
+            if e - n + 1 >= 0 and tokens[e - n + 1 : e + 1] == tokens[-n:]
+        ]
+        assert end == max(ends)
+
+
+del itertools
