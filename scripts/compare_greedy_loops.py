@@ -41,7 +41,7 @@ def raw_loop(b):
 
 def engine(b):
     d = run_decoder(b, "greedy", {}, ids, N, SamplingParams())
-    return d.stats["tokens_per_second"]
+    return d.stats.tokens_per_second
 
 
 def library():

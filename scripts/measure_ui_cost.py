@@ -39,7 +39,7 @@ async def tui_run(backend, decoder: str, max_tokens: int) -> float:
         await pilot.press("enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        return float(app.screen.messages[-1].stats["tokens_per_second"])
+        return float(app.screen.messages[-1].stats.tokens_per_second)
 
 
 def main() -> None:
@@ -54,7 +54,7 @@ def main() -> None:
     ratios, tui, headless = [], [], []
     for _ in range(args.repeats):
         done = run_decoder(backend, args.decoder, {}, ids, args.max_tokens, SamplingParams())
-        headless.append(float(done.stats["tokens_per_second"]))
+        headless.append(float(done.stats.tokens_per_second))
         tui.append(asyncio.run(tui_run(backend, args.decoder, args.max_tokens)))
         ratios.append(tui[-1] / headless[-1])
     print(

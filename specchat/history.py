@@ -1,7 +1,10 @@
 """Chats kept across runs: one SQLite file under the data dir.
 
 Each assistant message keeps its run spans — (char_start, char_end, n_tokens) for every step that
-landed more than one token — so a reopened chat shows the same colours it had while streaming.
+landed more than one token — so a reopened chat shows the same colours it had while streaming — and
+its figures: the engine's stats, the seconds the answer took on screen and the decoder parameters
+shown, stored together as one JSON object (`_stats_json` and `_stats_from_json`, the only place
+they are a dict).
 Every write is one transaction; the database runs in WAL mode so a reader never blocks a writer.
 """
 
@@ -15,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specchat.decoding.stats import GenerationStats
 from specchat.locations import data_dir
 
 DB_FILE = "history.sqlite3"
@@ -48,9 +52,35 @@ class StoredMessage:
     content: str
     decoder: str | None = None
     finish_reason: str | None = None
-    stats: dict[str, object] = field(default_factory=dict)
+    stats: GenerationStats | None = None  # an answer's; None for the user's turns
     runs: list[RunSpan] = field(default_factory=list)
     id: int | None = None
+    elapsed_seconds: float = 0.0  # from sending to the end of the answer, as the user saw it
+    params: str = ""  # the decoder parameters the status bar showed
+
+
+def _stats_json(message: StoredMessage) -> str:
+    if message.stats is None:
+        return "{}"
+    return json.dumps(
+        {
+            **message.stats.as_dict(),
+            "elapsed_seconds": message.elapsed_seconds,
+            "params": message.params,
+        }
+    )
+
+
+def _stats_from_json(text: str) -> tuple[GenerationStats | None, float, str]:
+    """(stats, elapsed seconds, params) of a stored message; no stats for an empty object."""
+    data = json.loads(text)
+    if not data:
+        return None, 0.0, ""
+    return (
+        GenerationStats.from_dict(data),
+        float(data.get("elapsed_seconds", 0.0)),
+        str(data.get("params", "")),
+    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +157,7 @@ class HistoryStore:
                     message.content,
                     message.decoder,
                     message.finish_reason,
-                    json.dumps(message.stats),
+                    _stats_json(message),
                     json.dumps([list(span) for span in message.runs]),
                     now,
                 ),
@@ -146,15 +176,20 @@ class HistoryStore:
             "WHERE chat_id = ? ORDER BY id",
             (chat_id,),
         ).fetchall()
-        return [
-            StoredMessage(
-                role=r[1],
-                content=r[2],
-                decoder=r[3],
-                finish_reason=r[4],
-                stats=json.loads(r[5]),
-                runs=[tuple(span) for span in json.loads(r[6])],
-                id=int(r[0]),
+        messages = []
+        for r in rows:
+            stats, elapsed, params = _stats_from_json(r[5])
+            messages.append(
+                StoredMessage(
+                    role=r[1],
+                    content=r[2],
+                    decoder=r[3],
+                    finish_reason=r[4],
+                    stats=stats,
+                    runs=[tuple(span) for span in json.loads(r[6])],
+                    id=int(r[0]),
+                    elapsed_seconds=elapsed,
+                    params=params,
+                )
             )
-            for r in rows
-        ]
+        return messages

@@ -32,3 +32,10 @@ def config_dir() -> Path:
 def data_dir() -> Path:
     """The chat history database."""
     return _dir("SPECCHAT_DATA_DIR", platformdirs.user_data_dir(APP_NAME))
+
+
+def exports_dir() -> Path:
+    """Chats exported as Markdown (Ctrl+S in the chat)."""
+    path = data_dir() / "exports"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

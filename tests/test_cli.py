@@ -58,6 +58,27 @@ def test_ask_json_lines_schema():
         assert key in done["stats"], key
 
 
+def test_compare_json_rows():
+    result = run(
+        "compare",
+        "Repeat: one two three. one two three.",
+        "-d",
+        "pld",
+        "--max-tokens",
+        "12",
+        "--repeats",
+        "1",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    rows = {row["decoder"]: row for row in report["decoders"]}
+    assert list(rows) == ["greedy", "pld"]  # the baseline is added
+    assert rows["greedy"]["speedup"] == 1.0 and rows["greedy"]["identical_to_greedy"] is True
+    assert rows["pld"]["identical_to_greedy"] is not None and 0 < rows["pld"]["tokens"] <= 12
+    assert rows["pld"]["speedup"] > 0 and rows["pld"]["tokens_per_step"] > 0
+
+
 def test_models_lists_the_bundled_default():
     result = run("models")
     assert result.returncode == 0

@@ -11,6 +11,7 @@ from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.plain import GreedyDecoder, SampleDecoder
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.stats import GenerationStats
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids, raw_prompt_ids
 
@@ -33,9 +34,29 @@ def test_events_add_up_to_the_answer(fresh_llama, story_ids):
     assert "".join(e.text for e in steps) == done.text
     assert [t for e in steps for t in e.tokens] == list(done.token_ids)
     stats = done.stats
-    assert stats["generated_tokens"] == 30 and stats["steps"] == 30
-    assert stats["tokens_per_step"] == 1.0 and stats["prompt_tokens"] == len(story_ids)
-    assert stats["tokens_per_second"] > 0 and stats["prefill_seconds"] > 0
+    assert stats.generated_tokens == 30 and stats.steps == 30
+    assert stats.tokens_per_step == 1.0 and stats.prompt_tokens == len(story_ids)
+    assert stats.tokens_per_second > 0 and stats.prefill_seconds > 0
+
+
+def test_step_events_add_up_to_the_stats(fresh_llama):
+    """One event per step, also the step that only produced EOS: what a consumer sums from the
+    events (the TUI's live status bar) is what the done event reports."""
+    ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", "Say just: yes")])
+    steps, done = _generate(Engine(fresh_llama, GreedyDecoder()), ids, max_tokens=200)
+    assert done.finish_reason == "eos" and steps[-1].tokens == ()
+    live = GenerationStats()
+    for event in steps:
+        live = live.with_step(event)
+    final = done.stats
+    assert (live.steps, live.generated_tokens, live.drafted, live.accepted) == (
+        final.steps,
+        final.generated_tokens,
+        final.drafted,
+        final.accepted,
+    )
+    assert live.decode_seconds == final.decode_seconds
+    assert final.steps == len(done.token_ids) + 1
 
 
 def test_stop_string_ends_the_answer(fresh_llama, story_ids):
@@ -175,4 +196,4 @@ def test_switching_to_sampling_mid_answer_starts_sampling(fresh_llama, story_ids
             done = event
     assert done.token_ids[:5] == greedy_ids[:5]
     assert done.token_ids[6:] != greedy_ids[6:]  # sampled at a high temperature after the switch
-    assert set(done.stats["decoders"]) == {"greedy", "sample"}
+    assert set(done.stats.decoders) == {"greedy", "sample"}

@@ -114,7 +114,7 @@ async def test_toy_decoder_has_a_key_and_a_settings_form(toy, fresh_llama):
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("f9")
         await pilot.pause()
-        assert app.decoder_name == "toy"
+        assert app.session.decoder_name == "toy"
         app.push_screen(DecoderSettingsScreen("toy"))
         await pilot.pause()
         app.screen.query_one("#p-width").value = "0"
@@ -126,4 +126,4 @@ async def test_toy_decoder_has_a_key_and_a_settings_form(toy, fresh_llama):
         field.focus()
         await pilot.press("enter")
         await pilot.pause()
-        assert app.decoder_params("toy")["width"] == 5
+        assert app.session.decoder_params("toy")["width"] == 5

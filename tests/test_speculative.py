@@ -60,8 +60,8 @@ def test_greedy_family_equals_greedy_on_a_float64_model(tiny_pair, name):
         target.rollback(0)
         done = _done(Engine(target, _ForceDraft(_decoder(name, draft))), prompt, 60)
         assert done.token_ids == reference.token_ids
-        drafted += done.stats["drafted"]
-        accepted += done.stats["accepted"]
+        drafted += done.stats.drafted
+        accepted += done.stats.accepted
     assert accepted > 0, "the test must exercise accepted drafts"
 
 
@@ -216,7 +216,7 @@ def _draw(target, decoder_factory, params, n):
         if done.finish_reason == "eos":
             outcome.append(next(iter(target.eos_ids)))
         counts[tuple(outcome)] += 1
-        drafted += done.stats["drafted"]
+        drafted += done.stats.drafted
     return counts, drafted
 
 
@@ -282,4 +282,4 @@ def test_pld_drafts_on_a_code_rewrite_with_its_own_policy(fresh_llama, tmp_path,
     fresh_llama.rollback(0)
     done = _done(Engine(fresh_llama, DECODERS["pld"].create()), ids, 96)
     assert done.token_ids == reference.token_ids
-    assert done.stats["accepted"] >= 10, done.stats
+    assert done.stats.accepted >= 10, done.stats

@@ -39,7 +39,7 @@ def _done_json(event: DoneEvent) -> str:
             "prompt_token_ids": list(event.prompt_token_ids),
             "token_ids": list(event.token_ids),
             "text": event.text,
-            "stats": event.stats,
+            "stats": event.stats.as_dict(),
         },
         ensure_ascii=False,
     )
@@ -86,6 +86,10 @@ def run_ask(
     try:
         for event in handle:
             if isinstance(event, StepEvent):
+                if not (event.tokens or event.text):
+                    # a step that produced only EOS, or a beam step whose beams do not agree yet:
+                    # nothing to show, and --json lists only steps that added something
+                    continue
                 if as_json:
                     print(_step_json(event), flush=True)
                 else:

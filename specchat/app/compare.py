@@ -8,11 +8,27 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from specchat.decoding.race import figures_table_rows, race
+from specchat.decoding.figures import RaceRow, race_rows
+from specchat.decoding.race import DecoderRuns, race
 from specchat.decoding.registry import decoder_class, default_race, sampling_for, scoped_params
 from specchat.decoding.sampling import SamplingParams
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
+
+
+def _row_json(row: RaceRow, result: DecoderRuns) -> dict[str, object]:
+    """One decoder's line of `compare --json`."""
+    return {
+        "decoder": row.decoder,
+        "params": result.params,
+        "tokens": row.tokens,
+        "tokens_per_second": round(row.tokens_per_second, 2),
+        "speedup": None if row.speedup is None else round(row.speedup, 3),
+        "tokens_per_step": round(row.tokens_per_step, 3),
+        "acceptance_rate": round(row.acceptance_rate, 3),
+        "identical_to_greedy": result.identical,
+        "first_divergence": result.divergence.as_dict() if result.divergence else None,
+    }
 
 
 def run_compare(
@@ -42,7 +58,7 @@ def run_compare(
     def on_progress(done: int, total: int, name: str) -> None:
         progress(f"run {done}/{total} ({name})")
 
-    figures = race(
+    results = race(
         loaded,
         ids,
         [(n, per[n]) for n in names],
@@ -52,7 +68,8 @@ def run_compare(
         on_progress=on_progress,
     )
     progress_done()
-    rows = figures_table_rows(figures)
+    figures = race_rows([(r.name, [run.stats for run in r.runs]) for r in results])
+    rows = [_row_json(row, result) for row, result in zip(figures, results)]
     if as_json:
         print(
             json.dumps(

@@ -68,10 +68,10 @@ class DecoderMethod:
         return Outcome(
             done.token_ids,
             done.text,
-            float(s["decode_seconds"]),
-            int(s["steps"]),
-            int(s["drafted"]),
-            int(s["accepted"]),
+            s.decode_seconds,
+            s.steps,
+            s.drafted,
+            s.accepted,
         )
 
 

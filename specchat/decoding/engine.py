@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specchat.backends.base import Backend, sync_cache
 from specchat.decoding.base import Decoder
@@ -114,13 +114,14 @@ class Engine:
         _, switched_sampling = self._take_switch()
         sampler = Sampler(switched_sampling or request.sampling)
         self._prepare(self.decoder)
-        stats = GenerationStats(prompt_tokens=len(prompt))
         detok = Detokenizer(backend.token_bytes, request.stop)
         start = time.perf_counter()
         self._prefill(prompt)
         context = list(prompt)
         self.decoder.reset(context)  # a draft model's own prefill happens here
-        stats.prefill_seconds = time.perf_counter() - start
+        stats = GenerationStats(
+            prompt_tokens=len(prompt), prefill_seconds=time.perf_counter() - start
+        )
         generated: list[int] = []
         finish = None
         while finish is None:
@@ -156,24 +157,24 @@ class Engine:
                 finish = "max_tokens" if len(generated) + len(kept) >= request.max_tokens else "eos"
             context.extend(kept)
             generated.extend(kept)
-            stats.add_step(len(kept), step.drafted, step.accepted, seconds)
-            if self.decoder.name not in stats.decoders:
-                stats.decoders[self.decoder.name] = dict(self.decoder.values)
             if stats.time_to_first_token is None and kept:
-                stats.time_to_first_token = time.perf_counter() - start
-            if kept or text:
-                yield StepEvent(
-                    tokens=tuple(kept),
-                    text=text,
-                    drafted=step.drafted,
-                    accepted=step.accepted,
-                    decoder=self.decoder.name,
-                    seconds=seconds,
-                )
+                stats = replace(stats, time_to_first_token=time.perf_counter() - start)
+            # one event per step, also one that only produced EOS: the figures summed from the
+            # events are the stats' own
+            event = StepEvent(
+                tokens=tuple(kept),
+                text=text,
+                drafted=step.drafted,
+                accepted=step.accepted,
+                decoder=self.decoder.name,
+                seconds=seconds,
+            )
+            stats = stats.with_step(event).with_decoder(self.decoder.name, self.decoder.values)
+            yield event
         if finish != "stop":
             tail = detok.flush()
             if tail:
-                yield StepEvent((), tail, 0, 0, self.decoder.name, 0.0)
+                yield StepEvent((), tail, 0, 0, self.decoder.name, 0.0, tail=True)
         self.decoder.finish()
         # The cache holds context[:-1] after a normal step; anything else is dropped.
         committed = min(backend.n_committed, len(context) - 1)
@@ -184,7 +185,7 @@ class Engine:
             prompt_token_ids=tuple(prompt),
             token_ids=tuple(generated),
             text=detok.text,
-            stats=stats.as_dict(),
+            stats=stats,
         )
 
     def start(self, request: GenerationRequest) -> GenerationHandle:

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specchat.decoding.stats import GenerationStats
+from specchat.decoding.step import StepEvent
 
-@dataclass(frozen=True)
-class StepEvent:
-    """One decoding step: the tokens it appended and the text that became final."""
-
-    tokens: tuple[int, ...]
-    text: str
-    drafted: int
-    accepted: int
-    decoder: str
-    seconds: float
+__all__ = ["DoneEvent", "Event", "StepEvent"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +18,7 @@ class DoneEvent:
     prompt_token_ids: tuple[int, ...]
     token_ids: tuple[int, ...]
     text: str
-    stats: dict[str, object] = field(default_factory=dict)
+    stats: GenerationStats = field(default_factory=GenerationStats)
 
 
 Event = StepEvent | DoneEvent

@@ -2,13 +2,12 @@
 
 Decoders run one after another (never in parallel threads that would steal each other's cores),
 each from an empty cache, interleaved over repeats so that drift in machine load hits all alike;
-figures are medians over repeats. `specchat compare`, the TUI's race screen and `specchat bench`
-all build on this.
+figures (`figures.race_rows`) are medians over repeats. `specchat compare`, the TUI's race screen
+and `specchat bench` all build on this.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,33 +34,14 @@ class Divergence:
 
 
 @dataclass
-class DecoderFigures:
+class DecoderRuns:
+    """One decoder's runs in a race, and how its output compares with greedy's."""
+
     name: str
     params: dict[str, object]
     runs: list[DoneEvent] = field(default_factory=list)
     identical: bool | None = None  # None: not a greedy-family run
     divergence: Divergence | None = None
-
-    @property
-    def tokens_per_second(self) -> float:
-        return statistics.median(r.stats["tokens_per_second"] for r in self.runs)
-
-    @property
-    def tokens_per_step(self) -> float:
-        return statistics.median(r.stats["tokens_per_step"] for r in self.runs)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return statistics.median(r.stats["acceptance_rate"] for r in self.runs)
-
-    @property
-    def tokens(self) -> int:
-        return len(self.runs[-1].token_ids)
-
-    def speedup(self, baseline: DecoderFigures | None) -> float | None:
-        if baseline is None or baseline.tokens_per_second <= 0:
-            return None
-        return self.tokens_per_second / baseline.tokens_per_second
 
 
 def first_divergence(reference: tuple[int, ...], other: tuple[int, ...]) -> int | None:
@@ -125,54 +105,33 @@ def race(
     repeats: int = 3,
     sampling: SamplingParams | None = None,
     on_progress: Callable[[int, int, str], None] | None = None,
-) -> list[DecoderFigures]:
-    """Figures per decoder; greedy is added as the baseline when missing (and sampling is off)."""
+) -> list[DecoderRuns]:
+    """Each decoder's runs; the baseline is added when missing (and sampling is off)."""
     sampling = sampling or SamplingParams()
     entries = list(decoders)
     base = baseline_name()
     if sampling.greedy and all(name != base for name, _ in entries):
         entries.insert(0, (base, {}))
-    figures = [DecoderFigures(name, params) for name, params in entries]
-    total = repeats * len(figures)
+    results = [DecoderRuns(name, params) for name, params in entries]
+    total = repeats * len(results)
     done_runs = 0
     for _ in range(repeats):
-        for fig in figures:
-            fig.runs.append(
-                run_decoder(backend, fig.name, fig.params, prompt, max_tokens, sampling)
+        for result in results:
+            result.runs.append(
+                run_decoder(backend, result.name, result.params, prompt, max_tokens, sampling)
             )
             done_runs += 1
             if on_progress:
-                on_progress(done_runs, total, fig.name)
-    baseline = next((f for f in figures if f.name == base), None)
+                on_progress(done_runs, total, result.name)
+    baseline = next((r for r in results if r.name == base), None)
     if baseline is not None and sampling.greedy:
         reference = baseline.runs[-1].token_ids
-        for fig in figures:
-            if fig is baseline or not decoder_class(fig.name).greedy_family:
+        for result in results:
+            if result is baseline or not decoder_class(result.name).greedy_family:
                 continue
-            fig.divergence = find_divergence(backend, prompt, reference, fig.runs[-1].token_ids)
-            fig.identical = fig.divergence is None
+            result.divergence = find_divergence(
+                backend, prompt, reference, result.runs[-1].token_ids
+            )
+            result.identical = result.divergence is None
         baseline.identical = True
-    return figures
-
-
-def figures_table_rows(figures: list[DecoderFigures]) -> list[dict[str, object]]:
-    """One row per decoder, as `compare` prints it and `--json` writes it."""
-    base = baseline_name()
-    baseline = next((f for f in figures if f.name == base), figures[0] if figures else None)
-    rows = []
-    for fig in figures:
-        speedup = fig.speedup(baseline)
-        rows.append(
-            {
-                "decoder": fig.name,
-                "params": fig.params,
-                "tokens": fig.tokens,
-                "tokens_per_second": round(fig.tokens_per_second, 2),
-                "speedup": None if speedup is None else round(speedup, 3),
-                "tokens_per_step": round(fig.tokens_per_step, 3),
-                "acceptance_rate": round(fig.acceptance_rate, 3),
-                "identical_to_greedy": fig.identical,
-                "first_divergence": fig.divergence.as_dict() if fig.divergence else None,
-            }
-        )
-    return rows
+    return results

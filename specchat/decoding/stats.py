@@ -1,55 +1,65 @@
-"""Running generation figures, shared by the engine's done event and the live status bar."""
+"""One answer's counts: what the done event carries and the TUI's status bar shows live.
+
+`GenerationStats` is a frozen value. The engine starts one per answer and adds each step event it
+sends (`with_step`); the status bar adds the same events as they arrive, so live and final figures
+follow one rule. Its figures (tok/s, tok/step, acceptance) come from `figures`. Dicts exist only at
+the edges: `as_dict` for JSON and the history database, `from_dict` to read a stored answer back.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from specchat.decoding import figures
+from specchat.decoding.step import StepEvent
 
 
-def tokens_per_second(tokens: int, seconds: float) -> float:
-    return tokens / seconds if seconds > 0 else 0.0
-
-
-def tokens_per_step(tokens: int, steps: int) -> float:
-    """Mean accepted length per target pass, counting the target's own token."""
-    return tokens / steps if steps else 0.0
-
-
-def acceptance_rate(accepted: int, drafted: int) -> float:
-    return accepted / drafted if drafted else 0.0
-
-
-@dataclass
+@dataclass(frozen=True)
 class GenerationStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
-    steps: int = 0
+    steps: int = 0  # target passes
     drafted: int = 0
     accepted: int = 0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     time_to_first_token: float | None = None
-    decoders: dict[str, dict[str, object]] = field(default_factory=dict)
+    decoders: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
-    def add_step(self, tokens: int, drafted: int, accepted: int, seconds: float) -> None:
-        self.steps += 1
-        self.generated_tokens += tokens
-        self.drafted += drafted
-        self.accepted += accepted
-        self.decode_seconds += seconds
+    def with_step(self, event: StepEvent) -> GenerationStats:
+        """These stats plus one step event; a tail (text released at the end) is no step."""
+        if event.tail:
+            return self
+        return replace(
+            self,
+            steps=self.steps + 1,
+            generated_tokens=self.generated_tokens + len(event.tokens),
+            drafted=self.drafted + event.drafted,
+            accepted=self.accepted + event.accepted,
+            decode_seconds=self.decode_seconds + event.seconds,
+        )
+
+    def with_decoder(self, name: str, values: Mapping[str, object]) -> GenerationStats:
+        """Record the parameters of a decoder the answer used (the first time it is seen)."""
+        if name in self.decoders:
+            return self
+        return replace(self, decoders={**self.decoders, name: dict(values)})
 
     @property
     def tokens_per_second(self) -> float:
-        return tokens_per_second(self.generated_tokens, self.decode_seconds)
+        return figures.tokens_per_second(self.generated_tokens, self.decode_seconds)
 
     @property
     def tokens_per_step(self) -> float:
-        return tokens_per_step(self.generated_tokens, self.steps)
+        return figures.tokens_per_step(self.generated_tokens, self.steps)
 
     @property
     def acceptance_rate(self) -> float:
-        return acceptance_rate(self.accepted, self.drafted)
+        return figures.acceptance_rate(self.accepted, self.drafted)
 
     def as_dict(self) -> dict[str, object]:
+        """The JSON form (`ask --json`, the history database), figures rounded."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,
@@ -65,5 +75,24 @@ class GenerationStats:
             if self.time_to_first_token is None
             else round(self.time_to_first_token, 6),
             "tokens_per_second": round(self.tokens_per_second, 3),
-            "decoders": self.decoders,
+            "decoders": {name: dict(values) for name, values in self.decoders.items()},
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> GenerationStats:
+        """Stats from their JSON form; missing counts are 0 (rows stored by older versions), and
+        derived figures are recomputed, not read."""
+        ttft = data.get("time_to_first_token")
+        return cls(
+            prompt_tokens=int(data.get("prompt_tokens", 0)),
+            generated_tokens=int(data.get("generated_tokens", 0)),
+            steps=int(data.get("steps", 0)),
+            drafted=int(data.get("drafted", 0)),
+            accepted=int(data.get("accepted", 0)),
+            prefill_seconds=float(data.get("prefill_seconds", 0.0)),
+            decode_seconds=float(data.get("decode_seconds", 0.0)),
+            time_to_first_token=None if ttft is None else float(ttft),
+            decoders={
+                str(name): dict(values) for name, values in dict(data.get("decoders", {})).items()
+            },
+        )

@@ -5,11 +5,13 @@ at a step boundary, and a fixed chat for snapshots."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from specchat.decoding.events import StepEvent
+from specchat.decoding.stats import GenerationStats
 from specchat.history import HistoryStore, StoredMessage
 
 
@@ -104,17 +106,23 @@ def fixed_chat(private_dirs: Path) -> tuple[HistoryStore, int]:
     store.add_message(chat, StoredMessage("user", "Repeat: the cat sat on the mat. The cat sat."))
     text = "The cat sat on the mat. The cat sat on the mat, and then it slept in the sun."
     runs = [(7, 23, 5), (23, 50, 9), (55, 62, 2)]
-    stats = {
-        "generated_tokens": 21,
-        "steps": 7,
-        "drafted": 30,
-        "accepted": 16,
-        "decode_seconds": 0.125,
-        "elapsed_seconds": 0.21,
-        "tokens_per_second": 168.0,
-        "params": "max_ngram=3",
-    }
-    store.add_message(chat, StoredMessage("assistant", text, "pld", "eos", stats=stats, runs=runs))
+    stats = GenerationStats(
+        generated_tokens=21, steps=7, drafted=30, accepted=16, decode_seconds=0.125
+    )
+    assert stats.tokens_per_second == 168.0
+    store.add_message(
+        chat,
+        StoredMessage(
+            "assistant",
+            text,
+            "pld",
+            "eos",
+            stats=stats,
+            runs=runs,
+            elapsed_seconds=0.21,
+            params="max_ngram=3",
+        ),
+    )
     store.add_message(chat, StoredMessage("user", "And in **Markdown**, with a list?"))
     answer = "Sure:\n\n- the cat\n- the mat\n\n`code` and **bold**"
     store.add_message(
@@ -124,15 +132,10 @@ def fixed_chat(private_dirs: Path) -> tuple[HistoryStore, int]:
             answer,
             "greedy",
             "cancelled",
-            stats={
-                **stats,
-                "generated_tokens": 12,
-                "steps": 12,
-                "drafted": 0,
-                "accepted": 0,
-                "params": "",
-            },
+            stats=replace(stats, generated_tokens=12, steps=12, drafted=0, accepted=0),
             runs=[(0, 5, 3)],
+            elapsed_seconds=0.21,
+            params="",
         ),
     )
     return store, chat

@@ -59,6 +59,12 @@ async def test_answer_streams_and_status_updates(backend):
         assert "tok/s" in live[-1] and "greedy" in live[-1]
         final = status_of(app)
         assert "ended:" in final and "tokens" in final
+        # the figures grown from the step events are the engine's own
+        shown = chat.figures.stats
+        assert (shown.steps, shown.generated_tokens) == (
+            answer.stats.steps,
+            answer.stats.generated_tokens,
+        )
         widget = chat.query(AssistantMessage).last()
         assert widget.text == answer.content
         assert len(chat.query(UserMessage)) == 1
@@ -73,13 +79,13 @@ async def test_decoder_key_mid_answer_switches(backend):
     )
     app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
-        with StepGate(app.engine, after=2) as gate:
+        with StepGate(app.session.engine, after=2) as gate:
             await type_and_send(pilot, LONG_PROMPT)
             await wait_until(pilot, gate.held.is_set)
             await pilot.press(target.key)
             # the switch worker handed the decoder to the engine and the bar shows it pending
             await wait_until(pilot, lambda: app.screen.figures.pending == target.name)
-            assert app.busy
+            assert app.session.busy
             gate.release()
             await app.workers.wait_for_complete()
             await pilot.pause()
@@ -87,8 +93,8 @@ async def test_decoder_key_mid_answer_switches(backend):
         assert answer.finish_reason in ("eos", "max_tokens")
         assert gate.decoders[:2] == ["greedy", "greedy"]
         assert len(gate.decoders) > 2 and set(gate.decoders[2:]) == {target.name}, gate.decoders
-        assert list(answer.stats["decoders"]) == ["greedy", target.name]
-        assert app.decoder_name == target.name
+        assert list(answer.stats.decoders) == ["greedy", target.name]
+        assert app.session.decoder_name == target.name
         assert f" {target.name} " in status_of(app)
 
 
@@ -98,12 +104,12 @@ async def test_decoder_key_when_idle_sets_next_answer(backend):
         await pilot.press(DECODERS["beam"].key)
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.decoder_name == "beam"
+        assert app.session.decoder_name == "beam"
         assert " beam " in status_of(app)
         await type_and_send(pilot, "Hi")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert list(app.screen.messages[-1].stats["decoders"]) == ["beam"]
+        assert list(app.screen.messages[-1].stats.decoders) == ["beam"]
 
 
 async def test_unavailable_decoder_says_why(backend, monkeypatch):
@@ -119,7 +125,7 @@ async def test_unavailable_decoder_says_why(backend, monkeypatch):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f12")
         await pilot.pause()
-        assert app.decoder_name == "greedy"
+        assert app.session.decoder_name == "greedy"
         assert any("needs a GPU" in n.message for n in app._notifications)
 
 
@@ -127,7 +133,7 @@ async def test_escape_cancels_and_keeps_text(backend):
     """Esc while the worker is parked after step 3: the engine stops before step 4."""
     app = SpecchatApp(settings=Settings(max_tokens=400), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
-        with StepGate(app.engine, after=3) as gate:
+        with StepGate(app.session.engine, after=3) as gate:
             await type_and_send(pilot, LONG_PROMPT)
             await wait_until(pilot, gate.held.is_set)
             await pilot.press("escape")
@@ -137,12 +143,12 @@ async def test_escape_cancels_and_keeps_text(backend):
         answer = app.screen.messages[-1]
         assert answer.finish_reason == "cancelled"
         assert answer.content.strip()
-        assert answer.stats["generated_tokens"] == 3 and len(gate.decoders) == 3
+        assert answer.stats.generated_tokens == 3 and len(gate.decoders) == 3
         widget = app.screen.query(AssistantMessage).last()
         assert "stopped" in str(widget.query_one(".role").render())
         assert widget.text == answer.content
         assert "cancelled" in status_of(app)
-        assert not app.busy
+        assert not app.session.busy
 
 
 async def test_escape_before_the_engine_starts_stops_the_answer(backend):
@@ -150,21 +156,21 @@ async def test_escape_before_the_engine_starts_stops_the_answer(backend):
     answer stops before its first step (it used to be lost and the answer ran to the end)."""
     app = SpecchatApp(settings=Settings(max_tokens=400), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
-        with StepGate(app.engine, after=0) as gate:
+        with StepGate(app.session.engine, after=0) as gate:
             await type_and_send(pilot, LONG_PROMPT)
             await wait_until(pilot, gate.held.is_set)
-            assert app.busy
+            assert app.session.busy
             await pilot.press("escape")
             gate.release()
             await app.workers.wait_for_complete()
             await pilot.pause()
         answer = app.screen.messages[-1]
         assert answer.role == "assistant" and answer.finish_reason == "cancelled"
-        assert answer.stats["generated_tokens"] == 0 and gate.decoders == []
+        assert answer.stats.generated_tokens == 0 and gate.decoders == []
         widget = app.screen.query(AssistantMessage).last()
         assert "stopped" in str(widget.query_one(".role").render())
         assert "cancelled" in status_of(app)
-        assert not app.busy
+        assert not app.session.busy
 
 
 async def test_regenerate_replaces_last_answer(backend):
@@ -180,7 +186,7 @@ async def test_regenerate_replaces_last_answer(backend):
         messages = app.screen.messages
         assert [m.role for m in messages] == ["user", "assistant"]
         assert messages[-1].content == first  # greedy: the same answer again
-        stored = app.history.messages(app.screen.chat_id)
+        stored = app.session.history.messages(app.screen.chat_id)
         assert [m.role for m in stored] == ["user", "assistant"]
         assert len(app.screen.query(AssistantMessage)) == 1
 
@@ -215,7 +221,7 @@ async def test_colour_toggle_renders_markdown_and_persists(backend, fixed_chat):
         await pilot.press("ctrl+t")
         await pilot.pause()
         assert not first.query_one(".runs").display and first.query_one(".markdown").display
-        assert not app.settings.colour_runs
+        assert not app.session.settings.colour_runs
     from specchat.settings import load_settings
 
     saved, error = load_settings()
@@ -243,15 +249,15 @@ async def test_broken_settings_file_gives_message(backend, private_dirs, content
         await pilot.pause()
         assert app.settings_error and "broken" in app.settings_error
         assert any("broken" in n.message for n in app._notifications)
-        assert app.decoder_name == "greedy"
+        assert app.session.decoder_name == "greedy"
 
 
 async def test_model_loads_in_the_background_with_progress():
     app = SpecchatApp(settings=Settings(max_tokens=4))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.session.engine is not None)
         await pilot.pause()
-        assert app.ready_seconds is not None
+        assert app.session.ready_seconds is not None
         assert "SmolLM2" in status_of(app)
         assert any("model ready in" in n.message for n in app._notifications)
 
@@ -282,7 +288,7 @@ async def test_transcript_follows_the_bottom_until_the_user_scrolls_up(backend):
         first_answer_end = transcript.max_scroll_y
         await type_and_send(pilot, LONG_PROMPT)
         await wait_until(pilot, lambda: transcript.max_scroll_y > first_answer_end + 4, limit=60)
-        assert app.busy, "the second answer is still streaming"
+        assert app.session.busy, "the second answer is still streaming"
         for _ in range(6):  # what six notches of a mouse wheel do
             transcript._scroll_up_for_pointer(animate=False)
         await pilot.pause()

@@ -40,7 +40,7 @@ async def test_race_runs_sequentially_and_summarises(backend):
         assert rows[0][2] == "1.00×"
         if DECODERS[names[1]].greedy_family:
             assert rows[1][7] == "identical ✓"
-        assert not app.busy and not app.racing
+        assert not app.session.busy and not app.session.racing
         await pilot.press("escape")
         assert not isinstance(app.screen, RaceScreen)
 
@@ -56,9 +56,9 @@ async def test_decoder_settings_dialog_saves_params(backend):
         app.screen.query_one("#s-seed").value = "7"
         await pilot.click("#ds-save")
         await pilot.pause()
-        assert app.settings.decoders["beam"]["num_beams"] == 2
-        assert app.settings.seed == 7
-        assert app.decoder_params("beam")["num_beams"] == 2
+        assert app.session.settings.decoders["beam"]["num_beams"] == 2
+        assert app.session.settings.seed == 7
+        assert app.session.decoder_params("beam")["num_beams"] == 2
     saved, error = load_settings()
     assert error is None and saved.decoders["beam"]["num_beams"] == 2 and saved.seed == 7
 

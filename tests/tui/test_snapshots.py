@@ -12,6 +12,7 @@ from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.decoding.events import DoneEvent, StepEvent
+from specchat.decoding.stats import GenerationStats
 from specchat.settings import Settings
 
 SIZE = (100, 32)
@@ -70,27 +71,33 @@ def test_decoder_settings(snap_compare, backend, fixed_chat):
     assert snap_compare(chat_app(backend, fixed_chat), terminal_size=SIZE, run_before=open_dialog)
 
 
-SCRIPT = {
-    "greedy": [((1,), "One"), ((2,), " two"), ((3,), " three"), ((4,), " four"), ((5,), ".")],
-    "pld": [((1,), "One"), ((2, 3, 4), " two three four"), ((5,), ".")],
+SCRIPT = {  # (token ids, text, drafted, accepted) per step
+    "greedy": [
+        ((1,), "One", 0, 0),
+        ((2,), " two", 0, 0),
+        ((3,), " three", 0, 0),
+        ((4,), " four", 0, 0),
+        ((5,), ".", 0, 0),
+    ],
+    "pld": [((1,), "One", 2, 0), ((2, 3, 4), " two three four", 2, 2), ((5,), ".", 2, 0)],
 }
 
 
+def scripted_steps(name: str, tps: float) -> list[StepEvent]:
+    return [
+        StepEvent(ids, text, drafted, accepted, name, len(ids) / tps)
+        for ids, text, drafted, accepted in SCRIPT[name]
+    ]
+
+
 def scripted_done(name: str, tps: float) -> DoneEvent:
-    steps = SCRIPT[name]
-    tokens = tuple(t for ids, _ in steps for t in ids)
-    drafted, accepted = (0, 0) if name == "greedy" else (6, 2)
-    stats = {
-        "generated_tokens": len(tokens),
-        "steps": len(steps),
-        "drafted": drafted,
-        "accepted": accepted,
-        "acceptance_rate": accepted / drafted if drafted else 0.0,
-        "tokens_per_step": len(tokens) / len(steps),
-        "tokens_per_second": tps,
-        "decode_seconds": len(tokens) / tps,
-    }
-    return DoneEvent("eos", (), tokens, "".join(text for _, text in steps), stats)
+    """The done event the engine would send after these steps: their stats, summed."""
+    steps = scripted_steps(name, tps)
+    stats = GenerationStats()
+    for event in steps:
+        stats = stats.with_step(event)
+    tokens = tuple(t for event in steps for t in event.tokens)
+    return DoneEvent("eos", (), tokens, "".join(event.text for event in steps), stats)
 
 
 def test_race_summary(snap_compare, backend, fixed_chat):
@@ -102,9 +109,8 @@ def test_race_summary(snap_compare, backend, fixed_chat):
         await screen.make_panes(["greedy", "pld"])
         for pane, (name, tps) in enumerate([("greedy", 80.0), ("pld", 120.0)]):
             screen.post_message(RaceStarted(pane))
-            for ids, text in SCRIPT[name]:
-                seconds = len(ids) / tps
-                screen.post_message(RaceStep(pane, StepEvent(ids, text, 0, 0, name, seconds)))
+            for event in scripted_steps(name, tps):
+                screen.post_message(RaceStep(pane, event))
             screen.post_message(RaceDone(pane, scripted_done(name, tps)))
         screen.post_message(RaceFinished())
         await pilot.pause()

@@ -6,6 +6,7 @@ from specchat.app.tui.figures import Figures, status_text
 from specchat.app.tui.runs import RunText, coloured
 from specchat.app.tui.screens.race import RacePane, summary_rows
 from specchat.decoding.events import DoneEvent, StepEvent
+from specchat.decoding.stats import GenerationStats
 from specchat.history import HistoryStore, StoredMessage
 from specchat.settings import Settings, dump_settings, load_settings, parse_settings, save_settings
 from specchat.themes.palette import COLOUR_BLIND_SAFE
@@ -47,13 +48,26 @@ def test_history_store(tmp_path):
     store = HistoryStore(tmp_path / "h.sqlite3")
     chat = store.new_chat("first")
     store.add_message(chat, StoredMessage("user", "hi"))
+    stats = GenerationStats(
+        prompt_tokens=9,
+        generated_tokens=5,
+        steps=2,
+        drafted=4,
+        accepted=3,
+        decode_seconds=0.125,
+        time_to_first_token=0.5,
+        decoders={"pld": {"max_ngram": 3}},
+    )
     store.add_message(
-        chat, StoredMessage("assistant", "hello", "pld", "eos", {"a": 1}, [(0, 5, 3)])
+        chat,
+        StoredMessage("assistant", "hello", "pld", "eos", stats, [(0, 5, 3)], None, 0.25, "n=3"),
     )
     assert store.list_chats()[0].messages == 2
     again = HistoryStore(tmp_path / "h.sqlite3")
     messages = again.messages(chat)
-    assert messages[1].runs == [(0, 5, 3)] and messages[1].stats == {"a": 1}
+    assert messages[1].runs == [(0, 5, 3)] and messages[1].stats == stats
+    assert (messages[1].elapsed_seconds, messages[1].params) == (0.25, "n=3")
+    assert messages[0].stats is None
     again.rename_chat(chat, "renamed")
     assert store.chat_title(chat) == "renamed"
     again.delete_message(messages[1].id)
@@ -91,7 +105,9 @@ def test_status_line():
 
 def _pane(name, tps, tokens):
     pane = RacePane(name)
-    stats = {"tokens_per_second": tps, "tokens_per_step": 1.0, "generated_tokens": len(tokens)}
+    stats = GenerationStats(
+        generated_tokens=len(tokens), steps=len(tokens), decode_seconds=len(tokens) / tps
+    )
     pane.done = DoneEvent("eos", (), tuple(tokens), "", stats)
     return pane
 

@@ -1,14 +1,16 @@
-"""The status bar's figures: accumulated from step events while streaming, read from the stored
-stats once an answer is done. Pure functions, so they are tested without a screen."""
+"""The status bar's figures: the answer's stats, grown from its step events while it streams
+(`GenerationStats.with_step`, the rule the engine counts by, so live and final figures agree) and
+read from the history for a stored answer. Pure, so they are tested without a screen."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.text import Text
 
 from specchat.decoding.events import StepEvent
-from specchat.decoding.stats import acceptance_rate, tokens_per_second, tokens_per_step
+from specchat.decoding.stats import GenerationStats
+from specchat.history import StoredMessage
 
 FINISH_LABELS = {
     "eos": "EOS",
@@ -24,11 +26,7 @@ class Figures:
     decoder: str = ""
     params: str = ""
     pending: str | None = None  # a decoder that takes over at the next step
-    tokens: int = 0
-    steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    decode_seconds: float = 0.0
+    stats: GenerationStats = field(default_factory=GenerationStats)
     elapsed: float = 0.0
     finish: str | None = None
     streaming: bool = False
@@ -37,37 +35,42 @@ class Figures:
         self.decoder = event.decoder
         if self.pending == event.decoder:
             self.pending = None
-        self.tokens += len(event.tokens)
-        if event.tokens:
-            self.steps += 1
-        self.drafted += event.drafted
-        self.accepted += event.accepted
-        self.decode_seconds += event.seconds
+        self.stats = self.stats.with_step(event)
+
+    def finished(self, decoder: str, finish: str, elapsed: float) -> None:
+        """The answer ended: its figures stay, the decoder that ran last is shown, no other
+        decoder is pending (a switch that came too late applies to the next answer)."""
+        self.decoder = decoder
+        self.pending = None
+        self.finish = finish
+        self.elapsed = elapsed
+        self.streaming = False
+
+    @property
+    def tokens(self) -> int:
+        return self.stats.generated_tokens
 
     @property
     def tokens_per_second(self) -> float:
-        return tokens_per_second(self.tokens, self.decode_seconds)
+        return self.stats.tokens_per_second
 
     @property
     def tokens_per_step(self) -> float:
-        return tokens_per_step(self.tokens, self.steps)
+        return self.stats.tokens_per_step
 
     @property
     def acceptance(self) -> float | None:
-        return acceptance_rate(self.accepted, self.drafted) if self.drafted else None
+        return self.stats.acceptance_rate if self.stats.drafted else None
 
     @classmethod
-    def from_stats(cls, decoder: str, stats: dict, finish: str | None) -> Figures:
-        """Figures of a finished answer, from the stats stored with it."""
+    def stored(cls, message: StoredMessage) -> Figures:
+        """Figures of a finished answer, from what the history keeps of it."""
         return cls(
-            decoder=decoder,
-            tokens=int(stats.get("generated_tokens", 0)),
-            steps=int(stats.get("steps", 0)),
-            drafted=int(stats.get("drafted", 0)),
-            accepted=int(stats.get("accepted", 0)),
-            decode_seconds=float(stats.get("decode_seconds", 0.0)),
-            elapsed=float(stats.get("elapsed_seconds", 0.0)),
-            finish=finish,
+            decoder=message.decoder or "?",
+            params=message.params,
+            stats=message.stats or GenerationStats(),
+            elapsed=message.elapsed_seconds,
+            finish=message.finish_reason,
         )
 
 

@@ -56,7 +56,8 @@ class AnswerFailed(Message):
 
 @dataclass
 class DecoderSwitched(Message):
-    """A decoder was built off the event loop and handed to the engine (or kept for later)."""
+    """The session's decoder is `name`: built off the event loop and handed to the engine, or
+    kept for when the model is loaded, or its settings changed; mid-answer, from the next step."""
 
     name: str
     mid_answer: bool

@@ -1,5 +1,5 @@
-"""The chat: transcript, legend, status line, input. Answers stream from a thread worker that only
-posts messages; this screen turns them into widgets, figures and history rows."""
+"""The chat: transcript, legend, status line, input. The session runs the answer in a worker that
+only posts messages; this screen turns them into widgets, figures and history rows."""
 
 from __future__ import annotations
 
@@ -8,26 +8,35 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingsMap
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header
-from textual.worker import get_current_worker
 
 from specchat.app.tui.figures import Figures
-from specchat.app.tui.messages import AnswerDone, AnswerFailed, AnswerStep
+from specchat.app.tui.messages import (
+    AnswerDone,
+    AnswerFailed,
+    AnswerStep,
+    DecoderFailed,
+    DecoderSwitched,
+    LoadProgress,
+    ModelFailed,
+    ModelLoaded,
+)
+from specchat.app.tui.screens.chats import ChatListScreen
+from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
+from specchat.app.tui.screens.race import RaceScreen
+from specchat.app.tui.session import ChatSession
 from specchat.app.tui.widgets.legend import Legend
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.app.tui.widgets.status_bar import StatusBar
-from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import GenerationRequest
 from specchat.decoding.registry import DECODERS
-from specchat.errors import SpecchatError
 from specchat.history import StoredMessage
-from specchat.prompting import chat_prompt_ids
+from specchat.locations import exports_dir
 
 
 def chat_markdown(title: str, messages: list[StoredMessage]) -> str:
@@ -39,6 +48,20 @@ def chat_markdown(title: str, messages: list[StoredMessage]) -> str:
         if message.finish_reason == "cancelled":
             lines += ["*(stopped)*", ""]
     return "\n".join(lines)
+
+
+def decoder_bindings() -> list[Binding]:
+    """A key per decoder in the registry, switching to it (see `ChatScreen.with_decoder_keys`)."""
+    return [
+        Binding(
+            info.key,
+            f"decoder('{info.name}')",
+            info.name,
+            key_display=info.key.upper(),
+            priority=True,
+        )
+        for info in DECODERS.values()
+    ]
 
 
 class ChatScreen(Screen):
@@ -55,22 +78,19 @@ class ChatScreen(Screen):
         Binding("question_mark", "app.help", "help", show=False),
     ]
 
+    @classmethod
+    def with_decoder_keys(cls) -> type[ChatScreen]:
+        """This screen with one key per decoder in the registry, first in the footer and with
+        priority, so they work while the input has focus. Made when the app starts rather than
+        at import, so a decoder registered after import has its key too."""
+
+        class ChatScreenWithDecoderKeys(cls, inherit_bindings=False):
+            BINDINGS = [*decoder_bindings(), *Screen.BINDINGS, *cls.BINDINGS]
+
+        return ChatScreenWithDecoderKeys
+
     def __init__(self, chat_id: int | None = None) -> None:
         super().__init__()
-        # One key per registry decoder, first in the footer; priority, so they work while the
-        # input has focus. Read from the registry at start-up, never listed here.
-        static = self._bindings
-        self._bindings = BindingsMap()
-        for info in DECODERS.values():
-            self._bindings.bind(
-                info.key,
-                f"app.decoder('{info.name}')",
-                info.name,
-                key_display=info.key.upper(),
-                priority=True,
-            )
-        for key, bindings in static.key_to_bindings.items():
-            self._bindings.key_to_bindings.setdefault(key, []).extend(bindings)
         self.chat_id = chat_id
         self.messages: list[StoredMessage] = []
         self.figures = Figures()
@@ -78,7 +98,10 @@ class ChatScreen(Screen):
         self._answer: AssistantMessage | None = None
         self._answer_cancel: threading.Event | None = None  # the latest answer's stop token
         self._answer_started = 0.0
-        self._mounted = False  # the app may report the model before this screen is composed
+
+    @property
+    def session(self) -> ChatSession:
+        return self.app.session
 
     def compose(self) -> ComposeResult:
         yield Header(icon="≫")
@@ -89,96 +112,111 @@ class ChatScreen(Screen):
         yield Footer(compact=True)
 
     async def on_mount(self) -> None:
+        session = self.session
+        session.attach(self)
+        warning = session.start()
+        if warning:
+            self.notify(warning, severity="warning")
         self.query_one("#transcript").anchor()
         self.palette_changed_sync()
         if self.chat_id is not None:
             await self.open_chat(self.chat_id)
         self.query_one(PromptInput).focus()
-        self._mounted = True
-        if self.app.engine is None:
-            self.model_progress("loading model…")
+        if not session.ready:
+            self._status_line("loading model…")
         elif self.chat_id is None:
-            self.model_ready()
+            self._model_ready()
         else:
             self._show_status()
 
-    # -- app callbacks ----------------------------------------------------------------------
-    def model_progress(self, text: str) -> None:
-        if self._mounted:
-            self.query_one(StatusBar).message(text)
+    # -- the session's messages ---------------------------------------------------------------
+    def on_load_progress(self, message: LoadProgress) -> None:
+        self._status_line(f"{message.text}…")
 
-    def model_ready(self) -> None:
-        if not self._mounted:
-            return  # on_mount shows the figures
-        self.figures.decoder = self.app.decoder_name
-        self.figures.params = self.app.params_label(self.app.decoder_name)
-        self._show_status()
+    def on_model_failed(self, message: ModelFailed) -> None:
+        self._status_line(f"model not loaded: {message.error}")
+        self.notify(message.error, title="model", severity="error", timeout=30)
 
-    def decoder_chosen(self, name: str, pending: bool) -> None:
-        if not self._mounted:
-            return
-        if pending and self.app.busy:
-            self.figures.pending = name
+    def on_model_loaded(self, message: ModelLoaded) -> None:
+        warning = self.session.use_model(message.backend)
+        if warning:
+            self.notify(warning, severity="warning")
+        self._model_ready()
+        self.notify(f"model ready in {message.seconds:.2f} s", timeout=3)
+
+    def on_decoder_switched(self, message: DecoderSwitched) -> None:
+        session = self.session
+        session.decoder_switched(message.name)
+        if message.mid_answer and session.busy:
+            self.figures.pending = message.name
         else:
             self.figures.pending = None
-            if not self.app.busy:
-                self.figures.decoder = name
-        self.figures.params = self.app.params_label(name)
+            if not session.busy:
+                self.figures.decoder = message.name
+        self.figures.params = session.params_label(message.name)
         self._show_status()
 
+    def on_decoder_failed(self, message: DecoderFailed) -> None:
+        self.notify(message.error, title=message.name, severity="error")
+
+    def _model_ready(self) -> None:
+        self.figures.decoder = self.session.decoder_name
+        self.figures.params = self.session.params_label(self.session.decoder_name)
+        self._show_status()
+
+    def _status_line(self, text: str) -> None:
+        self.query_one(StatusBar).message(text)
+
     def _show_status(self) -> None:
-        self.query_one(StatusBar).show(self.figures, self.app.model_label)
+        self.query_one(StatusBar).show(self.figures, self.session.model_label)
 
     def palette_changed_sync(self) -> None:
-        self.query_one(Legend).show(self.app.palette, self.app.colour_runs)
+        self.query_one(Legend).show(self.app.palette, self.session.colour_runs)
 
     async def palette_changed(self) -> None:
         self.palette_changed_sync()
         for message in self.query(AssistantMessage):
-            await message.set_colour(self.app.colour_runs, self.app.palette)
+            await message.set_colour(self.session.colour_runs, self.app.palette)
 
     # -- opening chats ----------------------------------------------------------------------
     async def open_chat(self, chat_id: int | None) -> None:
         """Show a stored chat (or an empty one for None); figures of its last answer."""
-        if self.app.busy:
+        if self.session.busy:
             self.notify("stop the answer first (Esc)", severity="warning")
             return
         self.chat_id = chat_id
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.remove_children()
-        self.messages = self.app.history.messages(chat_id) if chat_id is not None else []
+        history = self.session.history
+        self.messages = history.messages(chat_id) if chat_id is not None else []
         widgets = [self._widget_for(m) for m in self.messages]
         if widgets:
             await transcript.mount_all(widgets)
         transcript.anchor()
-        self.sub_title = (self.app.history.chat_title(chat_id) or "") if chat_id else "new chat"
+        self.sub_title = (history.chat_title(chat_id) or "") if chat_id else "new chat"
         last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
-        self.figures = (
-            Figures.from_stats(last.decoder or "?", last.stats, last.finish_reason)
-            if last
-            else Figures(decoder=self.app.decoder_name)
-        )
         if last is not None:
-            self.figures.params = str(last.stats.get("params", ""))
+            self.figures = Figures.stored(last)
         else:
-            self.figures.params = self.app.params_label(self.app.decoder_name)
-        if self.app.engine is not None:
+            name = self.session.decoder_name
+            self.figures = Figures(decoder=name, params=self.session.params_label(name))
+        if self.session.ready:
             self._show_status()
 
     def _widget_for(self, message: StoredMessage):
         if message.role == "user":
             return UserMessage(message.content)
         return AssistantMessage(
-            palette=self.app.palette, colour=self.app.colour_runs, stored=message
+            palette=self.app.palette, colour=self.session.colour_runs, stored=message
         )
 
     # -- sending and streaming -----------------------------------------------------------------
     @on(PromptInput.Submitted)
     async def _submitted(self, event: PromptInput.Submitted) -> None:
-        if self.app.engine is None:
+        if not self.session.ready:
             self.notify("the model is still loading", severity="warning")
             return
-        if self.app.busy:
+        if self.session.busy:
             self.notify("an answer is running: wait, or Esc to stop it", severity="warning")
             return
         self.query_one(PromptInput).clear()
@@ -189,10 +227,10 @@ class ChatScreen(Screen):
         cancel = self._new_answer_token()
         if self.chat_id is None:
             title = " ".join(text.split())[:48] or "New chat"
-            self.chat_id = self.app.history.new_chat(title)
+            self.chat_id = self.session.history.new_chat(title)
             self.sub_title = title
         message = StoredMessage("user", text)
-        self.app.history.add_message(self.chat_id, message)
+        self.session.history.add_message(self.chat_id, message)
         self.messages.append(message)
         await self.query_one("#transcript").mount(UserMessage(text))
         await self._start_answer(cancel)
@@ -204,46 +242,17 @@ class ChatScreen(Screen):
         return self._answer_cancel
 
     async def _start_answer(self, cancel: threading.Event) -> None:
-        app = self.app
-        name = app.decoder_name
+        session = self.session
+        name = session.decoder_name
         self._answer_id += 1
-        self._answer = AssistantMessage(palette=app.palette, colour=app.colour_runs)
+        self._answer = AssistantMessage(palette=self.app.palette, colour=session.colour_runs)
         self._answer.decoder = name
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.mount(self._answer)
-        self.figures = Figures(decoder=name, params=app.params_label(name), streaming=True)
+        self.figures = Figures(decoder=name, params=session.params_label(name), streaming=True)
         self._answer_started = time.monotonic()
-        app.busy = True
+        session.answer(self._answer_id, self.messages, cancel)
         self._show_status()
-        history = [ChatMessage(m.role, m.content) for m in self.messages]
-        self._generate(
-            self._answer_id, history, app.sampling(name), app.settings.max_tokens, cancel
-        )
-
-    @work(thread=True, exclusive=True, group="answer")
-    def _generate(
-        self,
-        answer_id: int,
-        history: list[ChatMessage],
-        sampling,
-        max_tokens: int,
-        cancel: threading.Event,
-    ):
-        engine = self.app.engine
-        worker = get_current_worker()
-        try:
-            ids = chat_prompt_ids(engine.backend, history)
-            request = GenerationRequest(tuple(ids), max_tokens, (), sampling)
-            stop = (cancel, worker.cancelled_event)
-            for event in engine.generate(request, cancel=stop):
-                if hasattr(event, "finish_reason"):
-                    self.post_message(AnswerDone(answer_id, event))
-                else:
-                    self.post_message(AnswerStep(answer_id, event))
-        except SpecchatError as exc:
-            self.post_message(AnswerFailed(answer_id, str(exc)))
-        except Exception as exc:  # a bug or a runtime failure: show it, keep the app
-            self.post_message(AnswerFailed(answer_id, f"{type(exc).__name__}: {exc}"))
 
     async def on_answer_step(self, message: AnswerStep) -> None:
         if message.answer_id != self._answer_id or self._answer is None:
@@ -260,26 +269,24 @@ class ChatScreen(Screen):
         event = message.event
         answer, self._answer = self._answer, None
         await answer.finish(event.text, event.finish_reason)
-        stats = dict(event.stats)
-        stats["elapsed_seconds"] = round(time.monotonic() - self._answer_started, 3)
+        elapsed = round(time.monotonic() - self._answer_started, 3)
         decoder = answer.decoder or self.figures.decoder
-        stats["params"] = self.figures.params
-        # the engine's own count (it includes a step that only produced EOS)
-        self.figures = Figures.from_stats(decoder, stats, event.finish_reason)
-        self.figures.params = str(stats["params"])
+        self.figures.finished(decoder, event.finish_reason, elapsed)
         stored = StoredMessage(
             "assistant",
             answer.text,
             decoder=decoder,
             finish_reason=event.finish_reason,
-            stats=stats,
+            stats=event.stats,
             runs=list(answer.runs.runs),
+            elapsed_seconds=elapsed,
+            params=self.figures.params,
         )
         if self.chat_id is not None:
-            self.app.history.add_message(self.chat_id, stored)
+            self.session.history.add_message(self.chat_id, stored)
         answer.stored = stored
         self.messages.append(stored)
-        self.app.busy = False
+        self.session.answer_ended()
         self._show_status()
 
     async def on_answer_failed(self, message: AnswerFailed) -> None:
@@ -288,7 +295,7 @@ class ChatScreen(Screen):
         if self._answer is not None:
             await self._answer.remove()
             self._answer = None
-        self.app.busy = False
+        self.session.answer_ended()
         self.figures.streaming = False
         self._show_status()
         self.notify(message.error, title="answer failed", severity="error", timeout=15)
@@ -301,7 +308,7 @@ class ChatScreen(Screen):
             self._answer_cancel.set()
 
     async def action_regenerate(self) -> None:
-        if self.app.engine is None or self.app.busy:
+        if not self.session.ready or self.session.busy:
             self.notify("nothing to regenerate right now", severity="warning")
             return
         if not self.messages:
@@ -311,16 +318,16 @@ class ChatScreen(Screen):
         if self.messages[-1].role == "assistant":
             last = self.messages.pop()
             if last.id is not None:
-                self.app.history.delete_message(last.id)
+                self.session.history.delete_message(last.id)
             answers = self.query(AssistantMessage)
             if answers:
                 await answers.last().remove()
         await self._start_answer(cancel)
 
     async def action_toggle_colour(self) -> None:
-        self.app.colour_runs = not self.app.colour_runs
-        self.app.settings.colour_runs = self.app.colour_runs
-        self.app.persist_settings()
+        error = self.session.toggle_colour_runs()
+        if error:
+            self.notify(error, severity="error")
         await self.palette_changed()
 
     def _last_answer(self) -> str | None:
@@ -340,20 +347,18 @@ class ChatScreen(Screen):
     def _title(self) -> str:
         if self.chat_id is None:
             return "specchat chat"
-        return self.app.history.chat_title(self.chat_id) or "specchat chat"
+        return self.session.history.chat_title(self.chat_id) or "specchat chat"
 
     def action_copy_chat(self) -> None:
         self.app.copy_to_clipboard(chat_markdown(self._title(), self.messages))
         self.notify("the whole chat copied to the clipboard (Markdown)")
 
     def action_export(self) -> Path | None:
-        from specchat.app.tui.app import export_dir
-
         if not self.messages:
             self.notify("nothing to export yet", severity="warning")
             return None
         stem = "".join(c if c.isalnum() else "-" for c in self._title().lower()).strip("-")[:40]
-        path = export_dir() / f"{self.chat_id or 0:04d}-{stem or 'chat'}.md"
+        path = exports_dir() / f"{self.chat_id or 0:04d}-{stem or 'chat'}.md"
         path.write_text(chat_markdown(self._title(), self.messages), encoding="utf-8")
         self.notify(f"exported to {path}", timeout=8)
         return path
@@ -362,22 +367,26 @@ class ChatScreen(Screen):
         await self.open_chat(None)
 
     def action_chats(self) -> None:
-        from specchat.app.tui.screens.chats import ChatListScreen
-
-        if self.app.busy:
+        if self.session.busy:
             self.notify("stop the answer first (Esc)", severity="warning")
             return
-        self.app.push_screen(ChatListScreen(self.chat_id))
+        self.app.push_screen(ChatListScreen(self.chat_id, self.open_chat, self._chat_renamed))
+
+    def _chat_renamed(self, chat_id: int, title: str) -> None:
+        if chat_id == self.chat_id:
+            self.sub_title = title
 
     def action_decoder_settings(self) -> None:
-        from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
+        self.app.push_screen(DecoderSettingsScreen(self.session.decoder_name))
 
-        self.app.push_screen(DecoderSettingsScreen(self.app.decoder_name))
+    def action_decoder(self, name: str) -> None:
+        """Switch decoder: mid-answer from the next step on, else for the next answer."""
+        refused = self.session.choose_decoder(name)
+        if refused:
+            self.notify(refused, severity="warning")
 
     def action_race(self) -> None:
-        from specchat.app.tui.screens.race import RaceScreen
-
-        if self.app.busy:
+        if self.session.busy:
             self.notify("stop the answer first (Esc)", severity="warning")
             return
         last_prompt = next((m.content for m in reversed(self.messages) if m.role == "user"), "")

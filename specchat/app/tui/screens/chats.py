@@ -1,8 +1,10 @@
-"""Ctrl+L: the stored chats — open, rename, delete, new."""
+"""Ctrl+L: the stored chats — open, rename, delete, new. The chat screen that opens this list
+hands it how to open a chat and what to do when one is renamed."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Awaitable, Callable
 
 from textual import on
 from textual.app import ComposeResult
@@ -11,6 +13,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
+
+from specchat.history import HistoryStore
 
 
 class ChatListScreen(ModalScreen):
@@ -22,9 +26,20 @@ class ChatListScreen(ModalScreen):
         Binding("d,delete", "delete", "delete"),
     ]
 
-    def __init__(self, current: int | None) -> None:
+    def __init__(
+        self,
+        current: int | None,
+        open_chat: Callable[[int | None], Awaitable[None]],
+        renamed: Callable[[int, str], None],
+    ) -> None:
         super().__init__()
         self.current = current
+        self._open_chat = open_chat  # None: a new, empty chat
+        self._chat_renamed = renamed
+
+    @property
+    def history(self) -> HistoryStore:
+        return self.app.session.history
 
     def compose(self) -> ComposeResult:
         with Vertical(id="chats"):
@@ -42,7 +57,7 @@ class ChatListScreen(ModalScreen):
     def _reload(self) -> None:
         options = self.query_one(OptionList)
         options.clear_options()
-        chats = self.app.history.list_chats()
+        chats = self.history.list_chats()
         for chat in chats:
             when = dt.datetime.fromtimestamp(chat.updated).strftime("%Y-%m-%d %H:%M")
             mark = "● " if chat.id == self.current else "  "
@@ -75,18 +90,18 @@ class ChatListScreen(ModalScreen):
         if chat_id is None:
             return
         self.dismiss()
-        await self.app._chat().open_chat(chat_id)
+        await self._open_chat(chat_id)
 
     async def action_new(self) -> None:
         self.dismiss()
-        await self.app._chat().open_chat(None)
+        await self._open_chat(None)
 
     def action_rename(self) -> None:
         chat_id = self._selected()
         if chat_id is None:
             return
         rename = self.query_one("#rename", Input)
-        rename.value = self.app.history.chat_title(chat_id) or ""
+        rename.value = self.history.chat_title(chat_id) or ""
         rename.display = True
         rename.focus()
 
@@ -94,9 +109,8 @@ class ChatListScreen(ModalScreen):
     def _renamed(self, event: Input.Submitted) -> None:
         chat_id = self._selected()
         if chat_id is not None and event.value.strip():
-            self.app.history.rename_chat(chat_id, event.value.strip())
-            if chat_id == self.current:
-                self.app._chat().sub_title = event.value.strip()
+            self.history.rename_chat(chat_id, event.value.strip())
+            self._chat_renamed(chat_id, event.value.strip())
         event.input.display = False
         self._reload()
         self.query_one(OptionList).focus()
@@ -105,9 +119,9 @@ class ChatListScreen(ModalScreen):
         chat_id = self._selected()
         if chat_id is None:
             return
-        self.app.history.delete_chat(chat_id)
+        self.history.delete_chat(chat_id)
         self.notify("chat deleted")
         if chat_id == self.current:
             self.current = None
-            await self.app._chat().open_chat(None)
+            await self._open_chat(None)
         self._reload()

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
+from specchat.app.tui.session import ChatSession
 from specchat.decoding.registry import DECODERS
 from specchat.errors import SpecchatError
 
@@ -43,6 +44,10 @@ class DecoderSettingsScreen(ModalScreen):
         super().__init__()
         self.decoder = decoder
 
+    @property
+    def session(self) -> ChatSession:
+        return self.app.session
+
     def compose(self) -> ComposeResult:
         with Vertical(id="decoder-settings"):
             yield Label("Decoder settings", id="ds-title")
@@ -62,11 +67,11 @@ class DecoderSettingsScreen(ModalScreen):
 
     def _rows(self, name: str) -> list[tuple[str, str, object, str]]:
         """(field id, label, current value, help) for the decoder's params and sampling."""
-        app = self.app
+        settings = self.session.settings
         info = DECODERS[name]
-        params = app.decoder_params(name)
+        params = self.session.decoder_params(name)
         rows = [(f"p-{p.name}", p.name, params.get(p.name), p.help) for p in info.params]
-        temperature = app.settings.temperature(name)
+        temperature = settings.temperature(name)
         rows += [
             (
                 "s-temperature",
@@ -74,9 +79,9 @@ class DecoderSettingsScreen(ModalScreen):
                 temperature,
                 f"empty: the decoder's default ({info.default_temperature})",
             ),
-            ("s-top_k", "top-k", app.settings.top_k, "0: off (shared by all decoders)"),
-            ("s-top_p", "top-p", app.settings.top_p, "1.0: off (shared)"),
-            ("s-seed", "seed", app.settings.seed, "empty: random (shared)"),
+            ("s-top_k", "top-k", settings.top_k, "0: off (shared by all decoders)"),
+            ("s-top_p", "top-p", settings.top_p, "1.0: off (shared)"),
+            ("s-seed", "seed", settings.seed, "empty: random (shared)"),
         ]
         return rows
 
@@ -126,12 +131,16 @@ class DecoderSettingsScreen(ModalScreen):
         except (ValueError, SpecchatError) as exc:
             self.notify(str(exc), severity="error")
             return
-        settings = self.app.settings
-        settings.top_k = 0 if top_k is None else int(top_k)
-        settings.top_p = 1.0 if top_p is None else float(top_p)
-        settings.seed = None if seed is None else int(seed)
         if temperature is not None:
             values["temperature"] = float(temperature)
-        self.app.set_decoder_settings(self.decoder, values)
+        error = self.session.set_decoder_settings(
+            self.decoder,
+            values,
+            top_k=0 if top_k is None else int(top_k),
+            top_p=1.0 if top_p is None else float(top_p),
+            seed=None if seed is None else int(seed),
+        )
+        if error:
+            self.notify(error, severity="error")
         self.notify(f"{self.decoder} settings saved")
         self.dismiss()

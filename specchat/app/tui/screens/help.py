@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from specchat.app.tui.session import ChatSession
 from specchat.app.tui.widgets.legend import legend_text
 from specchat.decoding.registry import DECODERS
 
@@ -50,9 +51,10 @@ class HelpScreen(ModalScreen):
         table.add_column("key", style="bold", no_wrap=True)
         table.add_column("decoder", no_wrap=True)
         table.add_column("what it does")
-        active = getattr(self.app, "decoder_name", None)
+        session: ChatSession = self.app.session
+        active = session.decoder_name
         for info in DECODERS.values():
-            reason = self.app.unavailable_reason(info.name)
+            reason = session.unavailable_reason(info.name)
             what = Text(info.description)
             if reason:
                 what.append(f" — unavailable: {reason}", style="italic")

@@ -7,24 +7,21 @@ would make them share two CPU cores and ruin every tok/s figure. The screen says
 from __future__ import annotations
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Label, SelectionList, Static
-from textual.worker import get_current_worker
 
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.messages import RaceDone, RaceFailed, RaceFinished, RaceStarted, RaceStep
 from specchat.app.tui.runs import RunText, coloured
+from specchat.app.tui.session import ChatSession
 from specchat.app.tui.widgets.prompt_input import PromptInput
-from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import GenerationRequest
 from specchat.decoding.events import DoneEvent
+from specchat.decoding.figures import race_rows
 from specchat.decoding.registry import DECODERS, baseline_name
-from specchat.errors import SpecchatError
-from specchat.prompting import chat_prompt_ids
 
 MAX_PANES = 4
 SEQUENTIAL_NOTE = (
@@ -67,18 +64,10 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
     """One row per finished pane: tok/s, speedup vs greedy (else the first pane), tok/step,
     acceptance, tokens, and whether a greedy-family output equals the reference."""
     finished = [p for p in panes if p.done is not None]
-    if not finished:
-        return []
-    base = next((p for p in finished if p.decoder == baseline_name()), finished[0])
-    base_tps = float(base.done.stats.get("tokens_per_second", 0.0)) or 0.0
+    figures = race_rows([(p.decoder, [p.done.stats]) for p in finished])
     reference = next((p for p in finished if greedy_flags.get(p.decoder)), None)
     rows = []
-    for pane in finished:
-        stats = pane.done.stats
-        tps = float(stats.get("tokens_per_second", 0.0))
-        speedup = f"{tps / base_tps:.2f}×" if base_tps else "–"
-        drafted = int(stats.get("drafted", 0))
-        acceptance = f"{float(stats.get('acceptance_rate', 0.0)):.0%}" if drafted else "–"
+    for pane, row in zip(finished, figures):
         if not greedy_flags.get(pane.decoder) or reference is None:
             same = "n/a (samples)"
         elif pane is reference:
@@ -88,11 +77,11 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
         rows.append(
             (
                 pane.decoder,
-                f"{tps:.1f}",
-                speedup,
-                f"{float(stats.get('tokens_per_step', 0.0)):.2f}",
-                acceptance,
-                str(stats.get("generated_tokens", 0)),
+                f"{row.tokens_per_second:.1f}",
+                "–" if row.speedup is None else f"{row.speedup:.2f}×",
+                f"{row.tokens_per_step:.2f}",
+                f"{row.acceptance_rate:.0%}" if row.drafted else "–",
+                str(row.tokens),
                 pane.done.finish_reason,
                 same,
             )
@@ -117,6 +106,10 @@ class RaceScreen(Screen):
         self.running = False
         self.greedy_flags: dict[str, bool] = {}
 
+    @property
+    def session(self) -> ChatSession:
+        return self.app.session
+
     def compose(self) -> ComposeResult:
         yield Header(icon="≫")
         with Horizontal(id="race-controls"):
@@ -133,7 +126,7 @@ class RaceScreen(Screen):
         chosen = self.initial or self._default_choice()
         selection = self.query_one(SelectionList)
         for info in DECODERS.values():
-            reason = self.app.unavailable_reason(info.name)
+            reason = self.session.unavailable_reason(info.name)
             label = info.name if not reason else f"{info.name} (unavailable)"
             selection.add_option((label, info.name, info.name in chosen and not reason))
         table = self.query_one(DataTable)
@@ -153,7 +146,7 @@ class RaceScreen(Screen):
         prompt.focus()
 
     def _default_choice(self) -> list[str]:
-        usable = [n for n in DECODERS if not self.app.unavailable_reason(n)]
+        usable = [n for n in DECODERS if not self.session.unavailable_reason(n)]
         speculative = [n for n in usable if DECODERS[n].speculative]
         return ([baseline_name()] + speculative[:2]) if speculative else usable[:2]
 
@@ -162,11 +155,11 @@ class RaceScreen(Screen):
     async def action_run(self) -> None:
         if self.running:
             return
-        app = self.app
-        if app.engine is None:
+        session = self.session
+        if not session.ready:
             self.notify("the model is still loading", severity="warning")
             return
-        if app.busy:
+        if session.busy:
             self.notify("an answer is running in the chat", severity="warning")
             return
         prompt = self.query_one("#race-prompt", PromptInput).text.strip()
@@ -177,18 +170,16 @@ class RaceScreen(Screen):
         if not 2 <= len(names) <= MAX_PANES:
             self.notify(f"choose 2 to {MAX_PANES} decoders", severity="warning")
             return
-        unavailable = [n for n in names if app.unavailable_reason(n)]
+        unavailable = [n for n in names if session.unavailable_reason(n)]
         if unavailable:
             self.notify(
-                f"{unavailable[0]} is unavailable: {app.unavailable_reason(unavailable[0])}"
+                f"{unavailable[0]} is unavailable: {session.unavailable_reason(unavailable[0])}"
             )
             return
         await self.make_panes(names)
         self.running = True
-        app.busy = True
-        app.racing = True
-        max_tokens = self.max_tokens or min(app.settings.max_tokens, 256)
-        self._race(prompt, names, max_tokens)
+        max_tokens = self.max_tokens or min(session.settings.max_tokens, 256)
+        session.race(self, prompt, names, max_tokens)
 
     async def make_panes(self, names: list[str]) -> None:
         """Fresh panes for `names` (also how tests script a race without running one)."""
@@ -198,36 +189,8 @@ class RaceScreen(Screen):
         await panes_box.mount_all(self.panes)
         self.query_one(DataTable).clear()
         self.greedy_flags = {
-            n: DECODERS[n].greedy_family and self.app.sampling(n).greedy for n in names
+            n: DECODERS[n].greedy_family and self.session.sampling(n).greedy for n in names
         }
-
-    @work(thread=True, exclusive=True, group="race")
-    def _race(self, prompt: str, names: list[str], max_tokens: int) -> None:
-        app = self.app
-        engine = app.engine
-        worker = get_current_worker()
-        try:
-            ids = tuple(chat_prompt_ids(engine.backend, [ChatMessage("user", prompt)]))
-            for pane, name in enumerate(names):
-                if worker.is_cancelled:
-                    break
-                try:
-                    engine.switch(app.build(name))
-                    request = GenerationRequest(ids, max_tokens, (), app.sampling(name))
-                    self.post_message(RaceStarted(pane))
-                    for event in engine.generate(request, cancel=worker.cancelled_event):
-                        if isinstance(event, DoneEvent):
-                            self.post_message(RaceDone(pane, event))
-                        else:
-                            self.post_message(RaceStep(pane, event))
-                except SpecchatError as exc:
-                    self.post_message(RaceFailed(pane, str(exc)))
-        finally:
-            try:  # the chat goes on with its own decoder
-                engine.switch(app.build(app.decoder_name))
-            except SpecchatError:
-                pass
-            self.post_message(RaceFinished())
 
     def on_race_started(self, message: RaceStarted) -> None:
         self.panes[message.pane].set_state("running")
@@ -242,8 +205,6 @@ class RaceScreen(Screen):
         pane = self.panes[message.pane]
         pane.done = message.event
         pane.runs.finish(message.event.text)
-        # the engine's own figures, as in the summary (they count a step that only ended it)
-        pane.figures = Figures.from_stats(pane.decoder, message.event.stats, None)
         pane.set_state("stopped" if message.event.finish_reason == "cancelled" else "done")
         pane.repaint(self.app.palette)
         self._fill_summary()
@@ -254,8 +215,7 @@ class RaceScreen(Screen):
 
     def on_race_finished(self, message: RaceFinished) -> None:
         self.running = False
-        self.app.busy = False
-        self.app.racing = False
+        self.session.race_ended()
         self._fill_summary()
 
     def _fill_summary(self) -> None:
@@ -270,7 +230,7 @@ class RaceScreen(Screen):
 
     def action_stop_or_back(self) -> None:
         if self.running:
-            self.app.engine.cancel()
+            self.session.stop_race()
             for worker in self.workers:
                 worker.cancel()
             return
