@@ -79,7 +79,9 @@ SPECULATIVE_PARAMS = (
         0,
         256,
     ),
-    Param("guard", bool, True, "fall back to plain steps while speculation measures slower"),
+    # Off by default: with the learned, cost-aware policy the guard's plain stretches cost more
+    # than they save (Spec-Bench dev, llama.cpp: 1.11x without, 1.05x with; docs/benchmarks.md).
+    Param("guard", bool, False, "fall back to plain steps while speculation measures slower"),
 )
 
 
@@ -94,7 +96,7 @@ class SpeculativeDecoder(Decoder):
         super().__init__(**values)
         self.policy = DraftLengthPolicy()
         self.fixed_draft = int(values.get("fixed_draft", 0))
-        self.guard = PayoffGuard() if values.get("guard", True) and not self.fixed_draft else None
+        self.guard = PayoffGuard() if values.get("guard") and not self.fixed_draft else None
         self._model_key: str | None = None  # whose learned acceptance the policy holds
 
     def prepare(self, target: Backend) -> None:
