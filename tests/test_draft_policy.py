@@ -54,6 +54,20 @@ def test_policy_learns_from_verified_drafts_and_explores_a_situation_never_tried
     assert learner.depth(costs, poor, 100) == 8
 
 
+def test_exploration_goes_only_as_far_as_it_is_cheap():
+    # Never tried, a poor prior: optimism alone would draft 32 tokens on a hunch.
+    plan = Plan(available=32, key=("copy", 1, False), prior=0.3)
+    unbounded = DraftLengthPolicy(optimism=3.0, explore_budget=1.0)
+    bounded = DraftLengthPolicy(optimism=3.0)
+    dear = _Costs()  # llama.cpp: every drafted token costs half a pass
+    assert unbounded.depth(dear, plan, 100) == 32
+    assert bounded.depth(dear, plan, 100) == 0  # would lose most of a pass's worth: not tried
+    cheap = _Costs(per_token=0.01, overhead=0.99)  # transformers: long drafts nearly free
+    assert bounded.depth(cheap, plan, 100) == 32  # costs little even if wrong: tried
+    sure = DraftLengthPolicy(optimism=0.0)
+    assert 0 < sure.depth(cheap, plan, 100) < 32  # by the rates as known, a short draft is best
+
+
 def test_policy_is_kept_per_model(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path))
     plan = Plan(available=8, key=("copy", 2, True), prior=0.5)

@@ -84,7 +84,7 @@ class PromptLookupDecoder(SpeculativeDecoder):
     params = (
         Param("max_ngram", int, 3, "longest n-gram matched against the context", 1, 64),
         Param("min_ngram", int, 1, "shortest n-gram matched", 1, 64),
-        Param("num_pred_tokens", int, 10, "most tokens drafted in one step", 1, 256),
+        Param("num_pred_tokens", int, 64, "most tokens drafted in one step", 1, 256),
     ) + SPECULATIVE_PARAMS
 
     @classmethod
