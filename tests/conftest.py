@@ -1,4 +1,5 @@
-"""Shared fixtures: the bundled model on the llama.cpp backend, and private folders per test run."""
+"""Shared fixtures: the bundled model on the llama.cpp backend, the small numpy backend, and
+private folders per test run."""
 
 from __future__ import annotations
 
@@ -39,3 +40,19 @@ def fresh_llama(llama_backend):
     """The shared llama backend with an empty cache."""
     llama_backend.rollback(0)
     return llama_backend
+
+
+@pytest.fixture(scope="session")
+def char_ngram_model():
+    """The numpy backend's model, built once (its rows are cached as they are asked for)."""
+    from tests.numpy_backend import CharNgramModel
+
+    return CharNgramModel()
+
+
+@pytest.fixture
+def numpy_backend(char_ngram_model):
+    """A fresh small deterministic backend (tests/numpy_backend.py) on the shared model."""
+    from tests.numpy_backend import NumpyBackend
+
+    return NumpyBackend(char_ngram_model)
