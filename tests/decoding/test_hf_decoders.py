@@ -16,15 +16,10 @@ from specchat.prompting import chat_prompt_ids
 MARGIN_TOLERANCE = 1e-3
 
 
-@pytest.fixture(scope="module")
-def smol_hf(bundled_gguf):
-    from specchat.backends.hf_loading import load_hf_backend
-
-    threads = torch.get_num_threads()
-    backend = load_hf_backend(str(bundled_gguf.parent), gguf_file=bundled_gguf.name, threads=1)
-    yield backend
-    backend.close()
-    torch.set_num_threads(threads)
+@pytest.fixture
+def smol_hf(hf_bundled):
+    """The bundled model on the transformers backend, one thread (tests/conftest.py)."""
+    return hf_bundled
 
 
 PROMPTS = [
