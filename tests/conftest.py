@@ -1,9 +1,12 @@
-"""Shared fixtures: the bundled model on the llama.cpp backend, and private folders per test run."""
+"""Shared fixtures: the bundled model on the llama.cpp backend, the small numpy backend, and
+private folders per test run."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,3 +42,51 @@ def fresh_llama(llama_backend):
     """The shared llama backend with an empty cache."""
     llama_backend.rollback(0)
     return llama_backend
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A cache dir shared by the whole run, so the GGUF is converted at most once."""
+    path = tmp_path_factory.mktemp("specchat-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCHAT_CACHE_DIR", str(path))
+        yield path
+
+
+@pytest.fixture(scope="session")
+def hf_bundled(session_cache: Path, bundled_gguf: Path):
+    """The bundled model on the transformers backend, converted from its GGUF once per run (into
+    the run's cache, so the conversion itself is tested every time), on one thread: two OpenMP
+    threads on a 2-core machine run ~25x slower whenever anything else is running, one thread
+    stays steady. How long the first load took and what it said are kept on the backend."""
+    import torch
+
+    from specchat.backends.hf_loading import load_hf_backend
+
+    threads = torch.get_num_threads()
+    started = time.perf_counter()
+    messages: list[str] = []
+    backend = load_hf_backend(
+        str(bundled_gguf.parent), gguf_file=bundled_gguf.name, threads=1, progress=messages.append
+    )
+    backend.load_seconds = time.perf_counter() - started
+    backend.load_messages = messages
+    yield backend
+    backend.close()
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def char_ngram_model():
+    """The numpy backend's model, built once (its rows are cached as they are asked for)."""
+    from tests.numpy_backend import CharNgramModel
+
+    return CharNgramModel()
+
+
+@pytest.fixture
+def numpy_backend(char_ngram_model):
+    """A fresh small deterministic backend (tests/numpy_backend.py) on the shared model."""
+    from tests.numpy_backend import NumpyBackend
+
+    return NumpyBackend(char_ngram_model)

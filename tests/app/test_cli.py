@@ -64,6 +64,8 @@ def test_compare_json_rows():
         "Repeat: one two three. one two three.",
         "-d",
         "pld",
+        "-p",
+        "pld.fixed_draft=4",  # draft whatever this machine's pass costs say
         "--max-tokens",
         "12",
         "--repeats",
@@ -75,7 +77,8 @@ def test_compare_json_rows():
     rows = {row["decoder"]: row for row in report["decoders"]}
     assert list(rows) == ["greedy", "pld"]  # the baseline is added
     assert rows["greedy"]["speedup"] == 1.0 and rows["greedy"]["identical_to_greedy"] is True
-    assert rows["pld"]["identical_to_greedy"] is not None and 0 < rows["pld"]["tokens"] <= 12
+    assert rows["pld"]["identical_to_greedy"] is True and 0 < rows["pld"]["tokens"] <= 12
+    assert rows["pld"]["acceptance_rate"] > 0  # exact with drafts accepted, not plain steps
     assert rows["pld"]["speedup"] > 0 and rows["pld"]["tokens_per_step"] > 0
     # The answer repeats the prompt, so pld's own proposals allow an oracle above plain decoding;
     # greedy drafts nothing and has no oracle.

@@ -69,6 +69,7 @@ def test_random_switch_schedules_equal_greedy(tiny_pair):
     target, draft = tiny_pair
     names = ["greedy", "pld", "lookahead", "draft", "beam"]
     rng = random.Random(1)
+    accepted = 0
     for prompt in TINY_PROMPTS:
         target.rollback(0)
         reference = _done(Engine(target, DECODERS["greedy"].create()), prompt, 50).token_ids
@@ -79,10 +80,12 @@ def test_random_switch_schedules_equal_greedy(tiny_pair):
             for event in events:
                 if isinstance(event, DoneEvent):
                     assert event.token_ids == reference
+                    accepted += event.stats.accepted
                 elif rng.random() < 0.4:
                     # beam search is not greedy: it only runs for one step here and is replaced
                     name = rng.choice(names[:4])
                     engine.switch(_ForceDraft(_decoder(name, draft)))
+    assert accepted > 0, "the test must exercise accepted drafts"
 
 
 # -- the bundled model on llama.cpp: bitwise-invariant build, so identical ids ------------------
@@ -97,6 +100,7 @@ LLAMA_PROMPTS = [
 
 @pytest.mark.parametrize("name", ["pld", "lookahead"])
 def test_greedy_family_equals_greedy_on_llama_cpp(fresh_llama, name):
+    accepted = 0
     for text in LLAMA_PROMPTS:
         ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", text)])
         fresh_llama.rollback(0)
@@ -108,6 +112,8 @@ def test_greedy_family_equals_greedy_on_llama_cpp(fresh_llama, name):
         )
         done = _done(Engine(fresh_llama, _ForceDraft(decoder)), ids, 96)
         assert done.token_ids == reference.token_ids, text
+        accepted += done.stats.accepted
+    assert accepted > 0, "the test must exercise accepted drafts"
 
 
 class _ForceDraft:

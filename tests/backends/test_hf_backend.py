@@ -1,15 +1,15 @@
 """The transformers backend: tree blocks, commits, greedy decoding, token bytes, loading.
 
-Exactness is checked twice: on a tiny random float64 Llama (to ~1e-9, so any mask or position
-mistake shows) and on the bundled SmolLM2 GGUF (float32 rounding). The GGUF is converted once per
-run, into a temporary cache dir, so that the conversion itself is tested every time (~15 s).
+Exactness is checked twice: here on a tiny random float64 Llama (to ~1e-9, so any mask or position
+mistake shows), and in test_contract.py on the bundled SmolLM2 GGUF (float32 rounding) with the
+checks every backend shares. The GGUF is converted once per run, into a temporary cache dir, so
+that the conversion itself is tested every time (~15 s; tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,30 +26,10 @@ from specchat.errors import SpecchatError
 from tests.tiny_models import tiny_model, tiny_tokenizer
 
 
-@pytest.fixture(scope="session")
-def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A cache dir shared by the whole run, so the GGUF is converted at most once."""
-    path = tmp_path_factory.mktemp("specchat-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECCHAT_CACHE_DIR", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
-def smol(session_cache: Path, bundled_gguf: Path) -> Iterator[HFBackend]:
-    """The bundled model on one thread: two OpenMP threads on a 2-core machine run ~25x slower
-    whenever anything else is running, one thread stays steady."""
-    threads = torch.get_num_threads()
-    started = time.perf_counter()
-    messages: list[str] = []
-    backend = load_hf_backend(
-        str(bundled_gguf.parent), gguf_file=bundled_gguf.name, threads=1, progress=messages.append
-    )
-    backend.load_seconds = time.perf_counter() - started  # type: ignore[attr-defined]
-    backend.load_messages = messages  # type: ignore[attr-defined]
-    yield backend
-    backend.close()
-    torch.set_num_threads(threads)
+@pytest.fixture
+def smol(hf_bundled: HFBackend) -> HFBackend:
+    """The bundled model on this backend, loaded once per run (tests/conftest.py)."""
+    return hf_bundled
 
 
 @pytest.fixture(params=["sdpa", "eager"])
@@ -116,14 +96,6 @@ def test_tree_logits_equal_branch_logits_tiny(tiny: HFBackend) -> None:
     assert tiny.evaluate(block).dtype == np.float32
 
 
-def test_tree_logits_equal_branch_logits_bundled(smol: HFBackend) -> None:
-    prefix = smol.tokenize("The quick brown fox jumps over the lazy dog. Then the fox")
-    words = smol.tokenize(" ran away into the dark forest quickly")
-    assert len(words) >= 7
-    tokens = [prefix[-1], *words[:7], smol.tokenize(" slept")[0]]
-    check_tree_matches_branches(smol, prefix[:-1], sample_tree(tokens), atol=1e-4)
-
-
 def test_tree_on_empty_prefix_and_second_root(tiny: HFBackend) -> None:
     block = sample_tree(list(range(10, 19)))
     tree_logits = logits_of(tiny, block)
@@ -140,12 +112,6 @@ def test_commit_branch_equals_prefill_tiny(tiny: HFBackend, leaf: int) -> None:
     check_commit_equals_prefill(
         tiny, list(range(20, 31)), sample_tree(list(range(40, 49))), leaf, exact(tiny)
     )
-
-
-def test_commit_branch_equals_prefill_bundled(smol: HFBackend) -> None:
-    prefix = smol.tokenize("Once upon a time, in a small village by the sea,")
-    block = sample_tree(smol.tokenize(" there lived an old fisherman who had three sons and")[:9])
-    check_commit_equals_prefill(smol, prefix, block, leaf=5, atol=1e-4)
 
 
 def check_commit_equals_prefill(
@@ -252,21 +218,6 @@ def test_greedy_loop_equals_generate_tiny(tiny: HFBackend) -> None:
 
 
 # -- tokenizer -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "Hello, world! Numbers 12345 and\ttabs\nnew lines.",
-        "Café crème brûlée, naïve façade, Ærøskøbing, Straße.",
-        "你好，世界。日本語のテキストと한국어.",
-        "Emoji: 😀🎉👍🏽 and flags 🇫🇷, zero-width joiner 👩‍💻.",
-        "  leading spaces, <|im_start|> as plain text",
-    ],
-)
-def test_token_bytes_round_trip(smol: HFBackend, text: str) -> None:
-    ids = smol.tokenize(text)
-    assert b"".join(smol.token_bytes(i) for i in ids) == text.encode("utf-8")
 
 
 def test_control_tokens_and_chat_prompt(smol: HFBackend) -> None:
@@ -428,20 +379,6 @@ def test_killed_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.M
     assert converted.name.startswith("model-10-") and (converted / "config.json").is_file()
     monkeypatch.setattr(hf_loading, "_convert_gguf", interrupted)
     assert hf_loading.converted_gguf_dir(gguf) == converted  # reused, not converted again
-
-
-# -- block cost ------------------------------------------------------------------------------------
-
-
-def test_block_cost(smol: HFBackend) -> None:
-    smol.rollback(0)
-    smol.prefill(smol.tokenize("Measuring the cost of a block"))
-    committed = smol.n_committed
-    one, eight = smol.block_cost(1), smol.block_cost(8)
-    assert 0 < one <= eight < 5
-    assert smol.block_cost(1) == one
-    assert smol.n_committed == committed
-    smol.rollback(0)
 
 
 def test_chat_prompt_without_template(tiny: HFBackend) -> None:

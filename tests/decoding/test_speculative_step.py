@@ -1,0 +1,310 @@
+"""The one speculative step on the small numpy backend: chain and tree verification, the draft-length
+policy and the payoff guard. Fast, and independent of machine speed: the numpy backend's pass costs
+are a model, and the guard is shown the modelled seconds of the passes it ran."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specchat.backends.base import Backend
+from specchat.decoding import speculative
+from specchat.decoding.draft_model import DraftModelDecoder
+from specchat.decoding.draft_policy import Plan
+from specchat.decoding.engine import Engine, GenerationRequest
+from specchat.decoding.events import DoneEvent, StepEvent
+from specchat.decoding.payoff import PayoffGuard
+from specchat.decoding.plain import GreedyDecoder
+from specchat.decoding.registry import DECODERS
+from specchat.decoding.sampling import Sampler, SamplingParams
+from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
+from specchat.prompting import raw_prompt_ids
+from tests.numpy_backend import CharNgramModel, NumpyBackend
+
+PROMPTS = ["The cat", "Once upon a time", "Row, row", "def add(a, b):\n"]
+
+
+@pytest.fixture(autouse=True)
+def private_policy(tmp_path, monkeypatch):
+    """The draft-length policy is kept per model on disk: each test starts from the priors."""
+    monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path))
+
+
+def generate(backend: Backend, decoder, ids: list[int], max_tokens: int = 120):
+    backend.rollback(0)
+    events = list(Engine(backend, decoder).generate(GenerationRequest(tuple(ids), max_tokens)))
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    return done, [e for e in events if isinstance(e, StepEvent) and not e.tail]
+
+
+def greedy_answer(backend: Backend, ids: list[int], max_tokens: int = 120) -> list[int]:
+    return list(generate(backend, GreedyDecoder(), ids, max_tokens)[0].token_ids)
+
+
+# -- drafts with known mistakes ---------------------------------------------------------------
+
+
+def wrong(token: int) -> int:
+    """A token that is not `token` (and no control token)."""
+    return (token + 1) % 256
+
+
+class KnownAnswerDrafter:
+    """Drafts greedy's own answer with mistakes planted where told: the verification must accept
+    exactly the drafted tokens before the first mistake on the branch the target follows.
+
+    `branches(answer_ahead)` returns the drafts (token lists) for one step, from greedy's answer
+    from here on; several drafts form a trie under the pending token. `window` adds that many
+    chain nodes under the root that carry greedy's tokens but are not drafts (as lookahead's
+    window is): evaluated, never accepted.
+    """
+
+    def __init__(self, prompt: list[int], answer: list[int], branches, window: int = 0) -> None:
+        self.prompt, self.answer, self.branches, self.window = prompt, answer, branches, window
+
+    def prepare(self, target):
+        pass
+
+    def reset(self, context):
+        pass
+
+    def plan(self, context, room):
+        ahead = self.answer[len(context) - len(self.prompt) :]
+        self._drafts = [d for d in self.branches(ahead) if d]
+        return Plan(available=max((len(d) for d in self._drafts), default=0))
+
+    def draft(self, target, context, sampler, plan, depth):
+        tokens, parents = [context[-1]], [-1]
+        ahead = self.answer[len(context) - len(self.prompt) :]
+        for i, token in enumerate(ahead[: self.window]):
+            tokens.append(token)
+            parents.append(0 if i == 0 else len(tokens) - 2)
+        children: dict[int, dict[int, int]] = {0: {}}
+        longest = 0
+        for draft in self._drafts:
+            node = 0
+            longest = max(longest, len(draft[:depth]))
+            for token in draft[:depth]:
+                if token not in children[node]:
+                    tokens.append(token)
+                    parents.append(node)
+                    children[node][token] = len(tokens) - 1
+                    children[len(tokens) - 1] = {}
+                node = children[node][token]
+        return Draft(tokens, parents, children, drafted=longest)
+
+    def observe(self, draft, logits, accepted):
+        pass
+
+
+class KnownAnswerDecoder(SpeculativeDecoder):
+    name = "known-answer"
+    key = "f12"
+    description = "drafts greedy's answer with planted mistakes (a test drafter)"
+    params = SPECULATIVE_PARAMS
+
+    def __init__(self, drafter: KnownAnswerDrafter, **values) -> None:
+        super().__init__(**self.validate(values))
+        self.drafter = drafter
+
+
+def one_step(backend, prompt, answer, branches, window=0, fixed_draft=16):
+    """One speculative step from the prompt, as the engine runs it: all but the last prompt
+    token committed, the last one pending."""
+    backend.rollback(0)
+    backend.prefill(prompt[:-1])
+    decoder = KnownAnswerDecoder(
+        KnownAnswerDrafter(prompt, answer, branches, window), fixed_draft=fixed_draft
+    )
+    return decoder.step(backend, list(prompt), Sampler(SamplingParams()), room=100)
+
+
+@pytest.mark.parametrize("mistake", [0, 1, 3, 5, None])
+def test_a_chain_is_accepted_up_to_its_first_mistake(numpy_backend, mistake):
+    prompt = raw_prompt_ids(numpy_backend, "Once upon a time")
+    answer = greedy_answer(numpy_backend, prompt)
+
+    def branches(ahead):
+        draft = list(ahead[:6])
+        if mistake is not None:
+            draft[mistake] = wrong(draft[mistake])
+        return [draft]
+
+    step = one_step(numpy_backend, prompt, answer, branches)
+    kept = 6 if mistake is None else mistake
+    assert (step.drafted, step.accepted) == (6, kept)
+    assert list(step.tokens) == answer[: kept + 1]  # the accepted drafts and the target's own
+    # the cache holds the context and the accepted drafts; the target's new token is pending
+    assert numpy_backend.committed == prompt + answer[:kept]
+    assert numpy_backend.passes[-1] == 7  # one pass: the pending token and the draft
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2)])
+def test_a_tree_is_accepted_along_the_branch_the_target_follows(numpy_backend, order):
+    prompt = raw_prompt_ids(numpy_backend, "The dog sat")
+    answer = greedy_answer(numpy_backend, prompt)
+
+    def branches(ahead):
+        drafts = [
+            [wrong(ahead[0]), *ahead[1:5]],  # wrong at once
+            [*ahead[:2], wrong(ahead[2]), ahead[3]],  # right for two tokens
+            [*ahead[:4], wrong(ahead[4]), *ahead[5:7]],  # right for four: the one to follow
+        ]
+        return [drafts[i] for i in order]
+
+    step = one_step(numpy_backend, prompt, answer, branches, window=6)
+    assert (step.drafted, step.accepted) == (7, 4)
+    assert list(step.tokens) == answer[:5]
+    assert numpy_backend.committed == prompt + answer[:4]
+    # one pass: pending + window (6) + the trie (5 + 2 shared by the other two + 2 + 5)
+    assert numpy_backend.passes[-1] == 1 + 6 + 5 + 2 + 2 + 5
+
+
+def test_window_nodes_are_evaluated_but_never_accepted(numpy_backend):
+    """Lookahead's window carries guesses, not drafts: even when they are greedy's own tokens."""
+    prompt = raw_prompt_ids(numpy_backend, "The cat")
+    answer = greedy_answer(numpy_backend, prompt)
+    step = one_step(numpy_backend, prompt, answer, lambda ahead: [], window=5)
+    assert (step.drafted, step.accepted) == (0, 0)
+    assert list(step.tokens) == answer[:1]
+    assert numpy_backend.committed == prompt
+    assert numpy_backend.passes[-1] == 6
+
+
+@pytest.mark.parametrize("trees", [False, True])
+def test_planted_mistakes_never_change_the_answer(numpy_backend, trees):
+    """A whole answer of chain (or tree) steps with mistakes at pseudo-random depths."""
+    rng = np.random.default_rng(5)
+    prompt = raw_prompt_ids(numpy_backend, "Once upon a time")
+    answer = greedy_answer(numpy_backend, prompt, 150)
+
+    def branches(ahead):
+        drafts = []
+        for _ in range(3 if trees else 1):
+            draft = list(ahead[: rng.integers(1, 9)])
+            at = rng.integers(0, len(draft) + 2)  # sometimes no mistake at all
+            if at < len(draft):
+                draft[at] = wrong(draft[at])
+            drafts.append(draft)
+        return drafts
+
+    decoder = KnownAnswerDecoder(KnownAnswerDrafter(prompt, answer, branches), fixed_draft=8)
+    done, steps = generate(numpy_backend, decoder, prompt, 150)
+    assert list(done.token_ids) == answer
+    assert 0 < done.stats.accepted < done.stats.drafted  # drafts were accepted, and rejected
+    assert done.stats.steps < len(answer)
+
+
+# -- the registry's speculative decoders: exact, with drafts accepted --------------------------
+
+
+def decoder_for(name: str):
+    if name == "draft":
+        # a weaker model of the same vocabulary: the same corpus read with 4-grams only
+        draft = NumpyBackend(CharNgramModel(order=4), model_name="char-4gram")
+        return DraftModelDecoder(draft_model=draft, **DraftModelDecoder.validate({"k": 3}))
+    return DECODERS[name].create()
+
+
+@pytest.mark.parametrize("name", ["pld", "lookahead", "draft"])
+def test_greedy_family_equals_greedy_on_the_numpy_backend(numpy_backend, name):
+    accepted = 0
+    for text in PROMPTS:
+        ids = raw_prompt_ids(numpy_backend, text)
+        reference = greedy_answer(numpy_backend, ids)
+        done, _ = generate(numpy_backend, decoder_for(name), ids)
+        assert list(done.token_ids) == reference, text
+        accepted += done.stats.accepted
+    assert accepted > 0, "the test must exercise accepted drafts"
+
+
+# -- the draft-length policy ---------------------------------------------------------------------
+
+
+def test_the_policy_drafts_where_a_pass_has_overhead_to_share(char_ngram_model):
+    """An overhead-bound backend (a GPU, say): a block of 8 costs little more than one token, so
+    drafting pays even at modest acceptance. A backend whose pass costs the same per token has
+    nothing to share: no draft can pay for itself, and the policy drafts nothing."""
+    overhead_bound = NumpyBackend(char_ngram_model, overhead=0.01, per_token=0.0005)
+    per_token = NumpyBackend(char_ngram_model, overhead=0.0, per_token=0.01)
+    for text in PROMPTS[:3]:
+        ids = raw_prompt_ids(overhead_bound, text)
+        reference = greedy_answer(overhead_bound, ids)
+        drafting, _ = generate(overhead_bound, DECODERS["pld"].create(), ids)
+        assert list(drafting.token_ids) == reference
+        assert drafting.stats.accepted > 0 and drafting.stats.tokens_per_step > 2
+        plain, _ = generate(per_token, DECODERS["pld"].create(), ids)
+        assert list(plain.token_ids) == reference
+        assert plain.stats.drafted == 0 and plain.stats.steps == len(reference) + (
+            plain.finish_reason == "eos"
+        )
+
+
+def test_fixed_draft_drafts_whatever_the_costs_say(char_ngram_model):
+    per_token = NumpyBackend(char_ngram_model, overhead=0.0, per_token=0.01)
+    ids = raw_prompt_ids(per_token, "The cat")
+    reference = greedy_answer(per_token, ids)
+    per_token.passes.clear()
+    done, steps = generate(per_token, DECODERS["pld"].create(fixed_draft=3), ids)
+    assert list(done.token_ids) == reference
+    assert done.stats.accepted > 0
+    assert max(step.drafted for step in steps) == 3
+    assert max(per_token.passes) == 4  # the pending token and at most three drafts
+
+
+# -- the payoff guard ----------------------------------------------------------------------------
+
+
+def test_the_guard_runs_the_faster_kind_and_probes_the_other():
+    guard = PayoffGuard(warmup=4)
+    for _ in range(4):  # warm-up: speculation is measured first
+        assert guard.speculate()
+        guard.record(True, tokens=2, seconds=1.0)  # 2 tokens/s
+    assert not guard.speculate()  # then plain steps, to have both rates
+    guard.record(False, tokens=1, seconds=0.25)  # 4 tokens/s
+    decisions = []
+    for _ in range(36):
+        speculate = guard.speculate()
+        decisions.append(speculate)
+        guard.record(speculate, *((2, 1.0) if speculate else (1, 0.25)))
+    assert 1 <= decisions.count(True) <= 36 // 6  # plain runs; speculation is only probed
+    for _ in range(4):  # speculation became fast (a long copy started)
+        guard.record(True, tokens=12, seconds=1.0)
+    decisions = [guard.speculate() for _ in range(10)]
+    assert decisions.count(True) >= 9  # only plain steps are probed now
+
+
+def modelled_clock(monkeypatch, backend: NumpyBackend) -> None:
+    """The guard times its steps with the modelled seconds of the backend's passes."""
+    monkeypatch.setattr(speculative, "time", SimpleNamespace(perf_counter=lambda: backend.clock))
+
+
+def speculating_share(steps: list[StepEvent], skip: int = 0) -> float:
+    rest = steps[skip:]
+    return sum(1 for step in rest if step.drafted) / len(rest)
+
+
+def test_the_guard_falls_back_to_plain_steps_when_speculation_measures_slower(
+    char_ngram_model, monkeypatch
+):
+    """The cost table says blocks are cheap, but every pass really costs per token: the policy
+    drafts on the table's word, and only the guard, which measures, sees that it does not pay."""
+    backend = NumpyBackend(char_ngram_model, pass_seconds=lambda k: 0.01 * k)
+    modelled_clock(monkeypatch, backend)
+    ids = raw_prompt_ids(backend, "Once upon a time")
+    reference = greedy_answer(backend, ids, 150)
+    unguarded, free_steps = generate(backend, DECODERS["pld"].create(), ids, 150)
+    guarded, guarded_steps = generate(backend, DECODERS["pld"].create(guard=True), ids, 150)
+    assert list(unguarded.token_ids) == list(guarded.token_ids) == reference
+    assert guarded.stats.accepted > 0  # the warm-up speculated, and drafts were accepted
+    assert speculating_share(free_steps) > 0.5
+    assert speculating_share(guarded_steps, skip=4) < 0.25
+
+    honest = NumpyBackend(char_ngram_model)  # passes cost what the table says
+    modelled_clock(monkeypatch, honest)
+    kept, kept_steps = generate(honest, DECODERS["pld"].create(guard=True), ids, 150)
+    assert list(kept.token_ids) == reference
+    assert speculating_share(kept_steps, skip=4) > 2 * speculating_share(guarded_steps, skip=4)
