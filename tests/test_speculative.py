@@ -17,6 +17,7 @@ from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent
 from specchat.decoding.registry import DECODERS
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.sources import NO_SOURCES
 from specchat.prompting import chat_prompt_ids
 from tests.tiny_models import tiny_backend
 
@@ -116,8 +117,8 @@ class _ForceDraft:
     def __init__(self, inner):
         self.inner, self.name, self.values = inner, inner.name, inner.values
 
-    def reset(self, context):
-        self.inner.reset(context)
+    def reset(self, context, sources=NO_SOURCES):
+        self.inner.reset(context, sources)
 
     def finish(self):
         self.inner.finish()
