@@ -52,9 +52,8 @@ class TokenSuffixArray:
     def build(cls, sequences: Iterable[Sequence[int]]) -> TokenSuffixArray:
         parts: list[np.ndarray] = [np.zeros(1, dtype=np.int32)]
         for seq in sequences:
-            if len(seq):
-                parts.append(np.asarray(seq, dtype=np.int32) + 1)
-                parts.append(np.zeros(1, dtype=np.int32))
+            parts.append(np.asarray(seq, dtype=np.int32) + 1)
+            parts.append(np.zeros(1, dtype=np.int32))
         body = np.concatenate(parts)
         n = len(body)
         suffixes = _sort_suffixes(body, DEPTH)
@@ -64,6 +63,15 @@ class TokenSuffixArray:
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         text = np.concatenate([body, np.zeros(DEPTH + 1, dtype=np.int32)])
         return cls(text, suffixes, by_previous, starts)
+
+    @staticmethod
+    def spans(sequences: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+        """Where each of the sequences `build` was given lies in `text` (its values are token + 1)."""
+        found, start = [], 1
+        for seq in sequences:
+            found.append((start, start + len(seq)))
+            start += len(seq) + 1
+        return found
 
     @property
     def n_tokens(self) -> int:
