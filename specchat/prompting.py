@@ -26,3 +26,20 @@ def messages_for(
     messages.extend(history or [])
     messages.append(ChatMessage("user", prompt))
     return messages
+
+
+def turn_start(backend: Backend, messages: list[ChatMessage], prompt_ids: list[int]) -> int:
+    """Where the last message's turn begins in `prompt_ids` (the conversation's ids): the tokens
+    before it are earlier turns of the chat, a draft source of their own. 0 for a first turn."""
+    earlier = messages[:-1]
+    if not any(m.role in ("user", "assistant") for m in earlier):
+        return 0
+    try:
+        before = chat_prompt_ids(backend, earlier)
+    except Exception:  # a template that refuses the shorter conversation
+        return 0
+    n = min(len(before), len(prompt_ids))
+    for i in range(n):
+        if before[i] != prompt_ids[i]:
+            return i
+    return n

@@ -62,12 +62,15 @@ class SavedChatsIndex:
         *,
         cache_folder: Path | None = None,
         persist: bool = True,
+        persist_min_tokens: int = 50_000,
     ) -> None:
         self.store_path = store_path
         self._backend = backend
         self._key = model_key(backend)
         self.cache_folder = cache_folder or default_cache_folder(store_path, self._key)
+        # smaller stores are rebuilt in well under a second: not worth a folder in the cache
         self.persist = persist
+        self.persist_min_tokens = persist_min_tokens
         self._built: TokenSuffixArray | None = None
         self._spans: dict[int, tuple[int, int]] = {}  # chat -> its tokens in the built text
         self._covered: dict[int, list[int]] = {}  # chat -> message ids the built part holds
@@ -168,7 +171,7 @@ class SavedChatsIndex:
                 sequences.append(self._tokens(store.messages(chat)))
         built = TokenSuffixArray.build(sequences)
         spans = dict(zip(chats, TokenSuffixArray.spans(sequences)))
-        if self.persist:
+        if self.persist and built.n_tokens >= self.persist_min_tokens:
             self._save_cache(built, spans, listing)
         with self._lock:
             self._built, self._spans, self._covered = built, spans, listing
@@ -264,3 +267,11 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+def open_saved_chats(store: HistoryStore, backend: Backend) -> SavedChatsIndex:
+    """The index of `store` for `backend`'s tokenizer, loading in the background and following
+    the store's writes from now on."""
+    index = SavedChatsIndex(store.path, backend).start()
+    store.add_listener(index.chat_changed)
+    return index

@@ -115,8 +115,16 @@ def ask(
     stop: Annotated[list[str], typer.Option("--stop", help="stop string (repeatable)")] = [],  # noqa: B006
     raw: Annotated[bool, typer.Option("--raw", help="no chat template: continue the text")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON Lines events on stdout")] = False,
+    no_log: Annotated[
+        bool, typer.Option("--no-log", help="do not record the exchange in the chat store")
+    ] = False,
+    colour_by: Annotated[
+        str | None,
+        typer.Option("--colour-by", help="colour runs by length or source (default: settings)"),
+    ] = None,
 ) -> None:
-    """Stream one answer to stdout; multi-token speculative steps are coloured."""
+    """Stream one answer to stdout; multi-token speculative steps are coloured. The exchange is
+    recorded in the chat store (a draft source for later answers) unless --no-log."""
     from specchat.app.ask import run_ask
     from specchat.decoding.registry import decoder_class, scoped_params
     from specchat.decoding.sampling import SamplingParams
@@ -126,6 +134,12 @@ def ask(
     params = scoped_params([decoder], _parse_params(param, draft))[decoder]
     if max_tokens < 1:
         raise SpecchatError("--max-tokens must be at least 1")
+    from specchat.settings import COLOUR_MODES, load_settings
+
+    if colour_by is None:
+        colour_by = load_settings()[0].colour_by
+    if colour_by not in COLOUR_MODES:
+        raise SpecchatError(f"--colour-by takes {' or '.join(COLOUR_MODES)}")
     code = run_ask(
         prompt,
         decoder=decoder,
@@ -141,6 +155,8 @@ def ask(
         as_json=as_json,
         progress=_progress,
         progress_done=_progress_done,
+        log=not no_log,
+        colour_by=colour_by,
     )
     raise typer.Exit(code)
 

@@ -36,6 +36,7 @@ class Decoder:
     takes_temperature: ClassVar[bool] = True  # greedy and beam search refuse one
     baseline: ClassVar[bool] = False  # the decoder every speedup is measured against
     needs_draft_model: ClassVar[bool] = False  # built with a loaded draft (`draft_model=`)
+    reads_saved_chats: ClassVar[bool] = False  # drafts from the saved chats' index, when allowed
 
     def __init__(self, **values: Any) -> None:
         self.values: dict[str, Any] = values

@@ -19,12 +19,12 @@ PREVIOUS = "previous"  # the answer being regenerated
 LOOKAHEAD = "lookahead"  # n-grams lookahead's Jacobi window guessed
 DRAFT = "draft"  # a draft model
 
-# In legend order, with what the legend says.
+# In legend order, with what the legend says (short: the legend is one line).
 SOURCE_LABELS: dict[str, str] = {
     PROMPT: "this turn",
-    CHAT: "earlier in chat",
+    CHAT: "this chat",
     SAVED: "saved chats",
-    PREVIOUS: "previous answer",
+    PREVIOUS: "old answer",
     LOOKAHEAD: "lookahead",
     DRAFT: "draft model",
 }

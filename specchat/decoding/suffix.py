@@ -203,6 +203,7 @@ class SuffixDecoder(SpeculativeDecoder):
             1.0,
         ),
     ) + SPECULATIVE_PARAMS
+    reads_saved_chats = True
 
     @classmethod
     def unavailable(cls, backend: Backend, values: Mapping[str, object]) -> str | None:
