@@ -77,6 +77,10 @@ def test_compare_json_rows():
     assert rows["greedy"]["speedup"] == 1.0 and rows["greedy"]["identical_to_greedy"] is True
     assert rows["pld"]["identical_to_greedy"] is not None and 0 < rows["pld"]["tokens"] <= 12
     assert rows["pld"]["speedup"] > 0 and rows["pld"]["tokens_per_step"] > 0
+    # The answer repeats the prompt, so pld's own proposals allow an oracle above plain decoding;
+    # greedy drafts nothing and has no oracle.
+    assert rows["greedy"]["oracle"] is None and rows["greedy"]["efficiency"] is None
+    assert rows["pld"]["oracle"] > 1.0 and rows["pld"]["efficiency"] is not None
 
 
 def test_models_lists_the_bundled_default():

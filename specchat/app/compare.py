@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from specchat.decoding.figures import RaceRow, race_rows
+from specchat.decoding.oracle import efficiency
 from specchat.decoding.race import DecoderRuns, race
 from specchat.decoding.registry import decoder_class, default_race, sampling_for, scoped_params
 from specchat.decoding.sampling import SamplingParams
@@ -17,7 +19,9 @@ from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
 
 
 def _row_json(row: RaceRow, result: DecoderRuns) -> dict[str, object]:
-    """One decoder's line of `compare --json`."""
+    """One decoder's line of `compare --json`; `oracle` is the speedup its drafter's proposals
+    would allow with perfect draft lengths, `efficiency` the share of that it realised."""
+    eff = efficiency(row.speedup, result.oracle.speedup if result.oracle else None)
     return {
         "decoder": row.decoder,
         "params": result.params,
@@ -28,6 +32,8 @@ def _row_json(row: RaceRow, result: DecoderRuns) -> dict[str, object]:
         "acceptance_rate": round(row.acceptance_rate, 3),
         "identical_to_greedy": result.identical,
         "first_divergence": result.divergence.as_dict() if result.divergence else None,
+        "oracle": None if result.oracle is None else round(result.oracle.speedup, 3),
+        "efficiency": None if eff is None else round(eff, 3),
     }
 
 
@@ -89,9 +95,13 @@ def run_compare(
         return
     table = Table(
         title=f"{loaded.model_name} on {loaded.name}/{loaded.device} — "
-        f"median of {repeats}, decoders run one after another"
+        f"median of {repeats}, decoders run one after another",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        collapse_padding=True,
     )
-    for column in ("decoder", "tok/s", "speedup", "tok/step", "accept", "tokens", "same as greedy"):
+    columns = ("decoder", "tok/s", "speedup", "oracle", "eff.", "tok/step", "accept")
+    for column in (*columns, "tokens", "exact"):
         table.add_column(column, justify="left" if column == "decoder" else "right")
     for row in rows:
         same = row["identical_to_greedy"]
@@ -110,6 +120,8 @@ def run_compare(
             row["decoder"],
             f"{row['tokens_per_second']:.1f}",
             "—" if row["speedup"] is None else f"{row['speedup']:.2f}×",
+            "—" if row["oracle"] is None else f"{row['oracle']:.2f}×",
+            "—" if row["efficiency"] is None else f"{row['efficiency']:.2f}",
             f"{row['tokens_per_step']:.2f}",
             f"{row['acceptance_rate']:.0%}",
             str(row["tokens"]),

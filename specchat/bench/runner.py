@@ -16,9 +16,9 @@ from typing import Protocol
 from specchat.backends.base import Backend, ChatMessage
 from specchat.bench.data import Question
 from specchat.bench.summary import QuestionRow
-from specchat.decoding.oracle import OracleFigures, accepted_lengths, oracle_speedup
-from specchat.decoding.race import find_divergence, run_decoder
-from specchat.decoding.registry import build_decoder, decoder_class
+from specchat.decoding.oracle import OracleFigures
+from specchat.decoding.race import drafter_oracle, find_divergence, run_decoder
+from specchat.decoding.registry import decoder_class
 from specchat.decoding.sampling import SamplingParams
 from specchat.prompting import chat_prompt_ids
 
@@ -51,14 +51,7 @@ class DecoderMethod:
         self.greedy_family = decoder_class(name).greedy_family
 
     def oracle(self, prompt: list[int], answer: tuple[int, ...]) -> OracleFigures | None:
-        if not self.greedy_family:
-            return None
-        decoder = build_decoder(self.name, self.params, self.backend)
-        propose = getattr(getattr(decoder, "drafter", None), "proposal", None)
-        if propose is None:
-            return None
-        decoder.reset(prompt)
-        return oracle_speedup(accepted_lengths(propose, prompt, answer), self.backend.block_cost)
+        return drafter_oracle(self.backend, self.name, self.params, prompt, answer)
 
     def run(self, prompt: list[int], max_tokens: int) -> Outcome:
         done = run_decoder(

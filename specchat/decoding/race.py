@@ -16,6 +16,7 @@ import numpy as np
 from specchat.backends.base import Backend, Block
 from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent
+from specchat.decoding.oracle import OracleFigures, accepted_lengths, oracle_speedup
 from specchat.decoding.registry import baseline_name, build_decoder, decoder_class
 from specchat.decoding.sampling import SamplingParams
 
@@ -42,6 +43,7 @@ class DecoderRuns:
     runs: list[DoneEvent] = field(default_factory=list)
     identical: bool | None = None  # None: not a greedy-family run
     divergence: Divergence | None = None
+    oracle: OracleFigures | None = None  # what its drafter's proposals allow on greedy's answer
 
 
 def first_divergence(reference: tuple[int, ...], other: tuple[int, ...]) -> int | None:
@@ -74,6 +76,25 @@ def find_divergence(
     if index >= len(reference):
         return Divergence(index, None)
     return Divergence(index, greedy_margin(backend, prompt, reference, index))
+
+
+def drafter_oracle(
+    backend: Backend,
+    name: str,
+    params: dict[str, object],
+    prompt: list[int],
+    answer: tuple[int, ...],
+) -> OracleFigures | None:
+    """The oracle for a greedy-family decoder's drafter on greedy's `answer` (None: the decoder
+    is not greedy-family or has no replayable drafter, e.g. greedy itself or beam)."""
+    if not decoder_class(name).greedy_family:
+        return None
+    decoder = build_decoder(name, params, backend)
+    propose = getattr(getattr(decoder, "drafter", None), "proposal", None)
+    if propose is None:
+        return None
+    decoder.reset(prompt)
+    return oracle_speedup(accepted_lengths(propose, prompt, answer), backend.block_cost)
 
 
 def run_decoder(
@@ -133,5 +154,6 @@ def race(
                 backend, prompt, reference, result.runs[-1].token_ids
             )
             result.identical = result.divergence is None
+            result.oracle = drafter_oracle(backend, result.name, result.params, prompt, reference)
         baseline.identical = True
     return results
