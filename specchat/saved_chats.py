@@ -99,12 +99,20 @@ class SavedChatsIndex:
         waits)."""
         self._queue.join()
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
+        """Stop the worker (after what is queued); with `wait`, return once it has stopped."""
         self._queue.put(_STOP)
+        if wait and self._thread is not None:
+            self._thread.join()
 
     @property
     def ready(self) -> bool:
         return self._built is not None
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the built part (the recent part is small by construction)."""
+        return self._built.nbytes if self._built is not None else 0
 
     @property
     def n_tokens(self) -> int:

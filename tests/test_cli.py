@@ -38,7 +38,7 @@ def test_ask_json_lines_schema():
     steps, done = lines[:-1], lines[-1]
     assert steps and all(s["type"] == "step" for s in steps)
     for step in steps:
-        assert set(step) >= {"tokens", "text", "drafted", "accepted"}
+        assert set(step) >= {"tokens", "text", "drafted", "accepted", "source"}
     assert done["type"] == "done" and done["finish_reason"] == "max_tokens"
     assert done["token_ids"] == [t for s in steps for t in s["tokens"]]
     assert done["text"] == "".join(s["text"] for s in steps)

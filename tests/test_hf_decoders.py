@@ -79,8 +79,14 @@ def test_greedy_equals_transformers_generate(smol_hf):
 
 @pytest.mark.parametrize(
     "name,params",
-    [("pld", {}), ("lookahead", {}), ("draft", {}), ("draft", {"draft": "self:24"})],
-    ids=["pld", "lookahead", "draft", "self-speculation"],
+    [
+        ("pld", {}),
+        ("lookahead", {}),
+        ("draft", {}),
+        ("draft", {"draft": "self:24"}),
+        ("suffix", {}),
+    ],
+    ids=["pld", "lookahead", "draft", "self-speculation", "suffix"],
 )
 def test_speculative_equals_greedy_up_to_rounding(smol_hf, name, params):
     for text in PROMPTS:

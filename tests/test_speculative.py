@@ -21,7 +21,7 @@ from specchat.decoding.sources import NO_SOURCES
 from specchat.prompting import chat_prompt_ids
 from tests.tiny_models import tiny_backend
 
-SPECULATIVE = ["pld", "lookahead", "draft"]
+SPECULATIVE = ["pld", "lookahead", "draft", "suffix"]
 
 
 def _done(engine: Engine, ids, max_tokens: int, sampling=None) -> DoneEvent:
@@ -68,7 +68,7 @@ def test_greedy_family_equals_greedy_on_a_float64_model(tiny_pair, name):
 
 def test_random_switch_schedules_equal_greedy(tiny_pair):
     target, draft = tiny_pair
-    names = ["greedy", "pld", "lookahead", "draft", "beam"]
+    names = ["greedy", "pld", "lookahead", "draft", "suffix", "beam"]
     rng = random.Random(1)
     for prompt in TINY_PROMPTS:
         target.rollback(0)
@@ -82,7 +82,7 @@ def test_random_switch_schedules_equal_greedy(tiny_pair):
                     assert event.token_ids == reference
                 elif rng.random() < 0.4:
                     # beam search is not greedy: it only runs for one step here and is replaced
-                    name = rng.choice(names[:4])
+                    name = rng.choice(names[:5])
                     engine.switch(_ForceDraft(_decoder(name, draft)))
 
 
@@ -96,7 +96,7 @@ LLAMA_PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("name", ["pld", "lookahead"])
+@pytest.mark.parametrize("name", ["pld", "lookahead", "suffix"])
 def test_greedy_family_equals_greedy_on_llama_cpp(fresh_llama, name):
     for text in LLAMA_PROMPTS:
         ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", text)])
@@ -221,7 +221,7 @@ def _draw(target, decoder_factory, params, n):
     return counts, drafted
 
 
-@pytest.mark.parametrize("name", ["sample", "pld", "lookahead", "draft"])
+@pytest.mark.parametrize("name", ["sample", "pld", "lookahead", "draft", "suffix"])
 @pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.8, top_k=5, top_p=0.9)])
 def test_sampling_keeps_the_target_distribution(small_vocab_pair, name, params):
     target, draft = small_vocab_pair

@@ -237,6 +237,14 @@ def bench(
         str | None, typer.Option("--markdown", help="write a Markdown report to this file")
     ] = None,
     peers: Annotated[bool, typer.Option("--peers", help="add the libraries' own methods")] = False,
+    history: Annotated[
+        bool,
+        typer.Option(
+            "--history",
+            help="one long history: each question a chat, earlier ones saved (a temporary "
+            "store) for decoders that draft from saved chats",
+        ),
+    ] = False,
 ) -> None:
     """Speedup of decoders over greedy per category, as Spec-Bench measures it."""
     from specchat.app.bench import run_bench
@@ -260,6 +268,7 @@ def bench(
         markdown_out=markdown_out,
         peers=peers,
         command="specchat bench " + " ".join(sys.argv[2:]),
+        history=history,
     )
 
 

@@ -74,6 +74,10 @@ class TokenSuffixArray:
         return found
 
     @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, name).nbytes for name in _FILES)
+
+    @property
     def n_tokens(self) -> int:
         """Indexed tokens, separators included."""
         return len(self.suffixes)
