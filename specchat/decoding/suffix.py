@@ -97,7 +97,10 @@ class SuffixDrafter:
             if cont is not None:
                 found.append((cont, name))
         saved = self._sources.saved
-        if saved is not None:
+        # A proposal scores at most `limit` (a token's probability is at most 1) and the saved
+        # chats lose ties: when this conversation already has a perfect one, skip their lookup.
+        perfect = any(cont.score >= limit - 1e-6 for cont, _ in found)
+        if saved is not None and not perfect:
             cont = saved.continuation(context, limit, self.factor, self.min_prob)
             if cont is not None:
                 found.append((cont, SAVED))
