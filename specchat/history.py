@@ -1,11 +1,13 @@
 """Chats kept across runs: one SQLite file under the data dir.
 
-Each assistant message keeps its run spans — (char_start, char_end, n_tokens) for every step that
-landed more than one token — so a reopened chat shows the same colours it had while streaming — and
+Each assistant message keeps its run spans — (char_start, char_end, n_tokens, source) for every step
+that landed more than one token, with where its draft came from — so a reopened chat shows the same
+colours it had while streaming — and
 its figures: the engine's stats, the seconds the answer took on screen and the decoder parameters
 shown, stored together as one JSON object (`_stats_json` and `_stats_from_json`, the only place
 they are a dict).
 Every write is one transaction; the database runs in WAL mode so a reader never blocks a writer.
+Listeners hear which chat each write changed (the saved-chat index follows the store that way).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ from specchat.decoding.stats import GenerationStats
 from specchat.locations import data_dir
 
 DB_FILE = "history.sqlite3"
-RunSpan = tuple[int, int, int]
+RunSpan = tuple[int, int, int, str]  # char start, char end, tokens, draft source ("": unknown)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -57,6 +59,12 @@ class StoredMessage:
     id: int | None = None
     elapsed_seconds: float = 0.0  # from sending to the end of the answer, as the user saw it
     params: str = ""  # the decoder parameters the status bar showed
+
+
+def _run_span(stored: list) -> RunSpan:
+    """A stored span; those saved before sources were kept have three fields."""
+    start, end, n_tokens = (int(x) for x in stored[:3])
+    return (start, end, n_tokens, str(stored[3]) if len(stored) > 3 else "")
 
 
 def _stats_json(message: StoredMessage) -> str:
@@ -101,6 +109,15 @@ class HistoryStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        self._listeners: list[Callable[[int], None]] = []
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        """Call `listener(chat_id)` after every write that changes a chat's messages."""
+        self._listeners.append(listener)
+
+    def _changed(self, chat_id: int) -> None:
+        for listener in self._listeners:
+            listener(chat_id)
 
     def close(self) -> None:
         self._db.close()
@@ -143,6 +160,7 @@ class HistoryStore:
         with self._transaction() as db:
             db.execute("DELETE FROM messages WHERE chat_id = ?", (chat_id,))
             db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+        self._changed(chat_id)
 
     # -- messages ---------------------------------------------------------------------------
     def add_message(self, chat_id: int, message: StoredMessage) -> int:
@@ -164,11 +182,17 @@ class HistoryStore:
             )
             db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
             message.id = int(cursor.lastrowid)
-            return message.id
+        self._changed(chat_id)
+        return message.id
 
     def delete_message(self, message_id: int) -> None:
+        row = self._db.execute(
+            "SELECT chat_id FROM messages WHERE id = ?", (message_id,)
+        ).fetchone()
         with self._transaction() as db:
             db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        if row is not None:
+            self._changed(int(row[0]))
 
     def messages(self, chat_id: int) -> list[StoredMessage]:
         rows = self._db.execute(
@@ -186,10 +210,19 @@ class HistoryStore:
                     decoder=r[3],
                     finish_reason=r[4],
                     stats=stats,
-                    runs=[tuple(span) for span in json.loads(r[6])],
+                    runs=[_run_span(span) for span in json.loads(r[6])],
                     id=int(r[0]),
                     elapsed_seconds=elapsed,
                     params=params,
                 )
             )
         return messages
+
+    def message_ids(self) -> dict[int, list[int]]:
+        """Every chat's message ids, oldest first (what the saved-chat index checks its cache by)."""
+        found: dict[int, list[int]] = {}
+        for chat_id, message_id in self._db.execute(
+            "SELECT chat_id, id FROM messages ORDER BY chat_id, id"
+        ):
+            found.setdefault(int(chat_id), []).append(int(message_id))
+        return found

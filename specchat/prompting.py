@@ -26,3 +26,26 @@ def messages_for(
     messages.extend(history or [])
     messages.append(ChatMessage("user", prompt))
     return messages
+
+
+def turn_start(backend: Backend, messages: list[ChatMessage], prompt_ids: list[int]) -> int:
+    """Where the last message's turn begins in `prompt_ids` (the conversation's ids): the tokens
+    before it are earlier turns of the chat, a draft source of their own. 0 for a first turn.
+
+    Only the new turn's text is tokenized (the conversation may be long and this runs before the
+    first token): the prompt text is cut where it parts from the earlier conversation's, which
+    is a template marker, so the two tokenizations agree up to there."""
+    earlier = messages[:-1]
+    if not any(m.role in ("user", "assistant") for m in earlier):
+        return 0
+    try:
+        before, full = backend.chat_prompt(earlier), backend.chat_prompt(messages)
+    except Exception:  # a template that refuses the shorter conversation
+        return 0
+    shared = 0
+    for a, b in zip(before, full):
+        if a != b:
+            break
+        shared += 1
+    tail = backend.tokenize(full[shared:], special=True)
+    return max(0, len(prompt_ids) - len(tail))

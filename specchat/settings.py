@@ -1,5 +1,6 @@
 """The user's settings in `settings.toml` under the config dir: model, backend, device, the default
-decoder with its parameters, sampling, theme.
+decoder with its parameters, sampling, theme, how runs are coloured, whether drafters may read the
+saved chats.
 
 CLI flags override what the file says. A broken file never stops the app: `load_settings` returns
 the defaults together with a one-line message saying what is wrong, and the app shows it. Writes go
@@ -21,6 +22,7 @@ from specchat.locations import config_dir
 
 SETTINGS_FILE = "settings.toml"
 DEFAULT_THEME = "specchat-safe"
+COLOUR_MODES = ("length", "source")  # runs coloured by tokens per step, or by draft source
 _SCALARS = (bool, int, float, str)
 
 
@@ -34,6 +36,9 @@ class Settings:
     theme: str = DEFAULT_THEME
     max_tokens: int = 512
     colour_runs: bool = True
+    colour_by: str = "length"  # one of COLOUR_MODES
+    # the saved chats are a draft source (the suffix decoder's); off: never read for drafting
+    draft_from_saved_chats: bool = True
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
@@ -99,6 +104,10 @@ def parse_settings(text: str) -> Settings:
         theme=str(_expect(data, "theme", (str,), defaults.theme)),
         max_tokens=int(_expect(data, "max_tokens", (int,), defaults.max_tokens)),
         colour_runs=bool(_expect(data, "colour_runs", (bool,), defaults.colour_runs)),
+        colour_by=str(_expect(data, "colour_by", (str,), defaults.colour_by)),
+        draft_from_saved_chats=bool(
+            _expect(data, "draft_from_saved_chats", (bool,), defaults.draft_from_saved_chats)
+        ),
         top_k=int(_expect(sampling, "top_k", (int,), defaults.top_k)),
         top_p=float(_expect(sampling, "top_p", (float, int), defaults.top_p)),
         seed=None if seed is None or seed < 0 else int(seed),
@@ -108,6 +117,8 @@ def parse_settings(text: str) -> Settings:
         raise ValueError("max_tokens must be at least 1")
     if settings.device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, not {settings.device!r}")
+    if settings.colour_by not in COLOUR_MODES:
+        raise ValueError(f"colour_by must be one of {', '.join(COLOUR_MODES)}")
     return settings
 
 
@@ -173,6 +184,8 @@ def dump_settings(settings: Settings) -> str:
         "theme": settings.theme,
         "max_tokens": settings.max_tokens,
         "colour_runs": settings.colour_runs,
+        "colour_by": settings.colour_by,
+        "draft_from_saved_chats": settings.draft_from_saved_chats,
     }
     lines += [f"{key} = {_toml_value(value)}" for key, value in top.items()]
     lines += ["", "[sampling]", f"top_k = {settings.top_k}", f"top_p = {settings.top_p!r}"]

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
@@ -13,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specchat import __version__
 from specchat.bench.data import load_questions
+from specchat.bench.history import BenchHistory
 from specchat.bench.peers import peers_for
 from specchat.bench.report import markdown, print_report
 from specchat.bench.runner import DecoderMethod, run_benchmark
@@ -65,6 +67,7 @@ def run_bench(
     markdown_out: str | None,
     peers: bool,
     command: str,
+    history: bool = False,
 ) -> None:
     questions = load_questions(data, categories, limit_per_category)
     names = list(dict.fromkeys([baseline_name(), *(decoders or default_race())]))
@@ -89,14 +92,16 @@ def run_bench(
         transient=True,
     ) as progress:
         task = progress.add_task("runs", total=total)
-        rows = run_benchmark(
-            loaded,
-            questions,
-            methods,
-            max_tokens=max_tokens,
-            repeats=repeats,
-            on_run=lambda: progress.advance(task),
-        )
+        with BenchHistory(loaded) if history else nullcontext() as saved:
+            rows = run_benchmark(
+                loaded,
+                questions,
+                methods,
+                max_tokens=max_tokens,
+                repeats=repeats,
+                on_run=lambda: progress.advance(task),
+                saved=saved,
+            )
     summary = summarize(rows, baseline_name())
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {
@@ -107,6 +112,7 @@ def run_bench(
         "threads": getattr(loaded, "threads", None),
         "max_tokens": max_tokens,
         "repeats": repeats,
+        "history": history,  # earlier questions saved as chats, a draft source
         "versions": _versions(),
         "decoder_params": {m.name: getattr(m, "params", {}) for m in methods},
     }

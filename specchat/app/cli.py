@@ -115,8 +115,16 @@ def ask(
     stop: Annotated[list[str], typer.Option("--stop", help="stop string (repeatable)")] = [],  # noqa: B006
     raw: Annotated[bool, typer.Option("--raw", help="no chat template: continue the text")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON Lines events on stdout")] = False,
+    no_log: Annotated[
+        bool, typer.Option("--no-log", help="do not record the exchange in the chat store")
+    ] = False,
+    colour_by: Annotated[
+        str | None,
+        typer.Option("--colour-by", help="colour runs by length or source (default: settings)"),
+    ] = None,
 ) -> None:
-    """Stream one answer to stdout; multi-token speculative steps are coloured."""
+    """Stream one answer to stdout; multi-token speculative steps are coloured. The exchange is
+    recorded in the chat store (a draft source for later answers) unless --no-log."""
     from specchat.app.ask import run_ask
     from specchat.decoding.registry import decoder_class, scoped_params
     from specchat.decoding.sampling import SamplingParams
@@ -126,6 +134,12 @@ def ask(
     params = scoped_params([decoder], _parse_params(param, draft))[decoder]
     if max_tokens < 1:
         raise SpecchatError("--max-tokens must be at least 1")
+    from specchat.settings import COLOUR_MODES, load_settings
+
+    if colour_by is None:
+        colour_by = load_settings()[0].colour_by
+    if colour_by not in COLOUR_MODES:
+        raise SpecchatError(f"--colour-by takes {' or '.join(COLOUR_MODES)}")
     code = run_ask(
         prompt,
         decoder=decoder,
@@ -141,6 +155,8 @@ def ask(
         as_json=as_json,
         progress=_progress,
         progress_done=_progress_done,
+        log=not no_log,
+        colour_by=colour_by,
     )
     raise typer.Exit(code)
 
@@ -221,6 +237,14 @@ def bench(
         str | None, typer.Option("--markdown", help="write a Markdown report to this file")
     ] = None,
     peers: Annotated[bool, typer.Option("--peers", help="add the libraries' own methods")] = False,
+    history: Annotated[
+        bool,
+        typer.Option(
+            "--history",
+            help="one long history: each question a chat, earlier ones saved (a temporary "
+            "store) for decoders that draft from saved chats",
+        ),
+    ] = False,
 ) -> None:
     """Speedup of decoders over greedy per category, as Spec-Bench measures it."""
     from specchat.app.bench import run_bench
@@ -244,6 +268,7 @@ def bench(
         markdown_out=markdown_out,
         peers=peers,
         command="specchat bench " + " ".join(sys.argv[2:]),
+        history=history,
     )
 
 

@@ -12,6 +12,7 @@ import time
 
 from specchat.backends.base import Backend
 from specchat.bench.runner import Outcome
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.errors import SpecchatError
 
 
@@ -52,7 +53,10 @@ class LlamaCppPeer:
         )
         self._backend = backend
 
-    def run(self, prompt: list[int], max_tokens: int) -> Outcome:
+    def run(
+        self, prompt: list[int], max_tokens: int, sources: DraftSources = NO_SOURCES
+    ) -> Outcome:
+        """Peers draft from the prompt alone: `sources` is not theirs to use."""
         tokens: list[int] = []
         self._llm.reset()
         first = None
@@ -101,7 +105,10 @@ class TransformersPeer:
             # drafts for itself, which shows the machinery's own cost.
             self._kwargs["assistant_model"] = backend.model
 
-    def run(self, prompt: list[int], max_tokens: int) -> Outcome:
+    def run(
+        self, prompt: list[int], max_tokens: int, sources: DraftSources = NO_SOURCES
+    ) -> Outcome:
+        """Peers draft from the prompt alone: `sources` is not theirs to use."""
         import torch
 
         model = self._backend.model

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from specchat.backends.base import Backend
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.step import Step
 from specchat.errors import SpecchatError
 
@@ -35,6 +36,7 @@ class Decoder:
     takes_temperature: ClassVar[bool] = True  # greedy and beam search refuse one
     baseline: ClassVar[bool] = False  # the decoder every speedup is measured against
     needs_draft_model: ClassVar[bool] = False  # built with a loaded draft (`draft_model=`)
+    reads_saved_chats: ClassVar[bool] = False  # drafts from the saved chats' index, when allowed
 
     def __init__(self, **values: Any) -> None:
         self.values: dict[str, Any] = values
@@ -84,8 +86,9 @@ class Decoder:
     def prepare(self, target: Backend) -> None:
         """One-off measurements (block costs) the engine runs before timing starts."""
 
-    def reset(self, context: list[int]) -> None:
-        """(Re)build internal state (indexes, pools, draft caches) from the committed context."""
+    def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
+        """(Re)build internal state (indexes, pools, draft caches) from the committed context;
+        `sources` is what the request offers to draft from besides it."""
 
     def finish(self) -> None:
         """The answer ended (or the decoder was switched away): keep what was learned."""

@@ -15,6 +15,7 @@ from specchat.backends.base import Backend, Block
 from specchat.decoding.base import Decoder
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.step import Step
 
 _NEG = -1.0e9
@@ -56,7 +57,7 @@ class BeamSearchDecoder(Decoder):
         self.length_penalty = float(values["length_penalty"])
         self.reset([])
 
-    def reset(self, context: list[int]) -> None:
+    def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         self._running = [_Hypothesis((), 0.0)]
         self._finished: list[_Hypothesis] = []
         self._generated = 0  # tokens the beams have grown since reset (HF's cur_len - prompt_len)

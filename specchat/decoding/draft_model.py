@@ -16,6 +16,7 @@ from specchat.backends.base import Backend, Block, sync_cache
 from specchat.decoding.draft_policy import Plan
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler, SamplingParams, logits_to_probs, sample
+from specchat.decoding.sources import DRAFT, NO_SOURCES, DraftSources
 from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
 
 _PLAIN = SamplingParams(temperature=1.0)
@@ -40,7 +41,7 @@ class DraftModelDrafter:
         self.model.rollback(0)  # the draft may be shared: start from a cache this drafter knows
         self._prepared = True
 
-    def reset(self, context: list[int]) -> None:
+    def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         """Bring the draft's cache up to the prompt now, so that it counts as prefill."""
         self._sync(context[:-1])
 
@@ -87,7 +88,7 @@ class DraftModelDrafter:
                 self._cost *= 0.9
                 self._probe_countdown = 16
         q = np.stack(probs_seen) if tokens and not sampler.greedy else None
-        return Draft.chain(context[-1], tokens, q)
+        return Draft.chain(context[-1], tokens, q, source=DRAFT)
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
         if draft.drafted:

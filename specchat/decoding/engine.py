@@ -19,6 +19,7 @@ from specchat.decoding.base import Decoder
 from specchat.decoding.detokenizer import Detokenizer
 from specchat.decoding.events import DoneEvent, Event, StepEvent
 from specchat.decoding.sampling import Sampler, SamplingParams
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.stats import GenerationStats
 from specchat.errors import SpecchatError
 
@@ -29,6 +30,7 @@ class GenerationRequest:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    sources: DraftSources = NO_SOURCES  # what drafters may copy from besides the context
 
 
 class Engine:
@@ -118,7 +120,7 @@ class Engine:
         start = time.perf_counter()
         self._prefill(prompt)
         context = list(prompt)
-        self.decoder.reset(context)  # a draft model's own prefill happens here
+        self.decoder.reset(context, request.sources)  # a draft model's prefill happens here
         stats = GenerationStats(
             prompt_tokens=len(prompt), prefill_seconds=time.perf_counter() - start
         )
@@ -134,7 +136,7 @@ class Engine:
                     sampler = Sampler(switched_sampling)
                 backend.rollback(len(context) - 1)
                 self._prepare(self.decoder)
-                self.decoder.reset(context)
+                self.decoder.reset(context, request.sources)
             room = min(request.max_tokens - len(generated), backend.n_ctx - len(context))
             if room <= 0:
                 finish = "max_tokens" if len(generated) >= request.max_tokens else "context_full"
@@ -168,6 +170,7 @@ class Engine:
                 accepted=step.accepted,
                 decoder=self.decoder.name,
                 seconds=seconds,
+                source=step.source if step.accepted else "",
             )
             stats = stats.with_step(event).with_decoder(self.decoder.name, self.decoder.values)
             yield event

@@ -18,6 +18,7 @@ from specchat.decoding.draft_policy import Plan
 from specchat.decoding.ngram_pool import NgramPool
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
+from specchat.decoding.sources import LOOKAHEAD, NO_SOURCES, DraftSources
 from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
 
 
@@ -50,8 +51,8 @@ class LookaheadDrafter:
                 cands -= 1
         self._size = (window, cands)
 
-    def reset(self, context: list[int]) -> None:
-        self._pool.reset(context, self.seed_from_prompt)
+    def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
+        self._pool.reset(context, self.seed_from_prompt, sources.turn_start)
         window = self._size[0] if self._size else self.window
         source = context if context else [0]
         self._levels = [
@@ -94,11 +95,14 @@ class LookaheadDrafter:
             level_nodes.append(nodes)
         # The verification trie of the pool's candidates, `depth` deep.
         children: dict[int, dict[int, int]] = {0: {}}
+        node_sources: dict[int, str] = {}
         longest = 0
+        key = context[-1]
         for cand in self._candidates if depth else []:
             node = 0
             branch = cand[:depth]
             longest = max(longest, len(branch))
+            origin = self._pool.origin(key, cand)
             for token in branch:
                 child = children[node].get(token)
                 if child is None:
@@ -107,9 +111,18 @@ class LookaheadDrafter:
                     child = len(tokens) - 1
                     children[node][token] = child
                     children[child] = {}
+                    node_sources[child] = origin
                 node = child
         # "drafted" counts the longest candidate: the most this pass could have accepted.
-        return Draft(tokens, parents, children, drafted=longest, state=level_nodes)
+        return Draft(
+            tokens,
+            parents,
+            children,
+            drafted=longest,
+            state=level_nodes,
+            source=LOOKAHEAD,
+            node_sources=node_sources,
+        )
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
         """One Jacobi iteration: the last level's predictions become the newest level, the

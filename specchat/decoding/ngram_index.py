@@ -53,20 +53,25 @@ class NgramIndex:
         else:
             self.reset(context)
 
-    def match(self, limit: int) -> Match:
+    def match(self, limit: int, tail: list[int] | None = None) -> Match:
         """The continuation (at most `limit` tokens) of the most recent earlier occurrence of the
-        longest matching indexed suffix, with how long the match really is."""
+        longest matching indexed suffix, with how long the match really is. With `tail`, the
+        suffix is that of `tail` (another text's end looked up in this one), else its own."""
         tokens = self.tokens
-        last = len(tokens) - 1
-        for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
-            end = self._last_end.get(tuple(tokens[-n:]))
+        own = tail is None
+        tail = tokens if tail is None else tail
+        last = len(tail) - 1
+        longest = min(self.max_n, len(tail) - 1 if own else len(tail))
+        for n in range(longest, self.min_n - 1, -1):
+            end = self._last_end.get(tuple(tail[-n:]))
             if end is None:
                 continue
             length = n
             while (
                 length < MATCH_CAP
                 and end - length >= 0
-                and tokens[end - length] == tokens[last - length]
+                and last - length >= 0
+                and tokens[end - length] == tail[last - length]
             ):
                 length += 1
             return Match(tokens[end + 1 : end + 1 + limit], n, length, end)

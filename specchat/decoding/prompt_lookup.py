@@ -13,9 +13,10 @@ import numpy as np
 
 from specchat.backends.base import Backend
 from specchat.decoding.draft_policy import Plan
-from specchat.decoding.ngram_index import NgramIndex
+from specchat.decoding.ngram_index import Match, NgramIndex
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
+from specchat.decoding.sources import NO_SOURCES, PREVIOUS, DraftSources, context_source
 from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
 from specchat.errors import SpecchatError
 
@@ -40,18 +41,38 @@ class PromptLookupDrafter:
     def __init__(self, max_ngram: int, min_ngram: int, num_pred_tokens: int) -> None:
         self.num_pred_tokens = num_pred_tokens
         self._index = NgramIndex(min_ngram, max_ngram)
+        # The answer being regenerated, after the prompt's last tokens: its first tokens then
+        # match the prompt's end as they did when it was generated.
+        self._previous: NgramIndex | None = None
+        self._turn_start = 0
         self._streak = False  # the previous draft was accepted in full
         self._proposal: list[int] = []
+        self._source = ""
 
     def prepare(self, target: Backend) -> None:
         pass
 
-    def reset(self, context: list[int]) -> None:
+    def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         self._index.reset(context)
+        self._turn_start = sources.turn_start
+        self._previous = None
+        if sources.previous_answer:
+            self._previous = NgramIndex(self._index.min_n, self._index.max_n)
+            self._previous.reset(context[-self._index.max_n :] + list(sources.previous_answer))
 
-    def plan(self, context: list[int], room: int) -> Plan:
+    def _match(self, context: list[int]) -> tuple[Match, str]:
+        """The longer of the context's own match and the previous answer's (ties: the latter)."""
         self._index.sync(context)
         found = self._index.match(self.num_pred_tokens)
+        source = context_source(found.end + 1, self._turn_start)
+        if self._previous is not None:
+            other = self._previous.match(self.num_pred_tokens, context)
+            if other.continuation and other.length >= found.length:
+                return other, PREVIOUS
+        return found, source
+
+    def plan(self, context: list[int], room: int) -> Plan:
+        found, self._source = self._match(context)
         self._proposal = found.continuation
         bucket = match_bucket(found.length)
         return Plan(
@@ -62,13 +83,12 @@ class PromptLookupDrafter:
 
     def proposal(self, context: list[int]) -> list[int]:
         """What it would propose after `context` at most (a function of the context alone)."""
-        self._index.sync(context)
-        return self._index.match(self.num_pred_tokens).continuation
+        return self._match(context)[0].continuation
 
     def draft(
         self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
     ) -> Draft:
-        return Draft.chain(context[-1], self._proposal[:depth])
+        return Draft.chain(context[-1], self._proposal[:depth], source=self._source)
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
         if draft.drafted:

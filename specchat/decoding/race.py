@@ -19,6 +19,7 @@ from specchat.decoding.events import DoneEvent
 from specchat.decoding.oracle import OracleFigures, accepted_lengths, oracle_speedup
 from specchat.decoding.registry import baseline_name, build_decoder, decoder_class
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 
 
 @dataclass
@@ -84,6 +85,7 @@ def drafter_oracle(
     params: dict[str, object],
     prompt: list[int],
     answer: tuple[int, ...],
+    sources: DraftSources = NO_SOURCES,
 ) -> OracleFigures | None:
     """The oracle for a greedy-family decoder's drafter on greedy's `answer` (None: the decoder
     is not greedy-family or has no replayable drafter, e.g. greedy itself or beam)."""
@@ -93,7 +95,7 @@ def drafter_oracle(
     propose = getattr(getattr(decoder, "drafter", None), "proposal", None)
     if propose is None:
         return None
-    decoder.reset(prompt)
+    decoder.reset(prompt, sources)
     return oracle_speedup(accepted_lengths(propose, prompt, answer), backend.block_cost)
 
 
@@ -105,12 +107,14 @@ def run_decoder(
     max_tokens: int,
     sampling: SamplingParams,
     stop: tuple[str, ...] = (),
+    sources: DraftSources = NO_SOURCES,
 ) -> DoneEvent:
     """One answer from an empty cache."""
     backend.rollback(0)
     engine = Engine(backend, build_decoder(name, params, backend))
     done = None
-    for event in engine.generate(GenerationRequest(tuple(prompt), max_tokens, stop, sampling)):
+    request = GenerationRequest(tuple(prompt), max_tokens, stop, sampling, sources)
+    for event in engine.generate(request):
         if isinstance(event, DoneEvent):
             done = event
     assert done is not None

@@ -16,6 +16,7 @@ from specchat.decoding.lookahead import LookaheadDecoder
 from specchat.decoding.plain import GreedyDecoder, SampleDecoder
 from specchat.decoding.prompt_lookup import PromptLookupDecoder
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.suffix import SuffixDecoder
 from specchat.errors import SpecchatError
 from specchat.models import LoadOptions, default_draft_reason, load_draft
 
@@ -35,6 +36,7 @@ for _cls in (
     PromptLookupDecoder,
     LookaheadDecoder,
     DraftModelDecoder,
+    SuffixDecoder,
 ):
     register(_cls)
 

@@ -22,6 +22,7 @@ from specchat.decoding.params import Param
 from specchat.decoding.payoff import PayoffGuard
 from specchat.decoding.plain import plain_step
 from specchat.decoding.sampling import Sampler, verify_chain, verify_tree
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.step import Step
 
 
@@ -32,6 +33,8 @@ class Draft:
     `children[node]` maps a drafted token to its block index (a trie rooted at 0); block nodes
     outside the trie (lookahead's window) are evaluated but never accepted. `q` holds a draft
     model's per-position distributions for a chain draft, `drafted` the most the pass can accept.
+    `source` says where the drafts came from; a trie merged from several sources names each
+    node's in `node_sources` (a node shared by several keeps the first's).
     """
 
     tokens: list[int]
@@ -40,11 +43,25 @@ class Draft:
     drafted: int
     q: np.ndarray | None = None
     state: Any = None  # the drafter's own bookkeeping for `observe`
+    source: str = ""
+    node_sources: dict[int, str] | None = None
 
     @classmethod
-    def chain(cls, pending: int, tokens: list[int], q: np.ndarray | None = None) -> Draft:
+    def chain(
+        cls, pending: int, tokens: list[int], q: np.ndarray | None = None, source: str = ""
+    ) -> Draft:
         children = {i: {token: i + 1} for i, token in enumerate(tokens)}
-        return cls([pending, *tokens], list(range(-1, len(tokens))), children, len(tokens), q)
+        return cls(
+            [pending, *tokens], list(range(-1, len(tokens))), children, len(tokens), q, None, source
+        )
+
+    def source_of(self, node: int) -> str:
+        """Where the draft that reached block node `node` came from ("" for the root)."""
+        if node <= 0:
+            return ""
+        if self.node_sources is not None:
+            return self.node_sources.get(node, self.source)
+        return self.source
 
     @property
     def block(self) -> Block:
@@ -59,7 +76,7 @@ class Drafter(Protocol):
 
     def prepare(self, target: Backend) -> None: ...
 
-    def reset(self, context: list[int]) -> None: ...
+    def reset(self, context: list[int], sources: DraftSources) -> None: ...
 
     def plan(self, context: list[int], room: int) -> Plan: ...
 
@@ -111,8 +128,8 @@ class SpeculativeDecoder(Decoder):
         if self._model_key is not None:
             self.policy.save(self._model_key)
 
-    def reset(self, context: list[int]) -> None:
-        self.drafter.reset(context)
+    def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
+        self.drafter.reset(context, sources)
 
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
         if self.guard is None:
@@ -147,4 +164,9 @@ class SpeculativeDecoder(Decoder):
         if draft.drafted:
             self.policy.update(plan, draft.drafted, len(accepted))
         self.drafter.observe(draft, logits, len(accepted))
-        return Step(tokens=(*accepted, next_token), drafted=draft.drafted, accepted=len(accepted))
+        return Step(
+            tokens=(*accepted, next_token),
+            drafted=draft.drafted,
+            accepted=len(accepted),
+            source=draft.source_of(node),
+        )

@@ -17,6 +17,8 @@ class Step:
     kept; `tokens` holds the accepted ones plus the target's own next token, so a step always yields
     at least one token (a beam step may yield none until its beams agree). `final` is set by a
     decoder that ended the answer itself (beam search picks its best hypothesis at the end).
+    `source` says where the accepted drafted tokens were copied or guessed from (one of
+    `sources.SOURCE_LABELS`; empty when none was accepted).
     """
 
     tokens: tuple[int, ...]
@@ -24,6 +26,7 @@ class Step:
     accepted: int = 0
     seconds: float = 0.0
     final: bool = False
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,3 +47,4 @@ class StepEvent:
     decoder: str
     seconds: float
     tail: bool = False
+    source: str = ""  # where the step's accepted draft came from (Step.source)

@@ -1,4 +1,5 @@
-"""Colours for speculative runs: which colour a step's text gets from how many tokens it landed.
+"""Colours for speculative runs: which colour a step's text gets from how many tokens it landed, or
+from where its draft came from.
 
 The default palette is Okabe–Ito (readable with every common colour-vision deficiency).
 """
@@ -7,14 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specchat.decoding.sources import SOURCE_LABELS
+
 
 @dataclass(frozen=True)
 class RunPalette:
-    """Colours for steps of 2–3, 4–7 and 8+ tokens; single-token steps stay plain."""
+    """Colours for steps of 2–3, 4–7 and 8+ tokens (single-token steps stay plain), and one per
+    draft source, in `SOURCE_LABELS` order."""
 
     short: str
     medium: str
     long: str
+    sources: tuple[str, ...] = ()
 
     def colour_for(self, tokens: int) -> str | None:
         if tokens < 2:
@@ -28,10 +33,43 @@ class RunPalette:
     def legend(self) -> list[tuple[str, str]]:
         return [("2–3 tokens", self.short), ("4–7 tokens", self.medium), ("8+ tokens", self.long)]
 
+    def colour_for_source(self, source: str) -> str | None:
+        """The colour of a step whose accepted draft came from `source` ("" or unknown: plain)."""
+        for name, colour in zip(SOURCE_LABELS, self.sources):
+            if name == source:
+                return colour
+        return None
 
-COLOUR_BLIND_SAFE = RunPalette(short="#56B4E9", medium="#E69F00", long="#CC79A7")
-DARK = RunPalette(short="#7aa2f7", medium="#e0af68", long="#f7768e")
-LIGHT = RunPalette(short="#005f87", medium="#875f00", long="#af005f")
+    def source_legend(self) -> list[tuple[str, str]]:
+        return [(SOURCE_LABELS[name], colour) for name, colour in zip(SOURCE_LABELS, self.sources)]
+
+    def colour(self, tokens: int, source: str, by: str) -> str | None:
+        """A step's colour when runs are coloured `by` "length" or "source"; steps of one token
+        (nothing drafted was accepted) stay plain either way."""
+        if tokens < 2:
+            return None
+        return self.colour_for_source(source) if by == "source" else self.colour_for(tokens)
+
+
+# Sources: this turn, earlier in chat, saved chats, previous answer, lookahead, draft model.
+COLOUR_BLIND_SAFE = RunPalette(
+    short="#56B4E9",
+    medium="#E69F00",
+    long="#CC79A7",
+    sources=("#56B4E9", "#009E73", "#E69F00", "#CC79A7", "#F0E442", "#D55E00"),
+)
+DARK = RunPalette(
+    short="#7aa2f7",
+    medium="#e0af68",
+    long="#f7768e",
+    sources=("#7dcfff", "#9ece6a", "#e0af68", "#bb9af7", "#f7768e", "#ff9e64"),
+)
+LIGHT = RunPalette(
+    short="#005f87",
+    medium="#875f00",
+    long="#af005f",
+    sources=("#005f87", "#005f00", "#875f00", "#af005f", "#5f00af", "#af0000"),
+)
 
 
 def ansi(colour: str, text: str) -> str:

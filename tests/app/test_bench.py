@@ -165,3 +165,34 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
     assert env["backend"] == "llama" and "versions" in env and "decoder_params" in env
     assert "speedup" in md.read_text() or "×" in md.read_text()
     assert "pld ÷ peer:llama-cpp-python:pld" in result.stdout
+
+
+def test_bench_history_drafts_from_earlier_questions_in_a_temporary_store(tmp_path):
+    """With --history the second, identical question finds the first's answer in the saved
+    chats: suffix copies it exactly; the user's own chat store is never written."""
+    data = tmp_path / "q.jsonl"
+    question = "List the days of the week."
+    data.write_text(
+        "".join(
+            json.dumps({"question_id": i, "category": "chat", "turns": [question]}) + "\n"
+            for i in (1, 2)
+        )
+    )
+    out = tmp_path / "r.json"
+    data_dir = tmp_path / "user-data"
+    result = subprocess.run(
+        [sys.executable, "-m", "specchat", "bench", "--data", str(data), "-d", "suffix"]
+        + ["--max-tokens", "40", "--json", str(out), "--history"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SPECCHAT_DATA_DIR": str(data_dir)},
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["environment"]["history"] is True
+    rows = {(q["question_id"], q["decoder"]): q for q in report["questions"]}
+    first, second = rows[(1, "suffix")], rows[(2, "suffix")]
+    assert first["identical_to_greedy"] and second["identical_to_greedy"]
+    assert second["tokens"] / second["steps"] >= 4 and second["steps"] < first["steps"]
+    assert not (data_dir / "history.sqlite3").exists()

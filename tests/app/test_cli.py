@@ -38,7 +38,7 @@ def test_ask_json_lines_schema():
     steps, done = lines[:-1], lines[-1]
     assert steps and all(s["type"] == "step" for s in steps)
     for step in steps:
-        assert set(step) >= {"tokens", "text", "drafted", "accepted"}
+        assert set(step) >= {"tokens", "text", "drafted", "accepted", "source"}
     assert done["type"] == "done" and done["finish_reason"] == "max_tokens"
     assert done["token_ids"] == [t for s in steps for t in s["tokens"]]
     assert done["text"] == "".join(s["text"] for s in steps)
@@ -174,3 +174,30 @@ def test_a_draft_with_another_vocabulary_is_refused(tmp_path):
     assert result.returncode == 2, result.stderr
     assert "vocabulary" in result.stderr and "does not match" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_ask_records_the_exchange_unless_no_log(tmp_path):
+    from specchat.history import HistoryStore
+
+    env = {**os.environ, "SPECCHAT_DATA_DIR": str(tmp_path)}
+
+    def ask(*extra: str) -> None:
+        result = subprocess.run(
+            [sys.executable, "-m", "specchat", "ask", "Say hi.", "--max-tokens", "6", *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr
+
+    ask("--no-log")
+    assert not (tmp_path / "history.sqlite3").exists()
+    ask()
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    (chat,) = store.list_chats()
+    messages = store.messages(chat.id)
+    assert [(m.role, m.content) for m in messages][:1] == [("user", "Say hi.")]
+    assert messages[1].role == "assistant" and messages[1].content and messages[1].stats
+    ask("--no-log")
+    assert len(store.list_chats()) == 1

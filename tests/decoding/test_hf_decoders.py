@@ -81,8 +81,9 @@ def test_greedy_equals_transformers_generate(smol_hf):
         ("lookahead", {"fixed_draft": 3, "max_cost_ratio": 100.0}),
         ("draft", {"fixed_draft": 4}),
         ("draft", {"draft": "self:24", "fixed_draft": 4}),
+        ("suffix", {"fixed_draft": 10}),
     ],
-    ids=["pld", "lookahead", "draft", "self-speculation"],
+    ids=["pld", "lookahead", "draft", "self-speculation", "suffix"],
 )
 def test_speculative_equals_greedy_up_to_rounding(smol_hf, name, params):
     accepted = 0

@@ -17,10 +17,11 @@ from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import DoneEvent
 from specchat.decoding.registry import DECODERS
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.sources import NO_SOURCES
 from specchat.prompting import chat_prompt_ids
 from tests.tiny_models import tiny_backend
 
-SPECULATIVE = ["pld", "lookahead", "draft"]
+SPECULATIVE = ["pld", "lookahead", "draft", "suffix"]
 
 
 def _done(engine: Engine, ids, max_tokens: int, sampling=None) -> DoneEvent:
@@ -67,7 +68,7 @@ def test_greedy_family_equals_greedy_on_a_float64_model(tiny_pair, name):
 
 def test_random_switch_schedules_equal_greedy(tiny_pair):
     target, draft = tiny_pair
-    names = ["greedy", "pld", "lookahead", "draft", "beam"]
+    names = ["greedy", "pld", "lookahead", "draft", "suffix", "beam"]
     rng = random.Random(1)
     accepted = 0
     for prompt in TINY_PROMPTS:
@@ -83,7 +84,7 @@ def test_random_switch_schedules_equal_greedy(tiny_pair):
                     accepted += event.stats.accepted
                 elif rng.random() < 0.4:
                     # beam search is not greedy: it only runs for one step here and is replaced
-                    name = rng.choice(names[:4])
+                    name = rng.choice(names[:5])
                     engine.switch(_ForceDraft(_decoder(name, draft)))
     assert accepted > 0, "the test must exercise accepted drafts"
 
@@ -98,7 +99,7 @@ LLAMA_PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("name", ["pld", "lookahead"])
+@pytest.mark.parametrize("name", ["pld", "lookahead", "suffix"])
 def test_greedy_family_equals_greedy_on_llama_cpp(fresh_llama, name):
     accepted = 0
     for text in LLAMA_PROMPTS:
@@ -122,8 +123,8 @@ class _ForceDraft:
     def __init__(self, inner):
         self.inner, self.name, self.values = inner, inner.name, inner.values
 
-    def reset(self, context):
-        self.inner.reset(context)
+    def reset(self, context, sources=NO_SOURCES):
+        self.inner.reset(context, sources)
 
     def finish(self):
         self.inner.finish()
@@ -226,7 +227,7 @@ def _draw(target, decoder_factory, params, n):
     return counts, drafted
 
 
-@pytest.mark.parametrize("name", ["sample", "pld", "lookahead", "draft"])
+@pytest.mark.parametrize("name", ["sample", "pld", "lookahead", "draft", "suffix"])
 @pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.8, top_k=5, top_p=0.9)])
 def test_sampling_keeps_the_target_distribution(small_vocab_pair, name, params):
     target, draft = small_vocab_pair

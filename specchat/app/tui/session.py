@@ -47,12 +47,15 @@ from specchat.decoding.registry import (
     unavailable_reason,
 )
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.sources import DraftSources
+from specchat.decoding.suffix_tree import unavailable_reason as suffix_trees_missing
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 from specchat.history import HistoryStore, StoredMessage
 from specchat.models import LoadOptions, load_model
-from specchat.prompting import chat_prompt_ids
-from specchat.settings import Settings, save_settings
+from specchat.prompting import chat_prompt_ids, turn_start
+from specchat.saved_chats import SavedChatsIndex, open_saved_chats
+from specchat.settings import COLOUR_MODES, Settings, save_settings
 
 
 def ui_model_threads() -> int:
@@ -92,6 +95,7 @@ class ChatSession:
         self.busy = False  # an answer or a race holds the engine
         self.racing = False
         self.ready_seconds: float | None = None  # from start-up to a usable model
+        self.saved_chats: SavedChatsIndex | None = None  # a draft source, built in the background
         self._backend = backend
         self._owns_backend = backend is None
         self._save_settings_file = save_settings_file
@@ -163,12 +167,17 @@ class ChatSession:
             decoder = self._build(self.decoder_name)
         self.engine = Engine(backend, decoder)
         self.ready_seconds = time.perf_counter() - self._started
+        if self.settings.draft_from_saved_chats and suffix_trees_missing() is None:
+            # loads (or builds) in its own thread: neither start-up nor the first token waits
+            self.saved_chats = open_saved_chats(self.history, backend)
         return warning
 
     def close(self) -> None:
         """Stop any answer, close the history and a model this session loaded itself."""
         if self.engine is not None:
             self.engine.cancel()
+        if self.saved_chats is not None:
+            self.saved_chats.close()
         self.history.close()
         if self._owns_backend and self._backend is not None:
             close = getattr(self._backend, "close", None)
@@ -270,11 +279,16 @@ class ChatSession:
         return tuple(chat_prompt_ids(self._backend, list(messages)))
 
     def answer(
-        self, answer_id: int, messages: Sequence[StoredMessage], cancel: threading.Event
+        self,
+        answer_id: int,
+        messages: Sequence[StoredMessage],
+        cancel: threading.Event,
+        previous_answer: str | None = None,
     ) -> None:
         """Answer the conversation with the chosen decoder in a worker of the attached screen: an
         AnswerStep per engine step, then AnswerDone or AnswerFailed, all carrying `answer_id`.
         Setting `cancel` stops it at the next step boundary, also before the engine started.
+        `previous_answer`, the answer being regenerated, is offered to the drafters as a source.
         The session is busy until `answer_ended`."""
         self.busy = True
         chat = [ChatMessage(m.role, m.content) for m in messages]
@@ -285,6 +299,7 @@ class ChatSession:
             self.sampling(self.decoder_name),
             self.settings.max_tokens,
             cancel,
+            previous_answer,
         )
         self._home.run_worker(work, name="answer", group="answer", exclusive=True, thread=True)
 
@@ -295,11 +310,15 @@ class ChatSession:
         sampling: SamplingParams,
         max_tokens: int,
         cancel: threading.Event,
+        previous_answer: str | None = None,
     ) -> None:
         engine = self.engine
         worker = get_current_worker()
         try:
-            request = GenerationRequest(self.prompt_ids(chat), max_tokens, (), sampling)
+            ids = self.prompt_ids(chat)
+            request = GenerationRequest(
+                ids, max_tokens, (), sampling, self.draft_sources(chat, ids, previous_answer)
+            )
             for event in engine.generate(request, cancel=(cancel, worker.cancelled_event)):
                 if isinstance(event, DoneEvent):
                     self._post(AnswerDone(answer_id, event))
@@ -307,6 +326,20 @@ class ChatSession:
                     self._post(AnswerStep(answer_id, event))
         except Exception as exc:  # a bug or a runtime failure: show it, keep the app
             self._post(AnswerFailed(answer_id, _error_text(exc)))
+
+    def draft_sources(
+        self, chat: list[ChatMessage], ids: tuple[int, ...], previous_answer: str | None = None
+    ) -> DraftSources:
+        """What drafters may copy from besides the prompt: where this turn starts, the answer
+        being regenerated, the saved chats (when the settings allow)."""
+        previous = ()
+        if previous_answer:
+            previous = tuple(self._backend.tokenize(previous_answer))
+        return DraftSources(
+            turn_start=turn_start(self._backend, chat, list(ids)),
+            previous_answer=previous,
+            saved=self.saved_chats,
+        )
 
     def answer_ended(self) -> None:
         self.busy = False
@@ -374,6 +407,16 @@ class ChatSession:
 
     def toggle_colour_runs(self) -> str | None:
         self.settings.colour_runs = not self.settings.colour_runs
+        return self.save_settings()
+
+    @property
+    def colour_by(self) -> str:
+        return self.settings.colour_by
+
+    def toggle_colour_by(self) -> str | None:
+        """Colour runs by tokens per step, or by where their drafts came from."""
+        modes = COLOUR_MODES
+        self.settings.colour_by = modes[(modes.index(self.settings.colour_by) + 1) % len(modes)]
         return self.save_settings()
 
     def set_theme(self, name: str) -> str | None:

@@ -105,7 +105,7 @@ def fixed_chat(private_dirs: Path) -> tuple[HistoryStore, int]:
     chat = store.new_chat("Repeating a sentence")
     store.add_message(chat, StoredMessage("user", "Repeat: the cat sat on the mat. The cat sat."))
     text = "The cat sat on the mat. The cat sat on the mat, and then it slept in the sun."
-    runs = [(7, 23, 5), (23, 50, 9), (55, 62, 2)]
+    runs = [(7, 23, 5, "prompt"), (23, 50, 9, "saved"), (55, 62, 2, "previous")]
     stats = GenerationStats(
         generated_tokens=21, steps=7, drafted=30, accepted=16, decode_seconds=0.125
     )

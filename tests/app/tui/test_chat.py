@@ -297,3 +297,61 @@ async def test_transcript_follows_the_bottom_until_the_user_scrolls_up(backend):
         await pilot.pause()
         assert transcript.max_scroll_y > held
         assert transcript.scroll_y == held, "stayed where the user scrolled to"
+
+
+async def test_regenerate_drafts_from_the_old_answer(backend):
+    """Ctrl+R offers the answer it replaces as a draft source: greedy verifies it again in long
+    passes, and the runs say where their drafts came from."""
+    app = SpecchatApp(settings=Settings(max_tokens=40, decoder="suffix"), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "Name three colours of the rainbow.")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        first = app.screen.messages[-1]
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        again = app.screen.messages[-1]
+        assert again.content == first.content
+        assert "previous" in {source for *_, source in again.runs}
+        assert again.stats.steps < first.stats.steps
+
+
+async def test_colour_by_source_key_switches_the_legend_and_persists(backend, fixed_chat):
+    store, chat = fixed_chat
+    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    async with app.run_test(size=SIZE) as pilot:
+        legend = app.screen.query_one("#legend")
+        assert "tokens per step" in str(legend.render())
+        await pilot.press("ctrl+f")
+        await pilot.pause()
+        assert app.session.settings.colour_by == "source"
+        assert "saved chats" in str(legend.render())
+        first = app.screen.query(AssistantMessage).first()
+        assert first.colour_by == "source"
+    from specchat.settings import load_settings
+
+    saved, error = load_settings()
+    assert error is None and saved.colour_by == "source"
+
+
+async def test_answers_draft_from_saved_chats_unless_the_setting_is_off(backend):
+    """The same question in a new chat: with the saved chats as a source, suffix copies the
+    earlier answer; with the setting off it never reads them."""
+    for allowed in (True, False):
+        settings = Settings(max_tokens=40, decoder="suffix", draft_from_saved_chats=allowed)
+        app = SpecchatApp(settings=settings, backend=backend)
+        async with app.run_test(size=SIZE) as pilot:
+            await type_and_send(pilot, "Name three colours of the rainbow.")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await pilot.press("ctrl+n")
+            await pilot.pause()
+            assert (app.session.saved_chats is not None) == allowed
+            if allowed:
+                app.session.saved_chats.wait_idle()  # the chat just saved is indexed
+            await type_and_send(pilot, "Name three colours of the rainbow.")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            sources = {source for *_, source in app.screen.messages[-1].runs}
+            assert ("saved" in sources) == allowed

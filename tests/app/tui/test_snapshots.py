@@ -48,6 +48,15 @@ def test_chat_markdown_when_colours_off(snap_compare, backend, fixed_chat):
     )
 
 
+def test_chat_coloured_by_source(snap_compare, backend, fixed_chat):
+    assert snap_compare(
+        chat_app(backend, fixed_chat),
+        press=["ctrl+f"],
+        terminal_size=SIZE,
+        run_before=still_cursor,
+    )
+
+
 def test_chat_light_theme(snap_compare, backend, fixed_chat):
     assert snap_compare(
         chat_app(backend, fixed_chat, theme="specchat-light"),

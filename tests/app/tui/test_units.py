@@ -60,12 +60,18 @@ def test_history_store(tmp_path):
     )
     store.add_message(
         chat,
-        StoredMessage("assistant", "hello", "pld", "eos", stats, [(0, 5, 3)], None, 0.25, "n=3"),
+        StoredMessage(
+            "assistant", "hello", "pld", "eos", stats, [(0, 5, 3, "prompt")], None, 0.25, "n=3"
+        ),
     )
-    assert store.list_chats()[0].messages == 2
+    # a span written before sources were kept reads back with an unknown source
+    store.add_message(chat, StoredMessage("assistant", "old", runs=[(0, 3, 2)]))
+    assert store.list_chats()[0].messages == 3
     again = HistoryStore(tmp_path / "h.sqlite3")
     messages = again.messages(chat)
-    assert messages[1].runs == [(0, 5, 3)] and messages[1].stats == stats
+    assert messages[1].runs == [(0, 5, 3, "prompt")] and messages[1].stats == stats
+    assert messages[2].runs == [(0, 3, 2, "")]
+    again.delete_message(messages[2].id)
     assert (messages[1].elapsed_seconds, messages[1].params) == (0.25, "n=3")
     assert messages[0].stats is None
     again.rename_chat(chat, "renamed")
@@ -80,17 +86,22 @@ def test_history_store(tmp_path):
 def test_run_spans_and_colouring():
     runs = RunText()
     runs.add_step("The", 1)
-    runs.add_step(" cat sat", 3)
-    runs.add_step(" on the mat", 9)
+    runs.add_step(" cat sat", 3, "saved")
+    runs.add_step(" on the mat", 9, "prompt")
     runs.add_step("", 2)
-    assert runs.runs == [(3, 11, 3), (11, 22, 9)]
+    assert runs.runs == [(3, 11, 3, "saved"), (11, 22, 9, "prompt")]
     runs.finish("The cat sat on the mat.")
     assert runs.text == "The cat sat on the mat."
     text = coloured(runs.text, runs.runs, COLOUR_BLIND_SAFE)
     styles = {(s.start, s.end, str(s.style)) for s in text.spans}
     assert (3, 11, COLOUR_BLIND_SAFE.short) in styles
     assert (11, 22, COLOUR_BLIND_SAFE.long) in styles
-    assert coloured("x", [(0, 1, 5)], None).spans == []
+    by_source = coloured(runs.text, runs.runs, COLOUR_BLIND_SAFE, "source")
+    styles = {(s.start, s.end, str(s.style)) for s in by_source.spans}
+    assert (3, 11, COLOUR_BLIND_SAFE.colour_for_source("saved")) in styles
+    assert (11, 22, COLOUR_BLIND_SAFE.colour_for_source("prompt")) in styles
+    assert len(set(COLOUR_BLIND_SAFE.sources)) == len(COLOUR_BLIND_SAFE.sources)
+    assert coloured("x", [(0, 1, 5, "")], None).spans == []
 
 
 def test_status_line():

@@ -69,6 +69,7 @@ class ChatScreen(Screen):
         Binding("escape", "cancel", "stop", priority=True),
         Binding("ctrl+r", "regenerate", "regenerate", priority=True, show=False),
         Binding("ctrl+t", "toggle_colour", "colours", priority=True),
+        Binding("ctrl+f", "toggle_colour_by", "by source", priority=True, show=False),
         Binding("ctrl+o", "copy_answer", "copy answer", priority=True, show=False),
         Binding("ctrl+s", "export", "export", priority=True, show=False),
         Binding("ctrl+g", "decoder_settings", "settings", priority=True, show=False),
@@ -171,12 +172,14 @@ class ChatScreen(Screen):
         self.query_one(StatusBar).show(self.figures, self.session.model_label)
 
     def palette_changed_sync(self) -> None:
-        self.query_one(Legend).show(self.app.palette, self.session.colour_runs)
+        session = self.session
+        self.query_one(Legend).show(self.app.palette, session.colour_runs, session.colour_by)
 
     async def palette_changed(self) -> None:
         self.palette_changed_sync()
+        session = self.session
         for message in self.query(AssistantMessage):
-            await message.set_colour(self.session.colour_runs, self.app.palette)
+            await message.set_colour(session.colour_runs, self.app.palette, session.colour_by)
 
     # -- opening chats ----------------------------------------------------------------------
     async def open_chat(self, chat_id: int | None) -> None:
@@ -207,7 +210,10 @@ class ChatScreen(Screen):
         if message.role == "user":
             return UserMessage(message.content)
         return AssistantMessage(
-            palette=self.app.palette, colour=self.session.colour_runs, stored=message
+            palette=self.app.palette,
+            colour=self.session.colour_runs,
+            stored=message,
+            colour_by=self.session.colour_by,
         )
 
     # -- sending and streaming -----------------------------------------------------------------
@@ -241,24 +247,28 @@ class ChatScreen(Screen):
         self._answer_cancel = threading.Event()
         return self._answer_cancel
 
-    async def _start_answer(self, cancel: threading.Event) -> None:
+    async def _start_answer(
+        self, cancel: threading.Event, previous_answer: str | None = None
+    ) -> None:
         session = self.session
         name = session.decoder_name
         self._answer_id += 1
-        self._answer = AssistantMessage(palette=self.app.palette, colour=session.colour_runs)
+        self._answer = AssistantMessage(
+            palette=self.app.palette, colour=session.colour_runs, colour_by=session.colour_by
+        )
         self._answer.decoder = name
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.mount(self._answer)
         self.figures = Figures(decoder=name, params=session.params_label(name), streaming=True)
         self._answer_started = time.monotonic()
-        session.answer(self._answer_id, self.messages, cancel)
+        session.answer(self._answer_id, self.messages, cancel, previous_answer)
         self._show_status()
 
     async def on_answer_step(self, message: AnswerStep) -> None:
         if message.answer_id != self._answer_id or self._answer is None:
             return
         event = message.event
-        await self._answer.add_step(event.text, len(event.tokens), event.decoder)
+        await self._answer.add_step(event.text, len(event.tokens), event.decoder, event.source)
         self.figures.add(event)
         self.figures.elapsed = time.monotonic() - self._answer_started
         self._show_status()
@@ -315,17 +325,29 @@ class ChatScreen(Screen):
             self.notify("no answer to regenerate yet", severity="warning")
             return
         cancel = self._new_answer_token()
+        previous = None
         if self.messages[-1].role == "assistant":
             last = self.messages.pop()
+            previous = last.content  # a draft source: greedy re-verifies it in long passes
             if last.id is not None:
                 self.session.history.delete_message(last.id)
             answers = self.query(AssistantMessage)
             if answers:
                 await answers.last().remove()
-        await self._start_answer(cancel)
+        await self._start_answer(cancel, previous)
 
     async def action_toggle_colour(self) -> None:
         error = self.session.toggle_colour_runs()
+        if error:
+            self.notify(error, severity="error")
+        await self.palette_changed()
+
+    async def action_toggle_colour_by(self) -> None:
+        """Colour runs by tokens per step or by where their drafts came from (turning the
+        colours on if they were off)."""
+        error = self.session.toggle_colour_by()
+        if not self.session.colour_runs:
+            error = self.session.toggle_colour_runs() or error
         if error:
             self.notify(error, severity="error")
         await self.palette_changed()
@@ -398,6 +420,11 @@ class ChatScreen(Screen):
             ("Stop the answer", "Esc — keep what was generated", self.action_cancel),
             ("Regenerate the last answer", "Ctrl+R", self.action_regenerate),
             ("Toggle run colours", "Ctrl+T — colour multi-token steps", self.action_toggle_colour),
+            (
+                "Colour runs by length or source",
+                "Ctrl+F — tokens per step, or where the drafts came from",
+                self.action_toggle_colour_by,
+            ),
             ("Copy the last answer", "Ctrl+O — to the clipboard", self.action_copy_answer),
             ("Copy the whole chat", "as Markdown, to the clipboard", self.action_copy_chat),
             (

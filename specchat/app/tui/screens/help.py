@@ -20,6 +20,7 @@ KEYS = [
     ("Esc", "stop the answer now (what was generated stays, marked stopped)"),
     ("Ctrl+R", "regenerate the last answer"),
     ("Ctrl+T", "run colours on/off (off: answers render as Markdown)"),
+    ("Ctrl+F", "colour runs by tokens per step or by where their drafts came from"),
     ("Ctrl+O", "copy the last answer"),
     ("Ctrl+S", "export the chat to a Markdown file"),
     ("Ctrl+G", "decoder settings: parameters, temperature, top-k, top-p, seed"),
@@ -44,6 +45,8 @@ class HelpScreen(ModalScreen):
     def on_mount(self) -> None:
         legend = Text("Run colours — ", style="bold")
         legend.append_text(legend_text(self.app.palette, True))
+        legend.append("\n")
+        legend.append_text(legend_text(self.app.palette, True, by="source"))
         self.query_one("#help-legend", Static).update(legend)
 
     def _decoders(self) -> Table:

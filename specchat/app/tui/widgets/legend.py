@@ -8,10 +8,17 @@ from textual.widgets import Static
 from specchat.themes.palette import RunPalette
 
 
-def legend_text(palette: RunPalette, colour: bool, key: str = "ctrl+t") -> Text:
+def legend_text(palette: RunPalette, colour: bool, key: str = "ctrl+t", by: str = "length") -> Text:
+    """What the colours mean: tokens per step, or (`by` "source") where the drafts came from."""
     text = Text(no_wrap=True, overflow="ellipsis", end="")
     if not colour:
         text.append(f"run colours off ({key} shows tokens per step)", style="dim")
+        return text
+    if by == "source":
+        text.append("from: ", style="dim")
+        for label, colour_hex in palette.source_legend():
+            text.append("██", style=colour_hex)
+            text.append(f" {label}  ", style=colour_hex)
         return text
     text.append("tokens per step: ", style="dim")
     text.append("1 plain  ", style="dim")
@@ -22,5 +29,5 @@ def legend_text(palette: RunPalette, colour: bool, key: str = "ctrl+t") -> Text:
 
 
 class Legend(Static):
-    def show(self, palette: RunPalette, colour: bool) -> None:
-        self.update(legend_text(palette, colour))
+    def show(self, palette: RunPalette, colour: bool, by: str = "length") -> None:
+        self.update(legend_text(palette, colour, by=by))

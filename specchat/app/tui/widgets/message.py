@@ -39,10 +39,12 @@ class AssistantMessage(Vertical):
         palette: RunPalette,
         colour: bool,
         stored: StoredMessage | None = None,
+        colour_by: str = "length",
     ) -> None:
         super().__init__(classes="turn assistant")
         self.palette = palette
         self.colour = colour
+        self.colour_by = colour_by
         self.runs = RunText()
         self.stored = stored
         self.decoder = stored.decoder if stored else None
@@ -89,12 +91,12 @@ class AssistantMessage(Vertical):
     def _repaint(self) -> None:
         if self._dirty and self.colour:
             self.query_one(".runs", Static).update(
-                coloured(self.runs.text, self.runs.runs, self.palette)
+                coloured(self.runs.text, self.runs.runs, self.palette, self.colour_by)
             )
         self._dirty = False
 
-    async def add_step(self, text: str, n_tokens: int, decoder: str) -> None:
-        self.runs.add_step(text, n_tokens)
+    async def add_step(self, text: str, n_tokens: int, decoder: str, source: str = "") -> None:
+        self.runs.add_step(text, n_tokens, source)
         if decoder != self.decoder:
             self.decoder = decoder
             self.query_one(".role", Label).update(self._header())
@@ -122,17 +124,19 @@ class AssistantMessage(Vertical):
     async def _render_full(self) -> None:
         if self.colour:
             self.query_one(".runs", Static).update(
-                coloured(self.runs.text, self.runs.runs, self.palette)
+                coloured(self.runs.text, self.runs.runs, self.palette, self.colour_by)
             )
         else:
             await self.query_one(".markdown", Markdown).update(self.runs.text)
         self._dirty = False
 
-    async def set_colour(self, colour: bool, palette: RunPalette) -> None:
-        """Switch modes (also mid-answer) and repaint with the theme's palette."""
+    async def set_colour(self, colour: bool, palette: RunPalette, by: str = "length") -> None:
+        """Switch modes (also mid-answer) and repaint with the theme's palette, runs coloured
+        `by` tokens per step ("length") or draft source ("source")."""
         changed = colour != self.colour
         self.colour = colour
         self.palette = palette
+        self.colour_by = by
         self._apply_mode()
         if self.streaming and changed:
             await self._stop_stream()

@@ -1,0 +1,222 @@
+"""SuffixDecoding (Oliaro et al., arXiv 2411.04975): draft from suffix trees over everything the
+chat has seen — this turn, earlier turns, the answer being regenerated, every saved chat.
+
+Each source proposes its best continuation of the context's tail (the most frequent one, scored by
+the summed probability of its tokens, as ArcticInference does); the best-scored proposal is the
+draft, its length chosen by the shared draft-length policy from the match length and how sure the
+counts are. Other sources' proposals join it as extra branches of one tree-shaped pass while they
+cost next to nothing (on backends where a few more tokens per pass are free), so the target
+verifies the best few together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from specchat.backends.base import Backend
+from specchat.decoding.draft_policy import Plan
+from specchat.decoding.params import Param
+from specchat.decoding.prompt_lookup import copy_prior, match_bucket
+from specchat.decoding.sampling import Sampler
+from specchat.decoding.sources import (
+    CHAT,
+    NO_SOURCES,
+    PREVIOUS,
+    PROMPT,
+    SAVED,
+    Continuation,
+    DraftSources,
+)
+from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
+from specchat.decoding.suffix_tree import DEPTH, SequenceTrees, unavailable_reason
+
+# When sources score alike, the most specific wins.
+_PREFERENCE = (PREVIOUS, PROMPT, CHAT, SAVED)
+# An extra branch joins the pass while the pass costs at most this much more than the best
+# candidate's chain alone.
+_BRANCH_SLACK = 0.05
+
+
+def confidence_bucket(first_prob: float) -> int:
+    """How sure the counts are of the first drafted token: 2 every occurrence continued that
+    way, 1 most did, 0 fewer than half."""
+    return 2 if first_prob >= 0.999 else 1 if first_prob >= 0.5 else 0
+
+
+# Per-token acceptance before evidence: the copy priors of prompt lookup (measured) scaled by how
+# sure the counts are (a guess the policy corrects from the first drafts on).
+_CONFIDENCE_SCALE = (0.6, 0.85, 1.0)
+
+
+class SuffixDrafter:
+    def __init__(self, num_pred_tokens: int, candidates: int, factor: float, min_prob: float):
+        self.num_pred_tokens = num_pred_tokens
+        self.max_candidates = candidates
+        self.factor, self.min_prob = factor, min_prob
+        self._sources: DraftSources = NO_SOURCES
+        self._trees: SequenceTrees | None = None
+        self._known = (0, -1)  # length and last token of the context the trees hold
+        self._turn_start = 0
+        self._proposals: list[tuple[Continuation, str]] = []
+        self._streak = False
+
+    def prepare(self, target: Backend) -> None:
+        pass
+
+    def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
+        """One tree for this turn (it grows with the answer), one for earlier turns, one for the
+        answer being regenerated after the prompt's last tokens (so its start matches)."""
+        self._sources = sources
+        self._turn_start = min(sources.turn_start, len(context))
+        trees = SequenceTrees()
+        trees.add(PROMPT, context[self._turn_start :])
+        if self._turn_start > 0:
+            trees.add(CHAT, context[: self._turn_start])
+        if sources.previous_answer:
+            trees.add(PREVIOUS, context[-DEPTH:] + list(sources.previous_answer))
+        self._trees = trees
+        self._known = (len(context), context[-1] if context else -1)
+
+    def _sync(self, context: list[int]) -> None:
+        """Catch up with a context that grew (or rebuild if it changed under us)."""
+        known, last = self._known
+        if self._trees is not None and known and context[known - 1 : known] == [last]:
+            self._trees.extend(PROMPT, context[known:])
+            self._known = (len(context), context[-1])
+        else:
+            self.reset(context, self._sources)
+
+    def proposals(self, context: list[int], limit: int) -> list[tuple[Continuation, str]]:
+        """Every source's best continuation of `context`, best score first."""
+        self._sync(context)
+        found: list[tuple[Continuation, str]] = []
+        for name in self._trees.names():
+            cont = self._trees.continuation(name, context, limit, self.factor, self.min_prob)
+            if cont is not None:
+                found.append((cont, name))
+        saved = self._sources.saved
+        # A proposal scores at most `limit` (a token's probability is at most 1) and the saved
+        # chats lose ties: when this conversation already has a perfect one, skip their lookup.
+        perfect = any(cont.score >= limit - 1e-6 for cont, _ in found)
+        if saved is not None and not perfect:
+            cont = saved.continuation(context, limit, self.factor, self.min_prob)
+            if cont is not None:
+                found.append((cont, SAVED))
+        found.sort(key=lambda item: (-item[0].score, _PREFERENCE.index(item[1])))
+        return found
+
+    def plan(self, context: list[int], room: int) -> Plan:
+        limit = max(0, min(self.num_pred_tokens, room - 1))
+        self._proposals = self.proposals(context, limit) if limit else []
+        if not self._proposals:
+            return Plan(available=0, key=("suffix",))
+        best = self._proposals[0][0]
+        bucket = match_bucket(best.match_length)
+        sure = confidence_bucket(best.probs[0])
+        return Plan(
+            available=len(best.tokens),
+            key=("suffix", bucket, sure, self._streak),
+            prior=copy_prior(bucket, self._streak) * _CONFIDENCE_SCALE[sure],
+        )
+
+    def proposal(self, context: list[int]) -> list[int]:
+        """What it would propose after `context` at most (a function of the context alone)."""
+        found = self.proposals(context, self.num_pred_tokens)
+        return found[0][0].tokens if found else []
+
+    def draft(
+        self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
+    ) -> Draft:
+        if not depth or not self._proposals:
+            return Draft.chain(context[-1], [])
+        best, source = self._proposals[0]
+        tokens, parents = [context[-1]], [-1]
+        children: dict[int, dict[int, int]] = {0: {}}
+        node_sources: dict[int, str] = {}
+        budget = target.block_cost(1 + depth) * (1 + _BRANCH_SLACK)
+        longest = 0
+        for rank, (cont, name) in enumerate(self._proposals[: self.max_candidates]):
+            branch = cont.tokens[:depth]
+            added = _new_nodes(children, branch)
+            if rank and (not added or target.block_cost(len(tokens) + added) > budget):
+                continue
+            longest = max(longest, len(branch))
+            node = 0
+            for token in branch:
+                child = children[node].get(token)
+                if child is None:
+                    tokens.append(token)
+                    parents.append(node)
+                    child = len(tokens) - 1
+                    children[node][token] = child
+                    children[child] = {}
+                    node_sources[child] = name
+                node = child
+        return Draft(tokens, parents, children, longest, source=source, node_sources=node_sources)
+
+    def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
+        if draft.drafted:
+            self._streak = accepted == draft.drafted
+
+
+def _new_nodes(children: dict[int, dict[int, int]], branch: list[int]) -> int:
+    """How many nodes `branch` adds to the trie."""
+    node = 0
+    for i, token in enumerate(branch):
+        child = children.get(node, {}).get(token)
+        if child is None:
+            return len(branch) - i
+        node = child
+    return 0
+
+
+class SuffixDecoder(SpeculativeDecoder):
+    name = "suffix"
+    key = "f8"
+    description = (
+        "SuffixDecoding: drafts from suffix trees over this chat, the answer regenerated "
+        "and every saved chat"
+    )
+    params = (
+        Param("num_pred_tokens", int, 32, "most tokens drafted in one step", 1, 256),
+        Param(
+            "candidates",
+            int,
+            3,
+            "most sources' proposals verified together (extra ones only while nearly free)",
+            1,
+            8,
+        ),
+        Param(
+            "max_spec_factor",
+            float,
+            1.0,
+            "a match of n tokens drafts at most factor × n (SuffixDecoding's limit)",
+            0.1,
+            64.0,
+        ),
+        Param(
+            "min_token_prob",
+            float,
+            0.1,
+            "stop a proposal where the share of occurrences continuing it falls below this",
+            0.0,
+            1.0,
+        ),
+    ) + SPECULATIVE_PARAMS
+    reads_saved_chats = True
+
+    @classmethod
+    def unavailable(cls, backend: Backend, values: Mapping[str, object]) -> str | None:
+        return unavailable_reason() or super().unavailable(backend, values)
+
+    def __init__(self, **values: object) -> None:
+        super().__init__(**values)
+        self.drafter = SuffixDrafter(
+            int(values["num_pred_tokens"]),
+            int(values["candidates"]),
+            float(values["max_spec_factor"]),
+            float(values["min_token_prob"]),
+        )
