@@ -1,12 +1,15 @@
 """One turn of the transcript. Assistant turns stream in two ways:
 
 - colouring on: Rich Text with each multi-token run styled (Markdown cannot carry per-span colour),
-  repainted at most every 1/15 s from a buffer, so a burst of steps costs one repaint;
-- colouring off: Textual's Markdown fed through `Markdown.get_stream`, which batches fragments.
-When the answer ends the full text is rendered once in the active mode.
+  repainted once per batch of steps;
+- colouring off: Textual's Markdown fed through `Markdown.get_stream`, one fragment per batch.
+The chat screen hands over batches at a bounded rate (`streaming.py`), so a repaint never happens
+per step. When the answer ends the full text is rendered once in the active mode.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,10 +17,9 @@ from textual.containers import Vertical
 from textual.widgets import Label, Markdown, Static
 
 from specchat.app.tui.runs import RunText, coloured
+from specchat.decoding.events import StepEvent
 from specchat.history import StoredMessage
 from specchat.themes.palette import RunPalette
-
-REPAINT_SECONDS = 1 / 15
 
 
 class UserMessage(Vertical):
@@ -50,9 +52,7 @@ class AssistantMessage(Vertical):
         self.streaming = stored is None
         if stored is not None:
             self.runs = RunText(stored.content, list(stored.runs))
-        self._dirty = False
         self._stream = None
-        self._timer = None
 
     def compose(self) -> ComposeResult:
         yield Label(self._header(), classes="role")
@@ -72,7 +72,6 @@ class AssistantMessage(Vertical):
     async def on_mount(self) -> None:
         self._apply_mode()
         if self.streaming:
-            self._timer = self.set_interval(REPAINT_SECONDS, self._repaint)
             if not self.colour:
                 self._stream = Markdown.get_stream(self.query_one(".markdown", Markdown))
         else:
@@ -86,30 +85,26 @@ class AssistantMessage(Vertical):
     def text(self) -> str:
         return self.runs.text
 
-    def _repaint(self) -> None:
-        if self._dirty and self.colour:
-            self.query_one(".runs", Static).update(
-                coloured(self.runs.text, self.runs.runs, self.palette)
-            )
-        self._dirty = False
-
-    async def add_step(self, text: str, n_tokens: int, decoder: str) -> None:
-        self.runs.add_step(text, n_tokens)
+    async def add_steps(self, events: Sequence[StepEvent]) -> None:
+        """A batch of steps: their text added, one repaint (or one Markdown fragment)."""
+        for event in events:
+            self.runs.add_step(event.text, len(event.tokens))
+        decoder = events[-1].decoder if events else self.decoder
         if decoder != self.decoder:
             self.decoder = decoder
             self.query_one(".role", Label).update(self._header())
-        self._dirty = True
-        if self._stream is not None and text:
-            await self._stream.write(text)
+        if self.colour:
+            self.query_one(".runs", Static).update(
+                coloured(self.runs.text, self.runs.runs, self.palette)
+            )
+        elif self._stream is not None:
+            await self._stream.write("".join(event.text for event in events))
 
     async def finish(self, final_text: str, finish_reason: str | None) -> None:
         """Stop streaming and render the whole answer once."""
         self.runs.finish(final_text)
         self.finish_reason = finish_reason
         self.streaming = False
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
         await self._stop_stream()
         self.query_one(".role", Label).update(self._header())
         await self._render_full()
@@ -126,7 +121,6 @@ class AssistantMessage(Vertical):
             )
         else:
             await self.query_one(".markdown", Markdown).update(self.runs.text)
-        self._dirty = False
 
     async def set_colour(self, colour: bool, palette: RunPalette) -> None:
         """Switch modes (also mid-answer) and repaint with the theme's palette."""
