@@ -101,6 +101,49 @@ async def test_a_burst_of_steps_costs_one_repaint(backend):
             await pilot.pause()
 
 
+async def test_streamed_answer_looks_as_the_finished_one(backend):
+    """While streaming, finished lines move out of the live tail into static pieces; the
+    transcript shows the same lines (and colours) before and after the answer ends."""
+    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
+    async with app.run_test(size=(100, 60)) as pilot:
+        chat = app.screen
+        with StepGate(app.session.engine, after=0) as gate:
+            await type_and_send(pilot, "Hi")
+            await wait_until(pilot, gate.held.is_set)
+            answer = chat.query(AssistantMessage).last()
+            for line in range(14):
+                for word in ("Line", f" {line}", " has a few words", " and a run", "\n"):
+                    n_tokens = 3 if word == " and a run" else 1
+                    chat._steps.put(StepEvent((7,) * n_tokens, word, 2, 2, "pld", 0.001))
+                await chat._flush_steps()
+                await pilot.pause()
+            assert len(answer.query_one(".settled").children) >= 1, "lines were settled"
+            streamed = body_lines(app, answer)
+            await pilot.press("escape")
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        assert not answer.query_one(".settled").children
+        assert body_lines(app, answer) == streamed
+        assert answer.text.count("\n") == 14
+        assert "Line 0 has" in "".join(char for char, _ in streamed[0])
+
+
+def body_lines(app, widget) -> list[list[tuple[str, object]]]:
+    """The screen's rows under the widget's header line, cell by cell: character and style
+    (without Textual's per-widget offsets, which say which piece a cell came from)."""
+    strips = app.screen._compositor.render_strips()
+    region = widget.region
+    return [
+        [
+            (char, segment.style and segment.style.clear_meta_and_links())
+            for segment in strips[y]
+            for char in segment.text
+        ]
+        for y in range(region.y + 1, region.bottom)
+    ]
+
+
 async def test_decoder_key_mid_answer_switches(backend):
     """The key lands while the worker is parked between steps 2 and 3, so the switch is in the
     engine before step 3 on any machine; steps 3 on must all come from the new decoder."""

@@ -34,6 +34,13 @@ class RunText:
         self.runs = [(s, min(e, len(self.text)), n) for s, e, n in self.runs if s < len(self.text)]
 
 
+def clip_runs(runs: list[RunSpan], start: int, end: int) -> list[RunSpan]:
+    """The spans over text[start:end], counted from `start` (a piece of a streaming answer)."""
+    return [
+        (max(s, start) - start, min(e, end) - start, n) for s, e, n in runs if s < end and e > start
+    ]
+
+
 def coloured(text: str, runs: list[RunSpan], palette: RunPalette | None) -> Text:
     """Rich Text with each run in its palette colour; single-token steps keep the default style."""
     rendered = Text(text, end="")

@@ -1,10 +1,14 @@
 """One turn of the transcript. Assistant turns stream in two ways:
 
-- colouring on: Rich Text with each multi-token run styled (Markdown cannot carry per-span colour),
-  repainted once per batch of steps;
-- colouring off: Textual's Markdown fed through `Markdown.get_stream`, one fragment per batch.
-The chat screen hands over batches at a bounded rate (`streaming.py`), so a repaint never happens
-per step. When the answer ends the full text is rendered once in the active mode.
+- colouring on: Rich Text with each multi-token run styled (Markdown cannot carry per-span colour).
+  Only the answer's tail is live: once it holds SETTLE_CHARS, the lines before its last line break
+  move into a static piece that is never rendered again. A batch of steps repaints the tail alone,
+  and lays the transcript out only when the tail's line count changed — so the work per batch does
+  not grow with the answer, nor with the transcript;
+- colouring off: Textual's Markdown fed through `Markdown.get_stream`, one fragment per batch
+  (it re-parses from the last block only).
+The chat screen hands over batches at a bounded rate (`streaming.py`), never a step at a time.
+When the answer ends the full text is rendered once, as one piece, in the active mode.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.widgets import Label, Markdown, Static
 
-from specchat.app.tui.runs import RunText, coloured
+from specchat.app.tui.runs import RunText, clip_runs, coloured
 from specchat.decoding.events import StepEvent
 from specchat.history import StoredMessage
 from specchat.themes.palette import RunPalette
+
+SETTLE_CHARS = 400  # a live tail longer than this gives its finished lines to a static piece
 
 
 class UserMessage(Vertical):
@@ -53,9 +60,11 @@ class AssistantMessage(Vertical):
         if stored is not None:
             self.runs = RunText(stored.content, list(stored.runs))
         self._stream = None
+        self._settled = 0  # characters already in static pieces (coloured streaming)
 
     def compose(self) -> ComposeResult:
         yield Label(self._header(), classes="role")
+        yield Vertical(classes="body settled")
         yield Static("", classes="body runs")
         yield Markdown("", classes="body markdown")
 
@@ -78,6 +87,7 @@ class AssistantMessage(Vertical):
             await self._render_full()
 
     def _apply_mode(self) -> None:
+        self.query_one(".settled").display = self.colour
         self.query_one(".runs").display = self.colour
         self.query_one(".markdown").display = not self.colour
 
@@ -86,7 +96,8 @@ class AssistantMessage(Vertical):
         return self.runs.text
 
     async def add_steps(self, events: Sequence[StepEvent]) -> None:
-        """A batch of steps: their text added, one repaint (or one Markdown fragment)."""
+        """A batch of steps: their text added, one repaint of the live tail (or one Markdown
+        fragment)."""
         for event in events:
             self.runs.add_step(event.text, len(event.tokens))
         decoder = events[-1].decoder if events else self.decoder
@@ -94,11 +105,35 @@ class AssistantMessage(Vertical):
             self.decoder = decoder
             self.query_one(".role", Label).update(self._header())
         if self.colour:
-            self.query_one(".runs", Static).update(
-                coloured(self.runs.text, self.runs.runs, self.palette)
-            )
+            await self._settle()
+            self._repaint_tail()
         elif self._stream is not None:
             await self._stream.write("".join(event.text for event in events))
+
+    def _piece(self, start: int, end: int) -> Text:
+        text = self.runs.text
+        return coloured(text[start:end], clip_runs(self.runs.runs, start, end), self.palette)
+
+    async def _settle(self) -> None:
+        """Move the tail's finished lines into a static piece once the tail is long."""
+        text = self.runs.text
+        if len(text) - self._settled < SETTLE_CHARS:
+            return
+        cut = text.rfind("\n", self._settled)
+        if cut < 0:
+            return
+        # text[a:cut] then text[cut+1:] stacked render the lines text[a:] renders
+        piece = Static(self._piece(self._settled, cut), classes="body")
+        self._settled = cut + 1
+        await self.query_one(".settled", Vertical).mount(piece)
+
+    def _repaint_tail(self) -> None:
+        """Repaint the live tail; lay out only when its height changed."""
+        tail = self.query_one(".runs", Static)
+        width, before = tail.content_size
+        tail.update(self._piece(self._settled, len(self.runs.text)), layout=False)
+        if not width or tail.get_content_height(Size(width, 0), Size(width, 0), width) != before:
+            tail.refresh(layout=True)
 
     async def finish(self, final_text: str, finish_reason: str | None) -> None:
         """Stop streaming and render the whole answer once."""
@@ -115,12 +150,17 @@ class AssistantMessage(Vertical):
             await stream.stop()
 
     async def _render_full(self) -> None:
-        if self.colour:
-            self.query_one(".runs", Static).update(
-                coloured(self.runs.text, self.runs.runs, self.palette)
-            )
-        else:
-            await self.query_one(".markdown", Markdown).update(self.runs.text)
+        """The whole answer as one piece."""
+        with self.app.batch_update():  # never a frame with the pieces gone or doubled
+            if self.colour:
+                self.query_one(".runs", Static).update(
+                    coloured(self.runs.text, self.runs.runs, self.palette)
+                )
+            else:
+                await self.query_one(".markdown", Markdown).update(self.runs.text)
+            if self._settled:
+                self._settled = 0
+                await self.query_one(".settled", Vertical).remove_children()
 
     async def set_colour(self, colour: bool, palette: RunPalette) -> None:
         """Switch modes (also mid-answer) and repaint with the theme's palette."""
