@@ -75,14 +75,14 @@ async def test_race_measures_then_replays_at_the_measured_pace(backend):
         clock.now = first.timeline.end
         screen.replay_tick()
         assert pane_text(first) == first.done.text
-        assert "finished" in pane_title(first) and "1st" in pane_title(first)
+        assert "1st" in pane_title(first) and "✓" in pane_title(first)
         assert f"{first.done.stats.tokens_per_second:.1f} tok/s" in str(
             first.query_one(".pane-figures").render()
         )
         if second.timeline.end > first.timeline.end:  # the slower one is still under way
             assert second.shown < len(second.timeline.steps)
             assert pane_text(second) == shown_text(second, second.shown)
-            assert "replay" in pane_title(second)
+            assert "▶" in pane_title(second)
             assert screen.query_one("#race-summary").row_count == 1
 
         # any moment: a pane shows exactly the steps produced by then in its own run

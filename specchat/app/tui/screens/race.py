@@ -102,9 +102,9 @@ class RacePane(Vertical):
             self.runs.finish(self.done.text)
             self.replayed = True
             place = PLACES.get(self.place, "") if self.place else ""
-            self.set_state(f"finished {timeline.end:.2f} s" + (f" · {place}" if place else ""))
+            self.set_state((f"{place} · " if place else "") + f"{timeline.end:.2f} s ✓")
         else:
-            self.set_state(f"replay {seconds:.2f} s")
+            self.set_state(f"{seconds:.2f} s ▶")
         self.figures.elapsed = min(seconds, timeline.end)
         if changed or seconds == 0:
             self.repaint(palette)
