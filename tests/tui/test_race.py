@@ -76,7 +76,7 @@ async def test_race_measures_then_replays_at_the_measured_pace(backend):
         screen.replay_tick()
         assert pane_text(first) == first.done.text
         assert "1st" in pane_title(first) and "✓" in pane_title(first)
-        assert f"{first.done.stats.tokens_per_second:.1f} tok/s" in str(
+        assert f"{first.done.stats.tokens_per_second:.1f} tok/s  " in str(
             first.query_one(".pane-figures").render()
         )
         if second.timeline.end > first.timeline.end:  # the slower one is still under way

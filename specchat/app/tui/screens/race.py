@@ -114,12 +114,12 @@ class RacePane(Vertical):
             coloured(self.runs.text, self.runs.runs, palette)
         )
         figures = self.figures
-        line = Text(no_wrap=True, overflow="ellipsis", end="")
-        line.append(f"{figures.tokens_per_second:.1f} tok/s", style="bold")
-        line.append(f"  {figures.tokens_per_step:.2f} tok/step  {figures.tokens} tok")
+        lines = Text(end="")
+        lines.append(f"{figures.tokens_per_second:.1f} tok/s", style="bold")
+        lines.append(f"  {figures.tokens} tok\n{figures.tokens_per_step:.2f} tok/step")
         if figures.acceptance is not None:
-            line.append(f"  acc {figures.acceptance:.0%}")
-        self.query_one(".pane-figures", Static).update(line)
+            lines.append(f"  acceptance {figures.acceptance:.0%}")
+        self.query_one(".pane-figures", Static).update(lines)
 
 
 def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[tuple[str, ...]]:
