@@ -151,3 +151,25 @@ async def test_race_figures_agree_with_compare(backend):
 
     expected = speedup(replayed_speed(VARIANT), replayed_speed("greedy"))
     assert shown[VARIANT][2] == f"{expected:.2f}×"
+
+
+async def test_the_chat_answers_as_before_after_a_race(backend):
+    """The race's runs fill the model's cache with their own tokens; the chat's next answer must
+    not take them for its conversation: regenerating after a race gives the same greedy answer."""
+    app = SpecchatApp(settings=Settings(max_tokens=16), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        app.screen.query_one("#prompt").insert("Say hi to the cat.")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        chat = app.screen
+        before = chat.messages[-1].content
+        screen, clock = await measured_race(pilot, ["greedy", VARIANT])
+        clock.now = 1e6
+        screen.replay_tick()
+        await pilot.press("escape")
+        assert app.screen is chat
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert chat.messages[-1].content == before

@@ -72,6 +72,26 @@ def ui_model_threads() -> int:
     return physical_cores()
 
 
+class RaceRecorder:
+    """Keeps the step events of one race run (for its replay) and tells the pane its token
+    count a few times a second: a sign of life that costs the run nothing."""
+
+    def __init__(self, screen: Screen, pane: int) -> None:
+        self.screen = screen
+        self.pane = pane
+        self.steps: list[StepEvent] = []
+        self._tokens = 0
+        self._last_post = time.monotonic()
+
+    def add(self, event: StepEvent) -> None:
+        self.steps.append(event)
+        self._tokens += len(event.tokens)
+        now = time.monotonic()
+        if now - self._last_post >= RACE_PROGRESS_SECONDS:
+            self._last_post = now
+            self.screen.post_message(RaceProgress(self.pane, self._tokens))
+
+
 def _error_text(exc: Exception) -> str:
     """Our own errors read as they are; anything else (a bug, a runtime failing) says its kind."""
     return str(exc) if isinstance(exc, SpecchatError) else f"{type(exc).__name__}: {exc}"
@@ -364,8 +384,7 @@ class ChatSession:
                 if cancel.is_set() or worker.is_cancelled:
                     break
                 screen.post_message(RaceStarted(pane))
-                steps: list[StepEvent] = []
-                on_step = partial(self._race_step, screen, pane, steps, [time.monotonic()])
+                recorder = RaceRecorder(screen, pane)
                 try:
                     done = run_decoder(
                         self._backend,
@@ -374,25 +393,15 @@ class ChatSession:
                         list(ids),
                         max_tokens,
                         self.sampling(variant.name),
-                        on_step=on_step,
+                        on_step=recorder.add,
                         cancel=(cancel, worker.cancelled_event),
                     )
                 except Exception as exc:  # a decoder that cannot run, or a bug: the pane says
                     screen.post_message(RaceFailed(pane, _error_text(exc)))
                 else:
-                    screen.post_message(RaceDone(pane, done, tuple(steps)))
+                    screen.post_message(RaceDone(pane, done, tuple(recorder.steps)))
         finally:
             screen.post_message(RaceFinished())
-
-    @staticmethod
-    def _race_step(
-        screen: Screen, pane: int, steps: list[StepEvent], last: list[float], event: StepEvent
-    ) -> None:
-        steps.append(event)
-        now = time.monotonic()
-        if now - last[0] >= RACE_PROGRESS_SECONDS:
-            last[0] = now
-            screen.post_message(RaceProgress(pane, sum(len(e.tokens) for e in steps)))
 
     def stop_race(self) -> None:
         """Stop the running race's answer at its next step boundary."""
