@@ -2,7 +2,9 @@
 
     .venv/bin/python screenshots/take.py
 
-Runs headless in private config/data folders; writes chat.svg, chat-light.svg, help.svg, race.svg.
+Runs headless in private config/data folders; writes chat.svg, chat-light.svg, help.svg,
+race.svg (the race mid-replay: the replay clock is stopped where the first decoder has finished)
+and race-done.svg (the replay over, with the summary).
 """
 
 from __future__ import annotations
@@ -18,6 +20,16 @@ PROMPT = (
     "- apples are red\n- bananas are yellow\n- grapes are purple\n- limes are green"
 )
 SIZE = (110, 34)
+
+
+class StoppedClock:
+    """The race replay's clock, moved by hand to the moment a screenshot shows."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 async def chat_shots() -> None:
@@ -52,16 +64,30 @@ async def chat_shots() -> None:
         await pilot.pause(0.3)
         app.save_screenshot("help.svg", str(HERE))
         await pilot.press("escape")
-        others = [n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"]
-        app.push_screen(RaceScreen(PROMPT, ["greedy", *others[:2]], 96))
+        from specchat.decoding.variants import LIBRARY_FIXED_DRAFT
+
+        # greedy, a speculative decoder with its learned draft lengths, and the same drafting a
+        # fixed number of tokens as llama-cpp-python does
+        variant = f"{speculative}:fixed_draft={LIBRARY_FIXED_DRAFT}"
+        app.push_screen(RaceScreen(PROMPT, ["greedy", speculative, variant], 96))
         await pilot.pause(0.3)
+        screen = app.screen
+        clock = StoppedClock()
+        screen.clock = clock
         await pilot.press("enter")
         await pilot.pause(0.5)
-        while app.screen.running:
+        while screen.running:
             await pilot.pause(0.1)
+        ends = sorted(p.timeline.end for p in screen.panes if p.timeline is not None)
+        clock.now = ends[0] + 0.25 * (ends[-1] - ends[0])
+        screen.replay_tick()
         await pilot.pause(0.3)
-        app.screen.query_one("#race-prompt").cursor_blink = False
+        screen.query_one("#race-prompt").cursor_blink = False
         app.save_screenshot("race.svg", str(HERE))
+        clock.now = ends[-1]
+        screen.replay_tick()
+        await pilot.pause(0.3)
+        app.save_screenshot("race-done.svg", str(HERE))
     backend.close()
 
 

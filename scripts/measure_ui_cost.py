@@ -1,66 +1,180 @@
-"""The TUI's cost: tokens/s the engine reaches inside the running app vs headless (`specchat ask`).
+"""The chat's cost to the engine, measured the way a person meets it: tokens/s of an answer in the
+real `specchat` chat running in a terminal (tmux, 120×40) against `specchat ask` on the same
+prompt, decoder and settings — each a fresh process, interleaved, median of the repeats.
 
-Both run the same prompt and decoder on the same loaded model, interleaved, from an empty cache;
-the app runs for real (Textual's headless driver, rendering every step). Prints the median ratio.
+    .venv/bin/python scripts/measure_ui_cost.py                  # greedy, 256 tokens, 3 repeats
+    .venv/bin/python scripts/measure_ui_cost.py --decoder pld --repeats 5
+    .venv/bin/python scripts/measure_ui_cost.py --chat-threads 1 # the chat with one model thread
+    .venv/bin/python scripts/measure_ui_cost.py --env OMP_WAIT_POLICY=passive   # both processes
 
-    .venv/bin/python scripts/measure_ui_cost.py --decoder greedy --repeats 5
+Both figures are the engine's decode tokens/s (tokens ÷ the steps' measured seconds; prefill
+excluded): `ask --json` prints it in its done event, the chat stores it with the answer, and this
+script reads it from the chat's history database. Run it alone on the machine: other processes on
+the cores make every figure lie. Needs tmux.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
+import shlex
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
-
-os.environ.setdefault("SPECCHAT_CONFIG_DIR", tempfile.mkdtemp(prefix="specchat-ui-cost-"))
-os.environ.setdefault("SPECCHAT_DATA_DIR", tempfile.mkdtemp(prefix="specchat-ui-cost-"))
-
-from specchat.app.tui.app import SpecchatApp  # noqa: E402
-from specchat.decoding.race import run_decoder  # noqa: E402
-from specchat.decoding.sampling import SamplingParams  # noqa: E402
-from specchat.models import LoadOptions, load_model  # noqa: E402
-from specchat.prompting import chat_prompt_ids, messages_for  # noqa: E402
-from specchat.settings import Settings  # noqa: E402
+import time
+import uuid
+from pathlib import Path
 
 PROMPT = "Write a long story about a dragon who learns to bake bread. Use many details."
+SIZE = (120, 40)
 
 
-async def tui_run(backend, decoder: str, max_tokens: int) -> float:
-    backend.rollback(0)
-    app = SpecchatApp(
-        settings=Settings(max_tokens=max_tokens, decoder=decoder),
-        backend=backend,
-        save_settings_file=False,
-    )
-    async with app.run_test(size=(120, 40)) as pilot:
-        pilot.app.screen.query_one("#prompt").insert(PROMPT)
-        await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        return float(app.screen.messages[-1].stats.tokens_per_second)
+def specchat_command() -> list[str]:
+    return [sys.executable, "-m", "specchat"]
+
+
+def headless_run(args: argparse.Namespace, env: dict[str, str]) -> dict:
+    """`specchat ask --json` in a fresh process; the stats of its done event."""
+    command = specchat_command() + ["ask", PROMPT, "--json", "--max-tokens", str(args.max_tokens)]
+    command += ["--decoder", args.decoder]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    if result.returncode != 0:
+        raise SystemExit(f"specchat ask failed: {result.stderr.strip()}")
+    done = json.loads(result.stdout.strip().splitlines()[-1])
+    return done["stats"]
+
+
+class Terminal:
+    """A tmux server of our own (its own socket, so it starts with our environment) holding one
+    session of the given size."""
+
+    def __init__(self, command: str, size: tuple[int, int]) -> None:
+        self.socket = f"specchat-ui-cost-{uuid.uuid4().hex[:8]}"
+        self.session = "chat"
+        width, height = size
+        self._tmux(
+            "new-session", "-d", "-s", self.session, "-x", str(width), "-y", str(height), command
+        )
+
+    def _tmux(self, *args: str) -> str:
+        result = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=False
+        )
+        return result.stdout
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", self.session)
+
+    def type(self, text: str) -> None:
+        self._tmux("send-keys", "-t", self.session, "-l", text)
+
+    def press(self, key: str) -> None:
+        self._tmux("send-keys", "-t", self.session, key)
+
+    def wait_for(self, condition, limit: float, what: str) -> str:
+        deadline = time.monotonic() + limit
+        while True:
+            screen = self.screen()
+            if condition(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the chat never showed {what}:\n{screen}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self.press("C-q")
+        time.sleep(0.5)
+        self._tmux("kill-server")
+
+
+def chat_run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, str]:
+    """One answer in the real chat in tmux, from a fresh process and a fresh chat store; the
+    stats the chat stored with it, and the status line it showed."""
+    from specchat.history import DB_FILE, HistoryStore
+
+    home = Path(tempfile.mkdtemp(prefix="specchat-ui-cost-"))
+    config, data = home / "config", home / "data"
+    config.mkdir()
+    settings = [f"max_tokens = {args.max_tokens}", f'decoder = "{args.decoder}"']
+    if args.chat_threads:
+        settings.append(f"threads = {args.chat_threads}")
+    (config / "settings.toml").write_text("\n".join(settings) + "\n")
+    chat_env = {**env, "SPECCHAT_CONFIG_DIR": str(config), "SPECCHAT_DATA_DIR": str(data)}
+    chat_env["TERM"] = "xterm-256color"
+    assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in chat_env.items())
+    command = f"env -i {assignments} {shlex.join(specchat_command())}"
+    terminal = Terminal(command, SIZE)
+    try:
+        terminal.wait_for(lambda s: "tok/s" in s and "Ask something" in s, 300, "a loaded model")
+        terminal.type(PROMPT)
+        for _ in range(40):  # a key can get lost while Textual reads the terminal's replies
+            terminal.press("Enter")
+            try:
+                terminal.wait_for(lambda s: "generating" in s or "ended:" in s, 3, "the answer")
+                break
+            except SystemExit:
+                continue
+        screen = terminal.wait_for(lambda s: "ended:" in s, 1200, "the end of the answer")
+    finally:
+        terminal.close()
+    store = HistoryStore(data / DB_FILE)
+    chat = store.list_chats()[0]
+    answer = store.messages(chat.id)[-1]
+    store.close()
+    status = next((line.strip() for line in screen.splitlines() if "tok/s" in line), "")
+    shutil.rmtree(home, ignore_errors=True)
+    return answer.stats.as_dict(), status
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--decoder", default="greedy")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--max-tokens", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument(
+        "--chat-threads", type=int, default=None, help="threads = N in the chat's settings"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable for both processes (repeatable)",
+    )
     args = parser.parse_args()
-    backend = load_model(None, LoadOptions(threads=args.threads))
-    ids = chat_prompt_ids(backend, messages_for(PROMPT))
-    ratios, tui, headless = [], [], []
-    for _ in range(args.repeats):
-        done = run_decoder(backend, args.decoder, {}, ids, args.max_tokens, SamplingParams())
-        headless.append(float(done.stats.tokens_per_second))
-        tui.append(asyncio.run(tui_run(backend, args.decoder, args.max_tokens)))
-        ratios.append(tui[-1] / headless[-1])
+    if shutil.which("tmux") is None:
+        raise SystemExit("tmux is not installed (apt-get install tmux)")
+    env = dict(os.environ)
+    env.pop("SPECCHAT_CONFIG_DIR", None)
+    env.pop("SPECCHAT_DATA_DIR", None)
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--env takes KEY=VALUE, got {item!r}")
+        env[key] = value
+    headless_home = tempfile.mkdtemp(prefix="specchat-ui-cost-ask-")
+    ask_env = {**env, "SPECCHAT_CONFIG_DIR": headless_home, "SPECCHAT_DATA_DIR": headless_home}
+
+    ratios, asked, chatted = [], [], []
+    for run in range(1, args.repeats + 1):
+        ask_stats = headless_run(args, ask_env)
+        chat_stats, status = chat_run(args, env)
+        asked.append(ask_stats["tokens_per_second"])
+        chatted.append(chat_stats["tokens_per_second"])
+        ratios.append(chatted[-1] / asked[-1])
+        print(
+            f"run {run}: ask {asked[-1]:.1f} tok/s ({ask_stats['generated_tokens']} tokens), "
+            f"chat {chatted[-1]:.1f} tok/s ({chat_stats['generated_tokens']} tokens) "
+            f"→ {ratios[-1]:.3f}   [the chat showed: {status}]",
+            flush=True,
+        )
     print(
-        f"decoder {args.decoder}: headless {statistics.median(headless):.1f} tok/s, "
-        f"TUI {statistics.median(tui):.1f} tok/s, TUI/headless median "
-        f"{statistics.median(ratios):.3f} (runs: {', '.join(f'{r:.3f}' for r in ratios)})"
+        f"decoder {args.decoder}, {args.max_tokens} tokens, {args.repeats} interleaved runs: "
+        f"ask {statistics.median(asked):.1f} tok/s, chat {statistics.median(chatted):.1f} tok/s, "
+        f"chat/ask median {statistics.median(ratios):.3f}"
     )
 
 

@@ -165,7 +165,12 @@ def ask(
 def compare(
     prompt: Annotated[str, typer.Argument(help="the question raced through every decoder")],
     decoder: Annotated[
-        list[str], typer.Option("--decoder", "-d", help="decoder to race (repeatable)")
+        list[str],
+        typer.Option(
+            "--decoder",
+            "-d",
+            help="decoder to race, or a variant of one: pld:fixed_draft=10 (repeatable)",
+        ),
     ] = [],  # noqa: B006
     model: ModelOpt = None,
     backend: BackendOpt = None,

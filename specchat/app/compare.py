@@ -12,8 +12,9 @@ from rich.table import Table
 from specchat.decoding.figures import RaceRow, race_rows
 from specchat.decoding.oracle import efficiency
 from specchat.decoding.race import DecoderRuns, race
-from specchat.decoding.registry import decoder_class, default_race, sampling_for, scoped_params
+from specchat.decoding.registry import default_race, sampling_for, scoped_params
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.variants import parse_variant
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
 
@@ -53,10 +54,9 @@ def run_compare(
     progress,
     progress_done,
 ) -> None:
-    names = list(dict.fromkeys(decoders or default_race()))
-    for name in names:
-        decoder_class(name)
-    per = scoped_params(names, params)
+    # a decoder or a variant of one (`pld:fixed_draft=10`); --param pld.x=… reaches every pld
+    variants = list({v.label: v for v in map(parse_variant, decoders or default_race())}.values())
+    per = scoped_params(list(dict.fromkeys(v.name for v in variants)), params)
     chosen = sampling_for(None, temperature, sampling)
     loaded = load_model(model, load_options, progress)
     ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages_for(prompt))
@@ -67,14 +67,14 @@ def run_compare(
     results = race(
         loaded,
         ids,
-        [(n, per[n]) for n in names],
+        [(v, v.with_params(per[v.name])) for v in variants],
         max_tokens=max_tokens,
         repeats=repeats,
         sampling=chosen,
         on_progress=on_progress,
     )
     progress_done()
-    figures = race_rows([(r.name, [run.stats for run in r.runs]) for r in results])
+    figures = race_rows([(r.label, [run.stats for run in r.runs]) for r in results])
     rows = [_row_json(row, result) for row, result in zip(figures, results)]
     if as_json:
         print(
@@ -100,9 +100,13 @@ def run_compare(
         show_edge=False,
         collapse_padding=True,
     )
+    labels = [str(row["decoder"]) for row in rows]
     columns = ("decoder", "tok/s", "speedup", "oracle", "eff.", "tok/step", "accept")
     for column in (*columns, "tokens", "exact"):
-        table.add_column(column, justify="left" if column == "decoder" else "right")
+        if column == "decoder":  # a variant's spelling is read whole
+            table.add_column(column, no_wrap=True, min_width=len(max(labels, key=len)))
+        else:
+            table.add_column(column, justify="right")
     for row in rows:
         same = row["identical_to_greedy"]
         if same is None:

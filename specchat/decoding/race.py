@@ -8,18 +8,20 @@ and `specchat bench` all build on this.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from specchat.backends.base import Backend, Block
 from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent
+from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.oracle import OracleFigures, accepted_lengths, oracle_speedup
 from specchat.decoding.registry import baseline_name, build_decoder, decoder_class
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
+from specchat.decoding.variants import DecoderVariant
 
 
 @dataclass
@@ -37,14 +39,19 @@ class Divergence:
 
 @dataclass
 class DecoderRuns:
-    """One decoder's runs in a race, and how its output compares with greedy's."""
+    """One decoder's runs in a race, and how its output compares with greedy's. `label` names
+    the row: the decoder, or its variant's spelling (`pld:fixed_draft=10`)."""
 
     name: str
     params: dict[str, object]
+    label: str = ""
     runs: list[DoneEvent] = field(default_factory=list)
     identical: bool | None = None  # None: not a greedy-family run
     divergence: Divergence | None = None
     oracle: OracleFigures | None = None  # what its drafter's proposals allow on greedy's answer
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.name
 
 
 def first_divergence(reference: tuple[int, ...], other: tuple[int, ...]) -> int | None:
@@ -108,15 +115,21 @@ def run_decoder(
     sampling: SamplingParams,
     stop: tuple[str, ...] = (),
     sources: DraftSources = NO_SOURCES,
+    *,
+    on_step: Callable[[StepEvent], None] | None = None,
+    cancel: threading.Event | Iterable[threading.Event] | None = None,
 ) -> DoneEvent:
-    """One answer from an empty cache."""
+    """One answer from an empty cache; `on_step` hears each step event (the TUI's race keeps
+    them to replay the run at its measured pace), `cancel` stops it between steps."""
     backend.rollback(0)
     engine = Engine(backend, build_decoder(name, params, backend))
     done = None
     request = GenerationRequest(tuple(prompt), max_tokens, stop, sampling, sources)
-    for event in engine.generate(request):
+    for event in engine.generate(request, cancel=cancel):
         if isinstance(event, DoneEvent):
             done = event
+        elif on_step is not None:
+            on_step(event)
     assert done is not None
     return done
 
@@ -124,20 +137,21 @@ def run_decoder(
 def race(
     backend: Backend,
     prompt: list[int],
-    decoders: list[tuple[str, dict[str, object]]],
+    decoders: Sequence[tuple[DecoderVariant, dict[str, object]]],
     *,
     max_tokens: int = 256,
     repeats: int = 3,
     sampling: SamplingParams | None = None,
     on_progress: Callable[[int, int, str], None] | None = None,
 ) -> list[DecoderRuns]:
-    """Each decoder's runs; the baseline is added when missing (and sampling is off)."""
+    """Each decoder's runs, given as (variant, its full parameters); the baseline is added when
+    missing (and sampling is off)."""
     sampling = sampling or SamplingParams()
     entries = list(decoders)
     base = baseline_name()
-    if sampling.greedy and all(name != base for name, _ in entries):
-        entries.insert(0, (base, {}))
-    results = [DecoderRuns(name, params) for name, params in entries]
+    if sampling.greedy and all(variant.label != base for variant, _ in entries):
+        entries.insert(0, (DecoderVariant(base), {}))
+    results = [DecoderRuns(variant.name, params, variant.label) for variant, params in entries]
     total = repeats * len(results)
     done_runs = 0
     for _ in range(repeats):
@@ -147,8 +161,8 @@ def race(
             )
             done_runs += 1
             if on_progress:
-                on_progress(done_runs, total, result.name)
-    baseline = next((r for r in results if r.name == base), None)
+                on_progress(done_runs, total, result.label)
+    baseline = next((r for r in results if r.label == base), None)
     if baseline is not None and sampling.greedy:
         reference = baseline.runs[-1].token_ids
         for result in results:

@@ -1,7 +1,9 @@
 """Messages the worker threads post to the UI: small, immutable, safe to build off the event loop.
 
 Workers only ever call `post_message` with these; every state change happens in handlers on the
-event loop (toolong's pattern). `LoadProgress` may replace an older one still in the queue.
+event loop (toolong's pattern). Progress messages may replace an older one still in the queue.
+An answer's steps do not come as messages but through a buffer (`streaming.py`), so the engine's
+pace never sets the UI's.
 """
 
 from __future__ import annotations
@@ -32,14 +34,6 @@ class ModelLoaded(Message):
 @dataclass
 class ModelFailed(Message):
     error: str
-
-
-@dataclass
-class AnswerStep(Message):
-    """One engine step of answer `answer_id`."""
-
-    answer_id: int
-    event: StepEvent
 
 
 @dataclass
@@ -75,15 +69,23 @@ class RaceStarted(Message):
 
 
 @dataclass
-class RaceStep(Message):
+class RaceProgress(Message):
+    """Pane `pane`'s run has produced `tokens` tokens so far (posted a few times a second)."""
+
     pane: int
-    event: StepEvent
+    tokens: int
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RaceProgress) and message.pane == self.pane
 
 
 @dataclass
 class RaceDone(Message):
+    """Pane `pane`'s run ended: its done event and every step event, for the replay."""
+
     pane: int
     event: DoneEvent
+    steps: tuple[StepEvent, ...]
 
 
 @dataclass

@@ -23,7 +23,6 @@ from specchat.app.tui.figures import format_params
 from specchat.app.tui.messages import (
     AnswerDone,
     AnswerFailed,
-    AnswerStep,
     DecoderFailed,
     DecoderSwitched,
     LoadProgress,
@@ -32,13 +31,15 @@ from specchat.app.tui.messages import (
     RaceDone,
     RaceFailed,
     RaceFinished,
+    RaceProgress,
     RaceStarted,
-    RaceStep,
 )
+from specchat.app.tui.streaming import StepBuffer
 from specchat.backends.base import Backend, ChatMessage
 from specchat.decoding.base import Decoder
 from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent
+from specchat.decoding.events import DoneEvent, StepEvent
+from specchat.decoding.race import run_decoder
 from specchat.decoding.registry import (
     DECODERS,
     baseline_name,
@@ -49,6 +50,7 @@ from specchat.decoding.registry import (
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import DraftSources
 from specchat.decoding.suffix_tree import unavailable_reason as suffix_trees_missing
+from specchat.decoding.variants import DecoderVariant
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 from specchat.history import HistoryStore, StoredMessage
@@ -57,16 +59,40 @@ from specchat.prompting import chat_prompt_ids, turn_start
 from specchat.saved_chats import SavedChatsIndex, open_saved_chats
 from specchat.settings import COLOUR_MODES, Settings, save_settings
 
+RACE_PROGRESS_SECONDS = 0.25  # how often a race pane hears its run's token count
+
 
 def ui_model_threads() -> int:
-    """CPU threads for the model while the TUI runs: one core fewer than the machine has.
+    """CPU threads for the model while the TUI runs: every physical core, as headless.
 
-    The UI thread needs a core now and then; when every core also runs a model thread, the
-    model's spinning thread pool stalls at each barrier whenever the UI preempts one of its
-    threads. Measured on 2 cores (scripts/measure_ui_cost.py): 2 model threads give 31 tok/s in
-    the TUI (95 headless), 1 thread gives 52 tok/s (53 headless).
+    It used to leave a core to the UI: when the UI thread preempts one of llama.cpp's spinning
+    pool threads, the pool stalls at every barrier, and a UI that worked on every step preempted
+    it all the time (2 cores: 2 model threads gave 31 tok/s in the TUI against 95 headless, one
+    thread 52 against 53). Now the UI works a bounded few times a second whatever the model's
+    pace (`streaming.py`), so the model gets the cores; scripts/measure_ui_cost.py checks the
+    chat against `specchat ask` in a real terminal (`threads` in settings.toml overrides this).
     """
-    return max(1, physical_cores() - 1)
+    return physical_cores()
+
+
+class RaceRecorder:
+    """Keeps the step events of one race run (for its replay) and tells the pane its token
+    count a few times a second: a sign of life that costs the run nothing."""
+
+    def __init__(self, screen: Screen, pane: int) -> None:
+        self.screen = screen
+        self.pane = pane
+        self.steps: list[StepEvent] = []
+        self._tokens = 0
+        self._last_post = time.monotonic()
+
+    def add(self, event: StepEvent) -> None:
+        self.steps.append(event)
+        self._tokens += len(event.tokens)
+        now = time.monotonic()
+        if now - self._last_post >= RACE_PROGRESS_SECONDS:
+            self._last_post = now
+            self.screen.post_message(RaceProgress(self.pane, self._tokens))
 
 
 def _error_text(exc: Exception) -> str:
@@ -101,6 +127,7 @@ class ChatSession:
         self._save_settings_file = save_settings_file
         self._home: Screen | None = None
         self._started = time.perf_counter()
+        self._race_cancel: threading.Event | None = None
 
     def attach(self, screen: Screen) -> None:
         """`screen` hears the session: the model's loading, decoder switches and answers post
@@ -137,7 +164,7 @@ class ChatSession:
         return None
 
     def _load(self) -> None:
-        """Load in a worker, leaving a core to the UI (see ui_model_threads)."""
+        """Load in a worker, with the threads of `ui_model_threads` unless the settings say."""
         start = time.perf_counter()
         self._post(LoadProgress("loading model"))
         options = LoadOptions(
@@ -284,13 +311,15 @@ class ChatSession:
         messages: Sequence[StoredMessage],
         cancel: threading.Event,
         previous_answer: str | None = None,
-    ) -> None:
-        """Answer the conversation with the chosen decoder in a worker of the attached screen: an
-        AnswerStep per engine step, then AnswerDone or AnswerFailed, all carrying `answer_id`.
-        Setting `cancel` stops it at the next step boundary, also before the engine started.
-        `previous_answer`, the answer being regenerated, is offered to the drafters as a source.
-        The session is busy until `answer_ended`."""
+    ) -> StepBuffer:
+        """Answer the conversation with the chosen decoder in a worker of the attached screen.
+        Each engine step goes into the returned buffer, which the screen drains at its own pace
+        (`streaming.py`: no message per step); AnswerDone or AnswerFailed, carrying `answer_id`,
+        comes after the last step was put. Setting `cancel` stops it at the next step boundary,
+        also before the engine started. `previous_answer`, the answer being regenerated, is
+        offered to the drafters as a source. The session is busy until `answer_ended`."""
         self.busy = True
+        steps = StepBuffer()
         chat = [ChatMessage(m.role, m.content) for m in messages]
         work = partial(
             self._generate,
@@ -299,9 +328,11 @@ class ChatSession:
             self.sampling(self.decoder_name),
             self.settings.max_tokens,
             cancel,
+            steps,
             previous_answer,
         )
         self._home.run_worker(work, name="answer", group="answer", exclusive=True, thread=True)
+        return steps
 
     def _generate(
         self,
@@ -310,6 +341,7 @@ class ChatSession:
         sampling: SamplingParams,
         max_tokens: int,
         cancel: threading.Event,
+        steps: StepBuffer,
         previous_answer: str | None = None,
     ) -> None:
         engine = self.engine
@@ -323,7 +355,7 @@ class ChatSession:
                 if isinstance(event, DoneEvent):
                     self._post(AnswerDone(answer_id, event))
                 else:
-                    self._post(AnswerStep(answer_id, event))
+                    steps.put(event)
         except Exception as exc:  # a bug or a runtime failure: show it, keep the app
             self._post(AnswerFailed(answer_id, _error_text(exc)))
 
@@ -345,50 +377,78 @@ class ChatSession:
         self.busy = False
 
     # -- races ----------------------------------------------------------------------------------
-    def race(self, screen: Screen, prompt: str, names: list[str], max_tokens: int) -> None:
-        """Run `prompt` through each decoder in `names`, one after another on the one engine, in
-        a worker of `screen`: per pane RaceStarted, RaceStep..., then RaceDone or RaceFailed;
-        RaceFinished at the end. The chat's own decoder is restored after. The session is busy
-        and racing until `race_ended`."""
+    def race_params(self, variant: DecoderVariant) -> dict[str, object]:
+        """A race pane's parameters: the decoder's as the chat has them, the variant's on top."""
+        return variant.with_params(self.decoder_params(variant.name))
+
+    def race_unavailable(self, variant: DecoderVariant) -> str | None:
+        if self._backend is None:
+            return None
+        return unavailable_reason(variant.name, self._backend, self.race_params(variant))
+
+    def race(
+        self, screen: Screen, prompt: str, variants: list[DecoderVariant], max_tokens: int
+    ) -> None:
+        """Run `prompt` through each decoder (or variant) in a worker of `screen`, one after
+        another: per pane RaceStarted, RaceProgress now and then, then RaceDone with every step
+        event, or RaceFailed; RaceFinished at the end. The session is busy and racing until
+        `race_ended`."""
         self.busy = True
         self.racing = True
-        work = partial(self._race, screen, prompt, names, max_tokens)
+        self._race_cancel = threading.Event()
+        work = partial(self._race, screen, prompt, variants, max_tokens, self._race_cancel)
         screen.run_worker(work, name="race", group="race", exclusive=True, thread=True)
 
-    def _race(self, screen: Screen, prompt: str, names: list[str], max_tokens: int) -> None:
-        engine = self.engine
+    def _race(
+        self,
+        screen: Screen,
+        prompt: str,
+        variants: list[DecoderVariant],
+        max_tokens: int,
+        cancel: threading.Event,
+    ) -> None:
+        """Each pane is one `run_decoder` from an empty cache: the function `specchat compare`
+        times, so a pane's figures are a compare run's. The screen hears little while a run is
+        measured (a token count a few times a second) and gets the steps when it ends."""
         worker = get_current_worker()
         try:
             ids = self.prompt_ids([ChatMessage("user", prompt)])
-            for pane, name in enumerate(names):
-                if worker.is_cancelled:
+            for pane, variant in enumerate(variants):
+                if cancel.is_set() or worker.is_cancelled:
                     break
+                screen.post_message(RaceStarted(pane))
+                recorder = RaceRecorder(screen, pane)
                 try:
-                    engine.switch(self._build(name))
-                    request = GenerationRequest(ids, max_tokens, (), self.sampling(name))
-                    screen.post_message(RaceStarted(pane))
-                    for event in engine.generate(request, cancel=worker.cancelled_event):
-                        if isinstance(event, DoneEvent):
-                            screen.post_message(RaceDone(pane, event))
-                        else:
-                            screen.post_message(RaceStep(pane, event))
-                except SpecchatError as exc:
-                    screen.post_message(RaceFailed(pane, str(exc)))
+                    done = run_decoder(
+                        self._backend,
+                        variant.name,
+                        self.race_params(variant),
+                        list(ids),
+                        max_tokens,
+                        self.sampling(variant.name),
+                        on_step=recorder.add,
+                        cancel=(cancel, worker.cancelled_event),
+                    )
+                except Exception as exc:  # a decoder that cannot run, or a bug: the pane says
+                    screen.post_message(RaceFailed(pane, _error_text(exc)))
+                else:
+                    screen.post_message(RaceDone(pane, done, tuple(recorder.steps)))
         finally:
-            try:  # the chat goes on with its own decoder
-                engine.switch(self._build(self.decoder_name))
-            except SpecchatError:
-                pass
             screen.post_message(RaceFinished())
 
     def stop_race(self) -> None:
         """Stop the running race's answer at its next step boundary."""
-        if self.engine is not None:
-            self.engine.cancel()
+        if self._race_cancel is not None:
+            self._race_cancel.set()
 
     def race_ended(self) -> None:
+        """The race's runs used engines of their own from an empty cache; the chat's engine
+        forgets what it thought the cache held and goes on with its own decoder."""
         self.busy = False
         self.racing = False
+        self._race_cancel = None
+        if self.engine is not None:
+            self.engine = Engine(self._backend, self.engine.decoder)
 
     # -- settings -------------------------------------------------------------------------------
     def save_settings(self) -> str | None:

@@ -8,6 +8,7 @@ from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.decoding.base import Decoder
+from specchat.decoding.events import StepEvent
 from specchat.decoding.registry import DECODERS
 from specchat.settings import Settings
 
@@ -23,17 +24,16 @@ def status_of(app) -> str:
     return str(app.screen.query_one(StatusBar).render())
 
 
-def record_status(app) -> list[str]:
-    """Every status line the bar showed, in order."""
-    bar = app.screen.query_one(StatusBar)
+def count_updates(widget) -> list[str]:
+    """Every content `widget` is updated with from now on, in order."""
     seen: list[str] = []
-    original = bar.update
+    original = widget.update
 
     def update(content="", **kwargs):
         seen.append(str(content))
         return original(content, **kwargs)
 
-    bar.update = update
+    widget.update = update
     return seen
 
 
@@ -45,18 +45,24 @@ async def type_and_send(pilot, text: str) -> None:
 async def test_answer_streams_and_status_updates(backend):
     app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
-        seen = record_status(app)
-        await type_and_send(pilot, "Name three colours.")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
         chat = app.screen
+        with StepGate(app.session.engine, after=2) as gate:
+            await type_and_send(pilot, "Name three colours.")
+            await wait_until(pilot, gate.held.is_set)
+            # the first steps reach the screen while the worker waits for the next one
+            await wait_until(pilot, lambda: chat.figures.stats.steps == 2)
+            live = status_of(app)
+            assert "generating" in live and "tok/s" in live and "greedy" in live
+            assert "2 tokens" in live
+            streaming = chat.query(AssistantMessage).last()
+            assert streaming.text and str(streaming.query_one(".runs").render()) == streaming.text
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
         assert [m.role for m in chat.messages] == ["user", "assistant"]
         answer = chat.messages[-1]
         assert answer.content.strip()
         assert answer.finish_reason in ("eos", "max_tokens")
-        live = [line for line in seen if "generating" in line]
-        assert len(live) >= 2, "the status bar updated while the answer streamed"
-        assert "tok/s" in live[-1] and "greedy" in live[-1]
         final = status_of(app)
         assert "ended:" in final and "tokens" in final
         # the figures grown from the step events are the engine's own
@@ -68,6 +74,74 @@ async def test_answer_streams_and_status_updates(backend):
         widget = chat.query(AssistantMessage).last()
         assert widget.text == answer.content
         assert len(chat.query(UserMessage)) == 1
+
+
+async def test_a_burst_of_steps_costs_one_repaint(backend):
+    """However many steps the engine made since the last flush, the answer and the status bar
+    repaint once for all of them: the UI's work follows the clock, not the model's pace."""
+    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.screen
+        with StepGate(app.session.engine, after=0) as gate:
+            await type_and_send(pilot, "Hi")
+            await wait_until(pilot, gate.held.is_set)
+            answer = chat.query(AssistantMessage).last()
+            repaints = count_updates(answer.query_one(".runs"))
+            status_repaints = count_updates(chat.query_one(StatusBar))
+            words = [f" w{i}" for i in range(200)]
+            for word in words:  # as a fast decoder would, between two flushes
+                chat._steps.put(StepEvent((7,), word, 0, 0, "greedy", 0.001))
+            await chat._flush_steps()
+            assert len(repaints) == 1 and len(status_repaints) == 1
+            assert answer.text == "".join(words)
+            assert chat.figures.tokens == 200 and "200 tokens" in status_of(app)
+            await pilot.press("escape")
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+
+async def test_streamed_answer_looks_as_the_finished_one(backend):
+    """While streaming, finished lines move out of the live tail into static pieces; the
+    transcript shows the same lines (and colours) before and after the answer ends."""
+    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
+    async with app.run_test(size=(100, 60)) as pilot:
+        chat = app.screen
+        with StepGate(app.session.engine, after=0) as gate:
+            await type_and_send(pilot, "Hi")
+            await wait_until(pilot, gate.held.is_set)
+            answer = chat.query(AssistantMessage).last()
+            for line in range(14):
+                for word in ("Line", f" {line}", " has a few words", " and a run", "\n"):
+                    n_tokens = 3 if word == " and a run" else 1
+                    chat._steps.put(StepEvent((7,) * n_tokens, word, 2, 2, "pld", 0.001))
+                await chat._flush_steps()
+                await pilot.pause()
+            assert len(answer.query_one(".settled").children) >= 1, "lines were settled"
+            streamed = body_lines(app, answer)
+            await pilot.press("escape")
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        assert not answer.query_one(".settled").children
+        assert body_lines(app, answer) == streamed
+        assert answer.text.count("\n") == 14
+        assert "Line 0 has" in "".join(char for char, _ in streamed[0])
+
+
+def body_lines(app, widget) -> list[list[tuple[str, object]]]:
+    """The screen's rows under the widget's header line, cell by cell: character and style
+    (without Textual's per-widget offsets, which say which piece a cell came from)."""
+    strips = app.screen._compositor.render_strips()
+    region = widget.region
+    return [
+        [
+            (char, segment.style and segment.style.clear_meta_and_links())
+            for segment in strips[y]
+            for char in segment.text
+        ]
+        for y in range(region.y + 1, region.bottom)
+    ]
 
 
 async def test_decoder_key_mid_answer_switches(backend):

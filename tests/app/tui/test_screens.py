@@ -1,52 +1,15 @@
-"""Race, decoder settings, themes and the chat list, driven through the pilot."""
+"""Decoder settings, themes and the chat list, driven through the pilot (the race: test_race)."""
 
 from __future__ import annotations
 
 import pytest
 
 from specchat.app.tui.app import SpecchatApp
-from specchat.app.tui.screens.race import RaceScreen
 from specchat.decoding.registry import DECODERS
 from specchat.settings import Settings, load_settings
 
-from .conftest import wait_until
-
 pytestmark = pytest.mark.anyio
 SIZE = (120, 36)
-
-
-def race_choice() -> list[str]:
-    """greedy plus a speculative greedy-family decoder when the registry has one."""
-    others = [i.name for i in DECODERS.values() if i.greedy_family and i.name != "greedy"]
-    return ["greedy", others[0] if others else "sample"]
-
-
-async def test_race_runs_sequentially_and_summarises(backend):
-    names = race_choice()
-    # a speculative decoder drafts whatever this machine's pass costs say
-    forced = {names[1]: {"fixed_draft": 4}} if DECODERS[names[1]].speculative else {}
-    app = SpecchatApp(settings=Settings(decoders=forced), backend=backend)
-    async with app.run_test(size=SIZE) as pilot:
-        app.push_screen(RaceScreen("Repeat: one two three four. one two three four.", names, 24))
-        await pilot.pause()
-        screen = app.screen
-        assert "one after another" in str(screen.query_one("#race-note").render())
-        await pilot.press("enter")
-        await pilot.pause()
-        await wait_until(pilot, lambda: not screen.running)
-        await pilot.pause()
-        table = screen.query_one("#race-summary")
-        assert table.row_count == 2
-        rows = [table.get_row_at(i) for i in range(2)]
-        assert [r[0] for r in rows] == names
-        assert rows[0][2] == "1.00×"
-        if DECODERS[names[1]].greedy_family:
-            assert rows[1][7] == "identical ✓"
-        if DECODERS[names[1]].speculative:
-            assert screen.panes[1].done.stats.accepted > 0  # not identical by plain steps alone
-        assert not app.session.busy and not app.session.racing
-        await pilot.press("escape")
-        assert not isinstance(app.screen, RaceScreen)
 
 
 async def test_decoder_settings_dialog_saves_params(backend):

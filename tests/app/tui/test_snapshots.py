@@ -1,5 +1,6 @@
 """SVG snapshots of the main screens with fixed content: a stored chat (no generation running, so
-every figure comes from its stored stats) and a race fed with scripted events.
+every figure comes from its stored stats) and a race fed with scripted runs, its replay stopped
+at a virtual moment.
 
 The footer, the help screen and the race's decoder list show the registry: a new decoder changes
 these snapshots on purpose (refresh with --snapshot-update and look at the diff)."""
@@ -7,7 +8,7 @@ these snapshots on purpose (refresh with --snapshot-update and look at the diff)
 from __future__ import annotations
 
 from specchat.app.tui.app import SpecchatApp
-from specchat.app.tui.messages import RaceDone, RaceFinished, RaceStarted, RaceStep
+from specchat.app.tui.messages import RaceDone, RaceFinished, RaceStarted
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.widgets.prompt_input import PromptInput
@@ -109,23 +110,48 @@ def scripted_done(name: str, tps: float) -> DoneEvent:
     return DoneEvent("eos", (), tokens, "".join(event.text for event in steps), stats)
 
 
-def test_race_summary(snap_compare, backend, fixed_chat):
-    async def scripted_race(pilot) -> None:
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scripted_race(at: float):
+    """Feed the race screen scripted runs (greedy at 80 tok/s, pld at 120) and stop its replay
+    clock at `at` seconds."""
+
+    async def run_before(pilot) -> None:
         app = pilot.app
         app.push_screen(RaceScreen("Count to five.", ["greedy", "pld"], 24))
         await pilot.pause()
         screen = app.screen
+        clock = VirtualClock()
+        screen.clock = clock
         await screen.make_panes(["greedy", "pld"])
         for pane, (name, tps) in enumerate([("greedy", 80.0), ("pld", 120.0)]):
             screen.post_message(RaceStarted(pane))
-            for event in scripted_steps(name, tps):
-                screen.post_message(RaceStep(pane, event))
-            screen.post_message(RaceDone(pane, scripted_done(name, tps)))
+            steps = tuple(scripted_steps(name, tps))
+            screen.post_message(RaceDone(pane, scripted_done(name, tps), steps))
         screen.post_message(RaceFinished())
         await pilot.pause()
+        clock.now = at
+        screen.replay_tick()
         screen.query_one("#race-prompt").cursor_blink = False
         await pilot.pause()
 
+    return run_before
+
+
+def test_race_summary(snap_compare, backend, fixed_chat):
     assert snap_compare(
-        chat_app(backend, fixed_chat), terminal_size=(110, 32), run_before=scripted_race
+        chat_app(backend, fixed_chat), terminal_size=(110, 32), run_before=scripted_race(1.0)
+    )
+
+
+def test_race_mid_replay(snap_compare, backend, fixed_chat):
+    """0.045 s in: pld (5 tokens in 0.042 s) has finished, greedy (0.0625 s) shows 3 of 5."""
+    assert snap_compare(
+        chat_app(backend, fixed_chat), terminal_size=(110, 32), run_before=scripted_race(0.045)
     )

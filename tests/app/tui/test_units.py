@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from specchat.app.tui.figures import Figures, status_text
+from specchat.app.tui.replay import Timeline, finishing_places
 from specchat.app.tui.runs import RunText, coloured
 from specchat.app.tui.screens.race import RacePane, summary_rows
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.stats import GenerationStats
+from specchat.decoding.variants import parse_variant
 from specchat.history import HistoryStore, StoredMessage
 from specchat.settings import Settings, dump_settings, load_settings, parse_settings, save_settings
 from specchat.themes.palette import COLOUR_BLIND_SAFE
@@ -114,8 +116,8 @@ def test_status_line():
     assert "200.0 tok/s" in line and "acceptance 50%" in line and "ended: context full" in line
 
 
-def _pane(name, tps, tokens):
-    pane = RacePane(name)
+def _pane(label, tps, tokens):
+    pane = RacePane(parse_variant(label))
     stats = GenerationStats(
         generated_tokens=len(tokens), steps=len(tokens), decode_seconds=len(tokens) / tps
     )
@@ -124,7 +126,29 @@ def _pane(name, tps, tokens):
 
 
 def test_race_summary():
-    panes = [_pane("pld", 150.0, [1, 2]), _pane("greedy", 100.0, [1, 2]), _pane("x", 50.0, [1, 3])]
-    rows = summary_rows(panes, {"pld": True, "greedy": True, "x": True})
+    panes = [
+        _pane("pld", 150.0, [1, 2]),
+        _pane("greedy", 100.0, [1, 2]),
+        _pane("pld:fixed_draft=10", 50.0, [1, 3]),
+    ]
+    flags = {"pld": True, "greedy": True, "pld:fixed_draft=10": True}
+    rows = summary_rows(panes, flags)
+    assert [r[0] for r in rows] == ["pld", "greedy", "pld:fixed_draft=10"]
     assert [r[2] for r in rows] == ["1.50×", "1.00×", "0.50×"]  # vs greedy, not the first pane
-    assert [r[7] for r in rows] == ["reference", "identical ✓", "differs ✗"]
+    assert [r[7] for r in rows] == ["identical ✓", "reference", "differs ✗"]
+
+
+def _step(tokens, seconds, tail=False):
+    return StepEvent(tuple(range(tokens)), "x" * tokens, 0, 0, "greedy", seconds, tail)
+
+
+def test_replay_timeline_places_steps_at_their_measured_moments():
+    steps = [_step(1, 0.125), _step(3, 0.25), _step(1, 0.125), _step(0, 0.0, tail=True)]
+    timeline = Timeline.of_run(steps, prefill_seconds=0.25)
+    assert timeline.times == (0.375, 0.625, 0.75, 0.75)
+    assert timeline.end == 0.75
+    # nothing during the prefill; a step shows from its own moment on; the tail with the last
+    moments = (0.0, 0.374, 0.375, 0.5, 0.74, 0.75, 9.0)
+    assert [timeline.shown_at(t) for t in moments] == [0, 0, 1, 1, 2, 4, 4]
+    assert Timeline.of_run([], 0.2).end == 0.0
+    assert finishing_places([0.9, None, 0.4, 0.6]) == [3, None, 1, 2]

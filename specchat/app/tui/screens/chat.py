@@ -13,13 +13,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Header
 
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.messages import (
     AnswerDone,
     AnswerFailed,
-    AnswerStep,
     DecoderFailed,
     DecoderSwitched,
     LoadProgress,
@@ -30,6 +30,7 @@ from specchat.app.tui.screens.chats import ChatListScreen
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.session import ChatSession
+from specchat.app.tui.streaming import FLUSH_SECONDS, StepBuffer
 from specchat.app.tui.widgets.legend import Legend
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
@@ -99,6 +100,8 @@ class ChatScreen(Screen):
         self._answer: AssistantMessage | None = None
         self._answer_cancel: threading.Event | None = None  # the latest answer's stop token
         self._answer_started = 0.0
+        self._steps: StepBuffer | None = None  # the running answer's steps, not yet shown
+        self._flush_timer: Timer | None = None
 
     @property
     def session(self) -> ChatSession:
@@ -261,21 +264,35 @@ class ChatScreen(Screen):
         await transcript.mount(self._answer)
         self.figures = Figures(decoder=name, params=session.params_label(name), streaming=True)
         self._answer_started = time.monotonic()
-        session.answer(self._answer_id, self.messages, cancel, previous_answer)
+        self._steps = session.answer(self._answer_id, self.messages, cancel, previous_answer)
+        self._flush_timer = self.set_interval(FLUSH_SECONDS, self._flush_steps)
         self._show_status()
 
-    async def on_answer_step(self, message: AnswerStep) -> None:
-        if message.answer_id != self._answer_id or self._answer is None:
+    async def _flush_steps(self) -> None:
+        """Show every step the worker buffered since the last flush: one repaint of the answer
+        and one of the status bar, however many steps came (see `streaming.py`)."""
+        if self._steps is None or self._answer is None:
             return
-        event = message.event
-        await self._answer.add_step(event.text, len(event.tokens), event.decoder, event.source)
-        self.figures.add(event)
+        events = self._steps.take()
+        if not events:
+            return
+        await self._answer.add_steps(events)
+        for event in events:
+            self.figures.add(event)
         self.figures.elapsed = time.monotonic() - self._answer_started
         self._show_status()
+
+    def _stop_flushing(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+            self._flush_timer = None
 
     async def on_answer_done(self, message: AnswerDone) -> None:
         if message.answer_id != self._answer_id or self._answer is None:
             return
+        self._stop_flushing()
+        await self._flush_steps()  # the worker put every step before it posted this
+        self._steps = None
         event = message.event
         answer, self._answer = self._answer, None
         await answer.finish(event.text, event.finish_reason)
@@ -302,6 +319,8 @@ class ChatScreen(Screen):
     async def on_answer_failed(self, message: AnswerFailed) -> None:
         if message.answer_id != self._answer_id:
             return
+        self._stop_flushing()
+        self._steps = None
         if self._answer is not None:
             await self._answer.remove()
             self._answer = None

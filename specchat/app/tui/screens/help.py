@@ -24,7 +24,7 @@ KEYS = [
     ("Ctrl+O", "copy the last answer"),
     ("Ctrl+S", "export the chat to a Markdown file"),
     ("Ctrl+G", "decoder settings: parameters, temperature, top-k, top-p, seed"),
-    ("Ctrl+B", "race: one prompt through 2–4 decoders"),
+    ("Ctrl+B", "race: one prompt through 2–4 decoders or variants (pld:fixed_draft=10), replayed"),
     ("Ctrl+L / Ctrl+N", "chats: open, rename, delete / new chat"),
     ("Ctrl+P", "command palette (every action, themes)"),
     ("F1", "this help"),

@@ -1,10 +1,16 @@
-"""Ctrl+B: one prompt through 2–4 decoders, side by side, with a summary.
+"""Ctrl+B: one prompt through 2–4 decoders (or variants of one), measured, then replayed side by
+side at the measured pace, with a summary.
 
 The decoders run one after another on the one loaded model — never in parallel threads, which
-would make them share two CPU cores and ruin every tok/s figure. The screen says so.
+would make them share the CPU cores and ruin every tok/s figure — and the screen stays quiet while
+they run. Then the panes replay together (`replay.py`): each step appears when it was produced in
+its own run, so the faster decoder finishes first on screen too; `r` replays.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import on
@@ -12,63 +18,122 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Header, Label, SelectionList, Static
+from textual.timer import Timer
+from textual.widgets import Button, DataTable, Footer, Header, Input, Label, SelectionList, Static
 
 from specchat.app.tui.figures import Figures
-from specchat.app.tui.messages import RaceDone, RaceFailed, RaceFinished, RaceStarted, RaceStep
+from specchat.app.tui.messages import (
+    RaceDone,
+    RaceFailed,
+    RaceFinished,
+    RaceProgress,
+    RaceStarted,
+)
+from specchat.app.tui.replay import REPLAY_FRAME_SECONDS, Timeline, finishing_places
 from specchat.app.tui.runs import RunText, coloured
 from specchat.app.tui.session import ChatSession
 from specchat.app.tui.widgets.prompt_input import PromptInput
-from specchat.decoding.events import DoneEvent
+from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.figures import race_rows
 from specchat.decoding.registry import DECODERS, baseline_name
+from specchat.decoding.variants import DecoderVariant, fixed_draft_variants, parse_variant
+from specchat.errors import SpecchatError
+from specchat.themes.palette import RunPalette
 
 MAX_PANES = 4
 SEQUENTIAL_NOTE = (
-    "Decoders run one after another on the same loaded model (never in parallel), "
-    "so their speeds are comparable."
+    "Decoders run one after another on the same loaded model (never in parallel), so their "
+    "speeds are comparable; then they replay side by side at the pace they were measured."
 )
+PLACES = {1: "1st", 2: "2nd", 3: "3rd", 4: "4th"}
 
 
 class RacePane(Vertical):
-    def __init__(self, name: str) -> None:
+    """One decoder's lane: quiet while its run is measured, then its replay."""
+
+    def __init__(self, variant: DecoderVariant) -> None:
         super().__init__(classes="race-pane")
-        self.decoder = name
-        self.runs = RunText()
-        self.figures = Figures(decoder=name)
+        self.variant = variant
         self.done: DoneEvent | None = None
+        self.timeline: Timeline | None = None
+        self.shown = 0  # steps on screen
+        self.runs = RunText()
+        self.figures = Figures(decoder=variant.label)
+        self.place: int | None = None  # finishing place in the replay
+        self.replayed = False  # its replay reached the end at least once
+
+    @property
+    def label(self) -> str:
+        return self.variant.label
 
     def compose(self) -> ComposeResult:
-        yield Label(f"{self.decoder} · waiting", classes="pane-title")
+        yield Label(f"{self.label} · waiting", classes="pane-title")
         with VerticalScroll(classes="pane-body"):
             yield Static("", classes="pane-text")
         yield Static("", classes="pane-figures")
 
     def set_state(self, state: str) -> None:
-        self.query_one(".pane-title", Label).update(f"{self.decoder} · {state}")
+        self.query_one(".pane-title", Label).update(f"{self.label} · {state}")
 
-    def repaint(self, palette) -> None:
+    def measured(self, done: DoneEvent, steps: tuple[StepEvent, ...]) -> None:
+        self.done = done
+        self.timeline = Timeline.of_run(steps, done.stats.prefill_seconds)
+        ended = "stopped" if done.finish_reason == "cancelled" else "measured"
+        self.set_state(f"{ended} · {done.stats.generated_tokens} tok")
+
+    def show_at(self, seconds: float, palette: RunPalette) -> None:
+        """Show the replay as it is `seconds` after its start (also backwards: a new replay)."""
+        timeline = self.timeline
+        if timeline is None:
+            return
+        count = timeline.shown_at(seconds)
+        if count < self.shown:
+            self.shown = 0
+            self.runs = RunText()
+            self.figures = Figures(decoder=self.label)
+        changed = count != self.shown
+        for event in timeline.steps[self.shown : count]:
+            self.runs.add_step(event.text, len(event.tokens))
+            self.figures.add(event)
+        self.figures.decoder = self.label
+        self.shown = count
+        finished = count == len(timeline.steps)
+        if finished:
+            self.runs.finish(self.done.text)
+            self.replayed = True
+            place = PLACES.get(self.place, "") if self.place else ""
+            self.set_state((f"{place} · " if place else "") + f"{timeline.end:.2f} s ✓")
+        else:
+            self.set_state(f"{seconds:.2f} s ▶")
+        self.figures.elapsed = min(seconds, timeline.end)
+        if changed or seconds == 0:
+            self.repaint(palette)
+
+    def repaint(self, palette: RunPalette) -> None:
         self.query_one(".pane-text", Static).update(
             coloured(self.runs.text, self.runs.runs, palette)
         )
         figures = self.figures
-        line = Text(no_wrap=True, overflow="ellipsis", end="")
-        line.append(f"{figures.tokens_per_second:.1f} tok/s", style="bold")
-        line.append(f"   {figures.tokens_per_step:.2f} tok/step   {figures.tokens} tok")
+        lines = Text(end="")
+        lines.append(f"{figures.tokens_per_second:.1f} tok/s", style="bold")
+        lines.append(f"  {figures.tokens} tok\n{figures.tokens_per_step:.2f} tok/step")
         if figures.acceptance is not None:
-            line.append(f"   acc {figures.acceptance:.0%}")
-        self.query_one(".pane-figures", Static).update(line)
+            lines.append(f"  acceptance {figures.acceptance:.0%}")
+        self.query_one(".pane-figures", Static).update(lines)
 
 
 def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[tuple[str, ...]]:
-    """One row per finished pane: tok/s, speedup vs greedy (else the first pane), tok/step,
+    """One row per measured pane: tok/s, speedup vs greedy (else the first pane), tok/step,
     acceptance, tokens, and whether a greedy-family output equals the reference."""
     finished = [p for p in panes if p.done is not None]
-    figures = race_rows([(p.decoder, [p.done.stats]) for p in finished])
-    reference = next((p for p in finished if greedy_flags.get(p.decoder)), None)
+    figures = race_rows([(p.label, [p.done.stats]) for p in finished])
+    reference = next(
+        (p for p in finished if p.label == baseline_name()),
+        next((p for p in finished if greedy_flags.get(p.label)), None),
+    )
     rows = []
     for pane, row in zip(finished, figures):
-        if not greedy_flags.get(pane.decoder) or reference is None:
+        if not greedy_flags.get(pane.label) or reference is None:
             same = "n/a (samples)"
         elif pane is reference:
             same = "reference"
@@ -76,7 +141,7 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
             same = "identical ✓" if pane.done.token_ids == reference.done.token_ids else "differs ✗"
         rows.append(
             (
-                pane.decoder,
+                pane.label,
                 f"{row.tokens_per_second:.1f}",
                 "–" if row.speedup is None else f"{row.speedup:.2f}×",
                 f"{row.tokens_per_step:.2f}",
@@ -91,7 +156,8 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
 
 class RaceScreen(Screen):
     BINDINGS = [
-        Binding("escape", "stop_or_back", "stop / back", priority=True),
+        Binding("escape", "stop_or_back", "stop / skip / back", priority=True),
+        Binding("r", "replay", "replay"),
         Binding("ctrl+b", "app.pop_screen", "back to chat", show=False),
     ]
 
@@ -103,8 +169,12 @@ class RaceScreen(Screen):
         self.initial = decoders
         self.max_tokens = max_tokens
         self.panes: list[RacePane] = []
-        self.running = False
+        self.running = False  # the runs are being measured
+        self.replaying = False
         self.greedy_flags: dict[str, bool] = {}
+        self.clock: Callable[[], float] = time.monotonic  # tests hand in a virtual one
+        self._replay_started = 0.0
+        self._replay_timer: Timer | None = None
 
     @property
     def session(self) -> ChatSession:
@@ -114,7 +184,13 @@ class RaceScreen(Screen):
         yield Header(icon="≫")
         with Horizontal(id="race-controls"):
             yield PromptInput(placeholder="Prompt to race — Enter runs", id="race-prompt")
-            yield SelectionList(id="race-decoders")
+            with Vertical(id="race-choice"):
+                yield SelectionList(id="race-decoders")
+                yield Input(
+                    placeholder="add a variant: pld:fixed_draft=4",
+                    id="race-variant",
+                    compact=True,
+                )
             yield Button("Run", variant="primary", id="race-run")
         yield Label(SEQUENTIAL_NOTE, id="race-note")
         yield Horizontal(id="race-panes")
@@ -124,11 +200,10 @@ class RaceScreen(Screen):
     def on_mount(self) -> None:
         self.sub_title = "race"
         chosen = self.initial or self._default_choice()
-        selection = self.query_one(SelectionList)
-        for info in DECODERS.values():
-            reason = self.session.unavailable_reason(info.name)
-            label = info.name if not reason else f"{info.name} (unavailable)"
-            selection.add_option((label, info.name, info.name in chosen and not reason))
+        choices = [DecoderVariant(name) for name in DECODERS] + fixed_draft_variants()
+        choices += [parse_variant(c) for c in chosen if c not in {v.label for v in choices}]
+        for variant in choices:
+            self._add_choice(variant, variant.label in chosen)
         table = self.query_one(DataTable)
         table.add_columns(
             "decoder",
@@ -145,10 +220,31 @@ class RaceScreen(Screen):
         prompt.move_cursor(prompt.document.end)
         prompt.focus()
 
+    def _add_choice(self, variant: DecoderVariant, selected: bool) -> None:
+        reason = self.session.race_unavailable(variant)
+        label = variant.label if not reason else f"{variant.label} (unavailable)"
+        self.query_one(SelectionList).add_option((label, variant.label, selected and not reason))
+
     def _default_choice(self) -> list[str]:
         usable = [n for n in DECODERS if not self.session.unavailable_reason(n)]
         speculative = [n for n in usable if DECODERS[n].speculative]
         return ([baseline_name()] + speculative[:2]) if speculative else usable[:2]
+
+    @on(Input.Submitted, "#race-variant")
+    def _variant_added(self, event: Input.Submitted) -> None:
+        """A variant typed in the picker joins the list, chosen."""
+        try:
+            variant = parse_variant(event.value)
+        except SpecchatError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        selection = self.query_one(SelectionList)
+        known = {selection.get_option_at_index(i).value for i in range(selection.option_count)}
+        if variant.label in known:
+            selection.select(variant.label)
+        else:
+            self._add_choice(variant, True)
+        event.input.clear()
 
     @on(PromptInput.Submitted)
     @on(Button.Pressed, "#race-run")
@@ -163,51 +259,49 @@ class RaceScreen(Screen):
             self.notify("an answer is running in the chat", severity="warning")
             return
         prompt = self.query_one("#race-prompt", PromptInput).text.strip()
-        names = list(self.query_one(SelectionList).selected)
+        labels = list(self.query_one(SelectionList).selected)
         if not prompt:
             self.notify("type a prompt to race", severity="warning")
             return
-        if not 2 <= len(names) <= MAX_PANES:
+        if not 2 <= len(labels) <= MAX_PANES:
             self.notify(f"choose 2 to {MAX_PANES} decoders", severity="warning")
             return
-        unavailable = [n for n in names if session.unavailable_reason(n)]
-        if unavailable:
-            self.notify(
-                f"{unavailable[0]} is unavailable: {session.unavailable_reason(unavailable[0])}"
-            )
-            return
-        await self.make_panes(names)
+        variants = [parse_variant(label) for label in labels]
+        for variant in variants:
+            reason = session.race_unavailable(variant)
+            if reason:
+                self.notify(f"{variant.label} is unavailable: {reason}")
+                return
+        await self.make_panes(variants)
         self.running = True
         max_tokens = self.max_tokens or min(session.settings.max_tokens, 256)
-        session.race(self, prompt, names, max_tokens)
+        session.race(self, prompt, variants, max_tokens)
 
-    async def make_panes(self, names: list[str]) -> None:
-        """Fresh panes for `names` (also how tests script a race without running one)."""
+    async def make_panes(self, variants: list[DecoderVariant | str]) -> None:
+        """Fresh panes (also how tests script a race without running one)."""
+        self._stop_replay()
+        chosen = [v if isinstance(v, DecoderVariant) else parse_variant(v) for v in variants]
         panes_box = self.query_one("#race-panes", Horizontal)
         await panes_box.remove_children()
-        self.panes = [RacePane(name) for name in names]
+        self.panes = [RacePane(variant) for variant in chosen]
         await panes_box.mount_all(self.panes)
         self.query_one(DataTable).clear()
         self.greedy_flags = {
-            n: DECODERS[n].greedy_family and self.session.sampling(n).greedy for n in names
+            v.label: DECODERS[v.name].greedy_family and self.session.sampling(v.name).greedy
+            for v in chosen
         }
+        self._note("measuring, one decoder after another — the replay starts when all have run")
+        self.query_one(DataTable).focus()  # off the prompt, so `r` replays
 
+    # -- the measured runs -----------------------------------------------------------------
     def on_race_started(self, message: RaceStarted) -> None:
-        self.panes[message.pane].set_state("running")
+        self.panes[message.pane].set_state("measuring…")
 
-    def on_race_step(self, message: RaceStep) -> None:
-        pane = self.panes[message.pane]
-        pane.runs.add_step(message.event.text, len(message.event.tokens))
-        pane.figures.add(message.event)
-        pane.repaint(self.app.palette)
+    def on_race_progress(self, message: RaceProgress) -> None:
+        self.panes[message.pane].set_state(f"measuring… {message.tokens} tok")
 
     def on_race_done(self, message: RaceDone) -> None:
-        pane = self.panes[message.pane]
-        pane.done = message.event
-        pane.runs.finish(message.event.text)
-        pane.set_state("stopped" if message.event.finish_reason == "cancelled" else "done")
-        pane.repaint(self.app.palette)
-        self._fill_summary()
+        self.panes[message.pane].measured(message.event, message.steps)
 
     def on_race_failed(self, message: RaceFailed) -> None:
         self.panes[message.pane].set_state("failed")
@@ -216,12 +310,71 @@ class RaceScreen(Screen):
     def on_race_finished(self, message: RaceFinished) -> None:
         self.running = False
         self.session.race_ended()
+        for pane in self.panes:
+            if pane.done is None and pane.timeline is None:
+                pane.set_state("not run")
+        self.action_replay()
+
+    # -- the replay ----------------------------------------------------------------------
+    def action_replay(self) -> None:
+        """Replay every measured pane from the start, together, at the measured pace."""
+        if self.running:
+            return
+        measured = [p for p in self.panes if p.timeline is not None]
+        if not measured:
+            return
+        places = finishing_places([p.timeline.end if p.timeline else None for p in self.panes])
+        for pane, place in zip(self.panes, places):
+            pane.place = place
+        self._stop_replay()
+        self.replaying = True
+        self._replay_started = self.clock()
+        self.replay_tick()
+        if self.replaying:
+            self._replay_timer = self.set_interval(REPLAY_FRAME_SECONDS, self.replay_tick)
+
+    def replay_tick(self) -> None:
+        """Bring every pane to the replay's current moment (the timer calls it; so can tests)."""
+        if not self.replaying:
+            return
+        seconds = self.clock() - self._replay_started
+        self.show_replay_at(seconds)
+
+    def show_replay_at(self, seconds: float) -> None:
+        palette = self.app.palette
+        for pane in self.panes:
+            pane.show_at(seconds, palette)
+        end = max((p.timeline.end for p in self.panes if p.timeline is not None), default=0.0)
+        if seconds >= end:
+            self._stop_replay()
+            self._note(f"replayed at the measured pace ({end:.2f} s) — r replays")
+        else:
+            self._note(f"replay at the measured pace: {seconds:.2f} s of {end:.2f} s")
         self._fill_summary()
 
+    def _stop_replay(self) -> None:
+        self.replaying = False
+        if self._replay_timer is not None:
+            self._replay_timer.stop()
+            self._replay_timer = None
+
+    def _note(self, text: str) -> None:
+        self.query_one("#race-note", Label).update(text)
+
     def _fill_summary(self) -> None:
+        """A row per pane whose replay reached the end once (figures against every measured
+        pane, so a row never changes once shown); the rows stay for later replays."""
+        measured = [p for p in self.panes if p.done is not None]
+        rows = [
+            row
+            for pane, row in zip(measured, summary_rows(measured, self.greedy_flags))
+            if pane.replayed
+        ]
         table = self.query_one(DataTable)
+        if table.row_count == len(rows):
+            return
         table.clear()
-        for row in summary_rows(self.panes, self.greedy_flags):
+        for row in rows:
             table.add_row(*row)
 
     def palette_changed(self) -> None:
@@ -229,9 +382,13 @@ class RaceScreen(Screen):
             pane.repaint(self.app.palette)
 
     def action_stop_or_back(self) -> None:
+        """Stop the measuring; skip a replay to its end; else back to the chat."""
         if self.running:
             self.session.stop_race()
             for worker in self.workers:
                 worker.cancel()
+            return
+        if self.replaying:
+            self.show_replay_at(float("inf"))
             return
         self.app.pop_screen()

@@ -1,23 +1,32 @@
 """One turn of the transcript. Assistant turns stream in two ways:
 
-- colouring on: Rich Text with each multi-token run styled (Markdown cannot carry per-span colour),
-  repainted at most every 1/15 s from a buffer, so a burst of steps costs one repaint;
-- colouring off: Textual's Markdown fed through `Markdown.get_stream`, which batches fragments.
-When the answer ends the full text is rendered once in the active mode.
+- colouring on: Rich Text with each multi-token run styled (Markdown cannot carry per-span colour).
+  Only the answer's tail is live: once it holds SETTLE_CHARS, the lines before its last line break
+  move into a static piece that is never rendered again. A batch of steps repaints the tail alone,
+  and lays the transcript out only when the tail's line count changed — so the work per batch does
+  not grow with the answer, nor with the transcript;
+- colouring off: Textual's Markdown fed through `Markdown.get_stream`, one fragment per batch
+  (it re-parses from the last block only).
+The chat screen hands over batches at a bounded rate (`streaming.py`), never a step at a time.
+When the answer ends the full text is rendered once, as one piece, in the active mode.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.widgets import Label, Markdown, Static
 
-from specchat.app.tui.runs import RunText, coloured
+from specchat.app.tui.runs import RunText, clip_runs, coloured
+from specchat.decoding.events import StepEvent
 from specchat.history import StoredMessage
 from specchat.themes.palette import RunPalette
 
-REPAINT_SECONDS = 1 / 15
+SETTLE_CHARS = 400  # a live tail longer than this gives its finished lines to a static piece
 
 
 class UserMessage(Vertical):
@@ -52,12 +61,12 @@ class AssistantMessage(Vertical):
         self.streaming = stored is None
         if stored is not None:
             self.runs = RunText(stored.content, list(stored.runs))
-        self._dirty = False
         self._stream = None
-        self._timer = None
+        self._settled = 0  # characters already in static pieces (coloured streaming)
 
     def compose(self) -> ComposeResult:
         yield Label(self._header(), classes="role")
+        yield Vertical(classes="body settled")
         yield Static("", classes="body runs")
         yield Markdown("", classes="body markdown")
 
@@ -74,13 +83,13 @@ class AssistantMessage(Vertical):
     async def on_mount(self) -> None:
         self._apply_mode()
         if self.streaming:
-            self._timer = self.set_interval(REPAINT_SECONDS, self._repaint)
             if not self.colour:
                 self._stream = Markdown.get_stream(self.query_one(".markdown", Markdown))
         else:
             await self._render_full()
 
     def _apply_mode(self) -> None:
+        self.query_one(".settled").display = self.colour
         self.query_one(".runs").display = self.colour
         self.query_one(".markdown").display = not self.colour
 
@@ -88,30 +97,52 @@ class AssistantMessage(Vertical):
     def text(self) -> str:
         return self.runs.text
 
-    def _repaint(self) -> None:
-        if self._dirty and self.colour:
-            self.query_one(".runs", Static).update(
-                coloured(self.runs.text, self.runs.runs, self.palette, self.colour_by)
-            )
-        self._dirty = False
-
-    async def add_step(self, text: str, n_tokens: int, decoder: str, source: str = "") -> None:
-        self.runs.add_step(text, n_tokens, source)
+    async def add_steps(self, events: Sequence[StepEvent]) -> None:
+        """A batch of steps: their text added, one repaint of the live tail (or one Markdown
+        fragment)."""
+        for event in events:
+            self.runs.add_step(event.text, len(event.tokens), event.source)
+        decoder = events[-1].decoder if events else self.decoder
         if decoder != self.decoder:
             self.decoder = decoder
             self.query_one(".role", Label).update(self._header())
-        self._dirty = True
-        if self._stream is not None and text:
-            await self._stream.write(text)
+        if self.colour:
+            await self._settle()
+            self._repaint_tail()
+        elif self._stream is not None:
+            await self._stream.write("".join(event.text for event in events))
+
+    def _piece(self, start: int, end: int) -> Text:
+        text = self.runs.text
+        runs = clip_runs(self.runs.runs, start, end)
+        return coloured(text[start:end], runs, self.palette, self.colour_by)
+
+    async def _settle(self) -> None:
+        """Move the tail's finished lines into a static piece once the tail is long."""
+        text = self.runs.text
+        if len(text) - self._settled < SETTLE_CHARS:
+            return
+        cut = text.rfind("\n", self._settled)
+        if cut < 0:
+            return
+        # text[a:cut] then text[cut+1:] stacked render the lines text[a:] renders
+        piece = Static(self._piece(self._settled, cut), classes="body")
+        self._settled = cut + 1
+        await self.query_one(".settled", Vertical).mount(piece)
+
+    def _repaint_tail(self) -> None:
+        """Repaint the live tail; lay out only when its height changed."""
+        tail = self.query_one(".runs", Static)
+        width, before = tail.content_size
+        tail.update(self._piece(self._settled, len(self.runs.text)), layout=False)
+        if not width or tail.get_content_height(Size(width, 0), Size(width, 0), width) != before:
+            tail.refresh(layout=True)
 
     async def finish(self, final_text: str, finish_reason: str | None) -> None:
         """Stop streaming and render the whole answer once."""
         self.runs.finish(final_text)
         self.finish_reason = finish_reason
         self.streaming = False
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
         await self._stop_stream()
         self.query_one(".role", Label).update(self._header())
         await self._render_full()
@@ -122,13 +153,17 @@ class AssistantMessage(Vertical):
             await stream.stop()
 
     async def _render_full(self) -> None:
-        if self.colour:
-            self.query_one(".runs", Static).update(
-                coloured(self.runs.text, self.runs.runs, self.palette, self.colour_by)
-            )
-        else:
-            await self.query_one(".markdown", Markdown).update(self.runs.text)
-        self._dirty = False
+        """The whole answer as one piece."""
+        with self.app.batch_update():  # never a frame with the pieces gone or doubled
+            if self.colour:
+                self.query_one(".runs", Static).update(
+                    coloured(self.runs.text, self.runs.runs, self.palette, self.colour_by)
+                )
+            else:
+                await self.query_one(".markdown", Markdown).update(self.runs.text)
+            if self._settled:
+                self._settled = 0
+                await self.query_one(".settled", Vertical).remove_children()
 
     async def set_colour(self, colour: bool, palette: RunPalette, by: str = "length") -> None:
         """Switch modes (also mid-answer) and repaint with the theme's palette, runs coloured

@@ -18,8 +18,9 @@ class StatusBar(Static):
             self.figures = figures
         if model is not None:
             self.model = model
-        self.update(status_text(self.figures, self.model))
+        # two lines whatever they say (chat.tcss): a repaint, never a layout of the screen
+        self.update(status_text(self.figures, self.model), layout=False)
 
     def message(self, text: str) -> None:
         """A line instead of figures (loading progress, errors)."""
-        self.update(text)
+        self.update(text, layout=False)

@@ -1,0 +1,176 @@
+"""The race screen on the real model: decoders measured one after another, then replayed side by
+side at their measured pace — driven here by a virtual clock, so nothing depends on the machine's
+speed — with figures that agree with `specchat compare` on the same prompt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specchat.app.tui.app import SpecchatApp
+from specchat.app.tui.screens.race import RaceScreen
+from specchat.decoding.figures import speedup, tokens_per_second
+from specchat.settings import Settings
+
+from .conftest import wait_until
+
+pytestmark = pytest.mark.anyio
+SIZE = (120, 36)
+PROMPT = "Repeat: one two three four. one two three four."
+# a fixed draft length uses no learned state, so its steps are the same in every run
+VARIANT = "pld:fixed_draft=4"
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pane_text(pane) -> str:
+    return str(pane.query_one(".pane-text").render())
+
+
+def pane_title(pane) -> str:
+    return str(pane.query_one(".pane-title").render())
+
+
+def shown_text(pane, count: int) -> str:
+    return "".join(event.text for event in pane.timeline.steps[:count])
+
+
+async def measured_race(pilot, names: list[str]) -> tuple[RaceScreen, VirtualClock]:
+    """Run the race on the real model; return once the replay started (virtual time 0)."""
+    app = pilot.app
+    app.push_screen(RaceScreen(PROMPT, names, 24))
+    await pilot.pause()
+    screen = app.screen
+    clock = VirtualClock()
+    screen.clock = clock
+    assert "one after another" in str(screen.query_one("#race-note").render())
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: screen.replaying)
+    await pilot.pause()
+    return screen, clock
+
+
+async def test_race_measures_then_replays_at_the_measured_pace(backend):
+    app = SpecchatApp(settings=Settings(), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        screen, clock = await measured_race(pilot, ["greedy", VARIANT])
+        assert not app.session.busy and not app.session.racing
+        panes = screen.panes
+        assert [p.label for p in panes] == ["greedy", VARIANT]
+        # replay at 0 s: every run is still in its prefill, no text yet, no summary yet
+        assert all(p.shown == 0 and pane_text(p) == "" for p in panes)
+        assert screen.query_one("#race-summary").row_count == 0
+
+        first, second = sorted(panes, key=lambda p: p.timeline.end)
+        clock.now = first.timeline.end
+        screen.replay_tick()
+        assert pane_text(first) == first.done.text
+        assert "1st" in pane_title(first) and "✓" in pane_title(first)
+        assert f"{first.done.stats.tokens_per_second:.1f} tok/s  " in str(
+            first.query_one(".pane-figures").render()
+        )
+        if second.timeline.end > first.timeline.end:  # the slower one is still under way
+            assert second.shown < len(second.timeline.steps)
+            assert pane_text(second) == shown_text(second, second.shown)
+            assert "▶" in pane_title(second)
+            assert screen.query_one("#race-summary").row_count == 1
+
+        # any moment: a pane shows exactly the steps produced by then in its own run
+        middle = len(second.timeline.steps) // 2
+        clock.now = second.timeline.times[middle]
+        screen.replay_tick()
+        assert second.shown == second.timeline.shown_at(clock.now) >= middle + 1
+        assert pane_text(second) == shown_text(second, second.shown)
+
+        clock.now = 1e6
+        screen.replay_tick()
+        assert not screen.replaying
+        assert all(pane_text(p) == p.done.text for p in panes)
+        table = screen.query_one("#race-summary")
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        assert [r[0] for r in rows] == ["greedy", VARIANT]
+        assert rows[0][2] == "1.00×" and rows[1][7] == "identical ✓"
+        assert panes[1].done.stats.accepted > 0  # identical with drafts, not by plain steps alone
+
+        await pilot.press("r")  # replays from the start; the summary stays
+        assert screen.replaying and all(p.shown == 0 for p in panes)
+        assert all(pane_text(p) == "" for p in panes)
+        assert table.row_count == 2
+        await pilot.press("escape")  # skips the replay to its end
+        assert not screen.replaying and all(pane_text(p) == p.done.text for p in panes)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, RaceScreen)
+
+
+async def test_race_figures_agree_with_compare(backend):
+    """The same prompt and decoders through `specchat compare --json` (one thread, as the
+    suite's model) and the race screen: the same tokens, steps, acceptance and exactness; and
+    the speedup the table shows is the one computed from the replay's own step times."""
+    app = SpecchatApp(settings=Settings(), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        screen, clock = await measured_race(pilot, ["greedy", VARIANT])
+        clock.now = 1e6
+        screen.replay_tick()
+        table = screen.query_one("#race-summary")
+        shown = {row[0]: row for row in (table.get_row_at(i) for i in range(table.row_count))}
+        panes = {pane.label: pane for pane in screen.panes}
+
+    result = subprocess.run(
+        [sys.executable, "-m", "specchat", "compare", PROMPT, "-d", "greedy", "-d", VARIANT]
+        + ["--max-tokens", "24", "--repeats", "1", "--threads", "1", "--n-ctx", "2048", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert result.returncode == 0, result.stderr
+    compared = {row["decoder"]: row for row in json.loads(result.stdout)["decoders"]}
+    assert list(compared) == ["greedy", VARIANT]
+    for label, row in compared.items():
+        stats = panes[label].done.stats
+        assert stats.generated_tokens == row["tokens"] == int(shown[label][5])
+        assert round(stats.tokens_per_step, 3) == row["tokens_per_step"]
+        assert f"{stats.tokens_per_step:.2f}" == shown[label][3]
+        assert round(stats.acceptance_rate, 3) == row["acceptance_rate"]
+        assert row["identical_to_greedy"] is True
+        assert shown[label][7] in ("reference", "identical ✓")
+    assert panes[VARIANT].done.token_ids == panes["greedy"].done.token_ids
+
+    def replayed_speed(label: str) -> float:
+        steps = panes[label].timeline.steps
+        return tokens_per_second(sum(len(s.tokens) for s in steps), sum(s.seconds for s in steps))
+
+    expected = speedup(replayed_speed(VARIANT), replayed_speed("greedy"))
+    assert shown[VARIANT][2] == f"{expected:.2f}×"
+
+
+async def test_the_chat_answers_as_before_after_a_race(backend):
+    """The race's runs fill the model's cache with their own tokens; the chat's next answer must
+    not take them for its conversation: regenerating after a race gives the same greedy answer."""
+    app = SpecchatApp(settings=Settings(max_tokens=16), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        app.screen.query_one("#prompt").insert("Say hi to the cat.")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        chat = app.screen
+        before = chat.messages[-1].content
+        screen, clock = await measured_race(pilot, ["greedy", VARIANT])
+        clock.now = 1e6
+        screen.replay_tick()
+        await pilot.press("escape")
+        assert app.screen is chat
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert chat.messages[-1].content == before

@@ -1,0 +1,68 @@
+"""Decoder variants, `name:param=value[,param=value]`: what `compare -d` and the race picker read."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specchat.decoding.registry import DECODERS
+from specchat.decoding.variants import (
+    LIBRARY_FIXED_DRAFT,
+    DecoderVariant,
+    fixed_draft_variants,
+    parse_variant,
+)
+from specchat.errors import SpecchatError
+
+
+def test_a_plain_name_is_the_decoder_itself():
+    variant = parse_variant(" pld ")
+    assert variant == DecoderVariant("pld") and variant.label == "pld"
+    assert variant.values() == {}
+
+
+def test_a_variant_sets_typed_parameters_over_the_others():
+    variant = parse_variant("pld:fixed_draft=10, max-ngram=2")
+    assert variant.name == "pld" and variant.label == "pld:fixed_draft=10,max_ngram=2"
+    assert variant.values() == {"fixed_draft": 10, "max_ngram": 2}
+    merged = variant.with_params({"max_ngram": 3, "min_ngram": 1})
+    assert merged == {"max_ngram": 2, "min_ngram": 1, "fixed_draft": 10}
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("nope:fixed_draft=1", "unknown decoder"),
+        ("pld:fixed_draft", "name:param=value"),
+        ("pld:=3", "name:param=value"),
+        ("pld:width=3", "no parameter 'width'"),
+        ("pld:fixed_draft=many", "must be an integer"),
+        ("pld:fixed_draft=-1", "must be ≥ 0"),
+    ],
+)
+def test_bad_spellings_say_what_is_wrong(spec, message):
+    with pytest.raises(SpecchatError, match=message):
+        parse_variant(spec)
+
+
+def test_the_race_picker_offers_fixed_drafts_of_the_speculative_decoders():
+    offered = fixed_draft_variants()
+    speculative = [n for n, cls in DECODERS.items() if cls.speculative]
+    assert [v.name for v in offered] == speculative
+    assert all(v.values() == {"fixed_draft": LIBRARY_FIXED_DRAFT} for v in offered)
+
+
+def test_compare_refuses_a_bad_variant_in_one_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "specchat", "compare", "hi", "-d", "pld:fixed_draft=x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert result.returncode == 2
+    assert "pld.fixed_draft must be an integer" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
