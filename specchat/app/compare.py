@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 from rich import box
 from rich.console import Console
@@ -14,7 +15,8 @@ from specchat.decoding.oracle import efficiency
 from specchat.decoding.race import DecoderRuns, race
 from specchat.decoding.registry import decoder_class, default_race, sampling_for, scoped_params
 from specchat.decoding.sampling import SamplingParams
-from specchat.models import LoadOptions, load_model
+from specchat.errors import SpecchatError
+from specchat.models import REMOTE_BACKEND, LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
 
 
@@ -52,14 +54,33 @@ def run_compare(
     as_json: bool,
     progress,
     progress_done,
+    server_urls: tuple[str, ...] = (),
 ) -> None:
-    names = list(dict.fromkeys(decoders or default_race()))
-    for name in names:
+    """Race `decoders` on the model `load_options` name, and each server of `server_urls` with
+    its own method. With `--backend openai` the first URL is the race's own backend."""
+    for name in decoders:
         decoder_class(name)
-    per = scoped_params(names, params)
+    remote = load_options.backend == REMOTE_BACKEND
+    if remote and not server_urls:
+        raise SpecchatError(f"--backend {REMOTE_BACKEND} needs --base-url URL")
+    if raw and server_urls:
+        raise SpecchatError("--raw: a remote server answers chat messages, not raw text")
     chosen = sampling_for(None, temperature, sampling)
+    if remote:
+        load_options = replace(load_options, base_url=server_urls[0])
+        server_urls = server_urls[1:]
     loaded = load_model(model, load_options, progress)
-    ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages_for(prompt))
+    servers = tuple(
+        load_model(
+            model if remote else None,
+            replace(load_options, backend=REMOTE_BACKEND, base_url=url),
+        )
+        for url in server_urls
+    )
+    names = list(dict.fromkeys(decoders or default_race(loaded)))
+    per = scoped_params(names, params)
+    messages = tuple(messages_for(prompt))
+    ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, list(messages))
 
     def on_progress(done: int, total: int, name: str) -> None:
         progress(f"run {done}/{total} ({name})")
@@ -72,9 +93,11 @@ def run_compare(
         repeats=repeats,
         sampling=chosen,
         on_progress=on_progress,
+        messages=messages,
+        servers=servers,
     )
     progress_done()
-    figures = race_rows([(r.name, [run.stats for run in r.runs]) for r in results])
+    figures = race_rows([(r.label, [run.stats for run in r.runs]) for r in results])
     rows = [_row_json(row, result) for row, result in zip(figures, results)]
     if as_json:
         print(
@@ -109,6 +132,8 @@ def run_compare(
             same_text = "—"
         elif same:
             same_text = "yes"
+        elif row["first_divergence"] is None:
+            same_text = "no (text)"
         else:
             div = row["first_divergence"]
             same_text = (

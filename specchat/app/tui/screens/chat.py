@@ -272,6 +272,12 @@ class ChatScreen(Screen):
         elapsed = round(time.monotonic() - self._answer_started, 3)
         decoder = answer.decoder or self.figures.decoder
         self.figures.finished(decoder, event.finish_reason, elapsed)
+        # the engine's own figures: equal to the steps' for a local model, a remote server's
+        # totals where it reports only those
+        self.figures.stats = event.stats
+        self.figures.params = self.session.params_label(decoder)
+        if event.error:
+            self.notify(event.error, title="answer broke off", severity="error", timeout=15)
         stored = StoredMessage(
             "assistant",
             answer.text,
