@@ -40,5 +40,6 @@ def fresh_llama(llama_backend):
     llama_backend.rollback(0)
     return llama_backend
 
+
 # llama-server and the misbehaving HTTP servers of the remote backend's tests
 pytest_plugins = ["tests.servers"]

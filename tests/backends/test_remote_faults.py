@@ -18,7 +18,7 @@ from specchat.decoding.engines import engine_for
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.registry import build_decoder, default_decoder
 from specchat.decoding.sampling import SamplingParams
-from specchat.decoding.server_steps import NOTES, NONE, TOTALS
+from specchat.decoding.server_steps import NONE, NOTES, TOTALS
 from specchat.models import LoadOptions, load_model
 from tests.servers import FaultServer, free_port
 
