@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -44,7 +43,8 @@ def start_llama_server(spec: str | None = None, extra: Sequence[str] = ()) -> Ll
     command = ["bash", str(SCRIPT), "--port", str(port)]
     if spec:
         command += ["--spec", spec]
-    command += ["--threads", str(SERVER_THREADS), "--ctx-size", "2048", *extra]
+    # --metrics: the server's own totals at /metrics, the tests' oracle for its counters
+    command += ["--threads", str(SERVER_THREADS), "--ctx-size", "2048", "--metrics", *extra]
     env = {**os.environ, "SPECCHAT_PYTHON": sys.executable}
     return LlamaServerProcess(command, port, env).start()
 
@@ -65,8 +65,19 @@ def llama_server_ngram(llama_server_binary) -> Iterator[LlamaServerProcess]:
     server.stop()
 
 
-def llama_server_help(binary: str) -> str:
-    return subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
+def server_metrics(server: LlamaServerProcess) -> dict[str, float]:
+    """llama-server's Prometheus counters (`--metrics`), e.g. spec_decode_num_accepted_tokens_total:
+    the server's own totals, read apart from any stream."""
+    from urllib.request import urlopen
+
+    with urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            found[name.split(":", 1)[-1]] = float(value)
+    return found
 
 
 # -- the misbehaving server -------------------------------------------------------------------

@@ -80,23 +80,29 @@ def run_bench(
     if peers:
         methods += peers_for(loaded)
     total = sum(len(q.turns) for q in questions) * len(methods) * repeats
-    with Progress(
-        TextColumn("[bold]bench"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("runs", total=total)
-        rows = run_benchmark(
-            loaded,
-            questions,
-            methods,
-            max_tokens=max_tokens,
-            repeats=repeats,
-            on_run=lambda: progress.advance(task),
-        )
+    try:
+        with Progress(
+            TextColumn("[bold]bench"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("runs", total=total)
+            rows = run_benchmark(
+                loaded,
+                questions,
+                methods,
+                max_tokens=max_tokens,
+                repeats=repeats,
+                on_run=lambda: progress.advance(task),
+            )
+    finally:
+        for method in methods:  # peers that run a server stop it
+            close = getattr(method, "close", None)
+            if close is not None:
+                close()
     summary = summarize(rows, baseline_name())
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {

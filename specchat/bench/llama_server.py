@@ -9,6 +9,7 @@ greedy answers are specchat's greedy answers.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import subprocess
@@ -114,6 +115,7 @@ class LlamaServerProcess:
         self._process = subprocess.Popen(
             self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self._env
         )
+        atexit.register(self.stop)  # never left running after specchat exits
         deadline = time.monotonic() + _READY_SECONDS
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

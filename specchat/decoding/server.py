@@ -16,7 +16,7 @@ from specchat.errors import SpecchatError
 
 class ServerDecoder(Decoder):
     name = "server"
-    key = "f9"
+    key = "f10"
     description = "the remote server's own decoding and speculation (--backend openai)"
     greedy_family = False  # another runtime, maybe another model: compared by text, not by ids
     needs_logits = False

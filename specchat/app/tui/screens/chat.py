@@ -59,6 +59,7 @@ def decoder_bindings() -> list[Binding]:
             info.name,
             key_display=info.key.upper(),
             priority=True,
+            show=not info.needs_server,  # a remote server's method: shown by the status line
         )
         for info in DECODERS.values()
     ]
