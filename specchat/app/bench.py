@@ -25,7 +25,7 @@ from specchat.decoding.registry import (
     scoped_params,
 )
 from specchat.errors import SpecchatError
-from specchat.models import LoadOptions, load_model
+from specchat.models import REMOTE_BACKEND, LoadOptions, load_model
 
 
 def _versions() -> dict[str, str]:
@@ -66,6 +66,12 @@ def run_bench(
     peers: bool,
     command: str,
 ) -> None:
+    if load_options.backend == REMOTE_BACKEND:
+        raise SpecchatError(
+            "bench measures decoders on a model specchat runs (its baseline and exactness need "
+            "logits): race a remote server with `compare --base-url URL`, and llama.cpp's own "
+            "speculation with `bench --peers`"
+        )
     questions = load_questions(data, categories, limit_per_category)
     names = list(dict.fromkeys([baseline_name(), *(decoders or default_race())]))
     for name in names:

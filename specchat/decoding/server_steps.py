@@ -84,18 +84,20 @@ class ServerSteps:
         self._drafted += drafted
         self._accepted += accepted
         done: list[ServerStep] = []
-        verified = drafted > 0 or accepted > 0
-        # Tokens before a new pass's own belong to the step still open (one chunk can carry
-        # several tokens when some had no text of their own).
-        before = max(0, new - (accepted + 1)) if verified else new
-        for _ in range(before):
-            self._take_token(done)
-        if verified:
+        if drafted > 0 or accepted > 0:  # a verified pass began with one of these tokens
+            # One chunk carries several tokens when some had no text of their own: the first
+            # ones finish the pass still open (the server sends a pass's tokens before it
+            # drafts again), the rest open the new pass.
+            open_step = self._open
+            remaining = open_step.size - open_step.tokens if open_step is not None else 0
+            before = min(remaining, max(0, new - 1))
+            for _ in range(before):
+                self._take_token(done)
             self._close(done)
             self._open = _OpenStep(accepted + 1, 0, drafted, accepted)
-            if new - before > 0:
-                for _ in range(new - before):
-                    self._take_token(done)
+            new -= before
+        for _ in range(new):
+            self._take_token(done)
         if chunk.text:
             if self._open is not None:
                 self._open.text += chunk.text
