@@ -56,6 +56,12 @@ class RemoteEngine(Engine):
             raise SpecchatError("a remote server answers chat messages, not raw text (drop --raw)")
         self._take_switch()
         decoder = self.decoder.name
+        stats = GenerationStats().with_decoder(
+            decoder, {"server": self.backend.base_url, "model": self.backend.model_name}
+        )
+        if any(flag.is_set() for flag in cancel_flags):  # stopped before it was sent
+            yield DoneEvent("cancelled", (), (), "", stats)
+            return
         sampling = request.sampling
         start = time.perf_counter()
         stream = self.backend.stream_chat(
@@ -71,44 +77,43 @@ class RemoteEngine(Engine):
         reader = threading.Thread(target=_read, args=(stream, chunks), daemon=True)
         reader.start()
         steps = ServerSteps()
-        stats = GenerationStats().with_decoder(
-            decoder, {"server": self.backend.base_url, "model": self.backend.model_name}
-        )
         text = ""
         tokens = 0
         finish: str | None = None
         error: str | None = None
         last_at: float | None = None  # when the previous chunk came
-        while True:
-            if any(flag.is_set() for flag in cancel_flags):
-                stream.close()
-                finish = "cancelled"
-                break
-            try:
-                item = chunks.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
-                continue
-            if item is _END:
-                break
-            if isinstance(item, RemoteError):
-                error = str(item)
-                break
-            chunk: ServerChunk = item
-            now = time.perf_counter()
-            done = steps.add(chunk, 0.0 if last_at is None else now - last_at)
-            last_at = now
-            if chunk.finish_reason:
-                finish = FINISH.get(chunk.finish_reason, chunk.finish_reason)
-                if finish == "eos" and request.stop:
-                    finish = "stop"  # the server says "stop" for both; it may have been ours
-            for step in done:
-                event = _event(step, decoder)
-                if stats.time_to_first_token is None and step.text:
-                    stats = replace(stats, time_to_first_token=now - start)
-                text += step.text
-                tokens += step.tokens
-                stats = stats.with_step(event)
-                yield event
+        try:
+            while True:
+                if any(flag.is_set() for flag in cancel_flags):
+                    finish = "cancelled"
+                    break
+                try:
+                    item = chunks.get(timeout=_POLL_SECONDS)
+                except queue.Empty:
+                    continue
+                if item is _END:
+                    break
+                if isinstance(item, RemoteError):
+                    error = str(item)
+                    break
+                chunk: ServerChunk = item
+                now = time.perf_counter()
+                done = steps.add(chunk, 0.0 if last_at is None else now - last_at)
+                last_at = now
+                if chunk.finish_reason:
+                    finish = FINISH.get(chunk.finish_reason, chunk.finish_reason)
+                    if finish == "eos" and request.stop:
+                        finish = "stop"  # the server says "stop" for both; it may be ours
+                for step in done:
+                    event = _event(step, decoder)
+                    if stats.time_to_first_token is None and step.text:
+                        stats = replace(stats, time_to_first_token=now - start)
+                    text += step.text
+                    tokens += step.tokens
+                    stats = stats.with_step(event)
+                    yield event
+        finally:
+            stream.close()  # at once on a cancel or an error; the reader thread then ends
         for step in steps.finish():
             event = _event(step, decoder)
             text += step.text

@@ -131,3 +131,22 @@ def test_the_servers_stream_lines_up_with_its_counters_as_documented(llama_serve
             assert all(r[1:] == rows[i][1:] for r in following)
         i += 1
     assert jumps > 0
+
+
+def test_the_bench_peer_is_llama_servers_own_speculation_on_the_same_model(
+    llama_server_binary, fresh_llama
+):
+    from specchat.bench.peers import LlamaServerPeer
+
+    prompt = chat_prompt_ids(fresh_llama, REPEAT)
+    peer = LlamaServerPeer(fresh_llama, "ngram-mod")
+    try:
+        outcome = peer.run(prompt, 48)
+    finally:
+        peer.close()
+    local = run_decoder(fresh_llama, "greedy", {}, prompt, 48, SamplingParams())
+    # greedy under the server's speculation is greedy: the same ids as ours
+    assert outcome.token_ids == local.token_ids
+    assert outcome.text == local.text
+    assert 0 < outcome.accepted <= outcome.drafted and outcome.seconds > 0
+    assert peer.name == "peer:llama-server:ngram-mod"
