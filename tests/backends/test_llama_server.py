@@ -150,3 +150,29 @@ def test_the_bench_peer_is_llama_servers_own_speculation_on_the_same_model(
     assert outcome.text == local.text
     assert 0 < outcome.accepted <= outcome.drafted and outcome.seconds > 0
     assert peer.name == "peer:llama-server:ngram-mod"
+
+
+def test_bench_peers_include_llama_servers_own_speculation(llama_server_binary, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    data = tmp_path / "q.jsonl"
+    turn = "Copy this list exactly, twice:\n1. apples and pears\n2. oranges and lemons"
+    data.write_text(json.dumps({"question_id": 1, "category": "copy", "turns": [turn]}) + "\n")
+    out = tmp_path / "r.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "specchat", "bench", "--data", str(data), "-d", "pld"]
+        + ["--max-tokens", "24", "--threads", "1", "--peers", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())["summary"]
+    for spec in ("none", "ngram-simple", "ngram-mod"):
+        figures = summary[f"peer:llama-server:{spec}"]["overall"]
+        assert figures["exact_rate"] == 1.0 and figures["tokens_per_second"] > 0
+    # the closing note gives ours ÷ theirs
+    assert "pld ÷ peer:llama-server:ngram-mod:" in result.stdout
+    assert "greedy ÷ peer:llama-server:none:" in result.stdout
