@@ -23,9 +23,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from specchat.bench.llama_server import SCRIPT, LlamaServerProcess, find_llama_server, free_port
+from specchat.bench.peers import LLAMA_SERVER_SPECS
 from specchat.errors import SpecchatError
 
 SERVER_THREADS = 1  # the suite shares two cores; the server's speed is never a result
+# The bundled model answers this by repeating itself: n-gram speculation has runs to find.
+REPEATING_PROMPT = (
+    "Write the sentence 'the quick brown fox jumps over the lazy dog' five times, one per line."
+)
 
 
 @pytest.fixture(scope="session")
@@ -59,8 +64,9 @@ def llama_server(llama_server_binary) -> Iterator[LlamaServerProcess]:
 
 @pytest.fixture(scope="session")
 def llama_server_ngram(llama_server_binary) -> Iterator[LlamaServerProcess]:
-    """llama-server on the bundled model with its n-gram speculation (ngram-mod)."""
-    server = start_llama_server("ngram-mod")
+    """llama-server on the bundled model with its n-gram speculation (ngram-mod, with the
+    lookup and draft lengths bench's peer uses: its defaults draft nothing on short answers)."""
+    server = start_llama_server("ngram-mod", LLAMA_SERVER_SPECS["ngram-mod"])
     yield server
     server.stop()
 

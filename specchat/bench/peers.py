@@ -128,9 +128,9 @@ class TransformersPeer:
 
 
 class LlamaServerPeer:
-    """llama.cpp's llama-server with its own speculation (`spec_type`, "none" for plain), started
-    on 127.0.0.1 on the same GGUF file, threads and context, with flash attention off like our
-    backend; timed by the server's own figures. It gets our prompt's token ids (one template for
+    """llama.cpp's llama-server with its own speculation (`spec_type`, "none" for plain; lengths
+    as in LLAMA_SERVER_SPECS), started on 127.0.0.1 on the same GGUF file, threads and context,
+    with flash attention off like our backend; timed by the server's own figures. It gets our prompt's token ids (one template for
     all) and returns its token ids, so its exactness is judged as ours is."""
 
     greedy_family = True
@@ -158,6 +158,7 @@ class LlamaServerPeer:
             spec_type=spec_type,
             threads=backend.threads,
             n_ctx=backend.n_ctx,
+            extra=LLAMA_SERVER_SPECS.get(spec_type, ()),
         )
         self._server = LlamaServerProcess(command, port).start()
         self._client = openai.OpenAI(
@@ -200,7 +201,21 @@ class LlamaServerPeer:
         self._server.stop()
 
 
-LLAMA_SERVER_SPECS = ("none", "ngram-simple", "ngram-mod")
+# llama-server's n-gram methods with lookup and draft lengths matched to our pld's defaults
+# (3-gram lookup, up to 10 drafted tokens): its own defaults (12- and 24-token lookups, 48-token
+# drafts) are tuned for long agentic contexts and draft nothing on short answers.
+LLAMA_SERVER_SPECS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "ngram-simple": ("--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "10"),
+    "ngram-mod": (
+        "--spec-ngram-mod-n-match",
+        "3",
+        "--spec-ngram-mod-n-min",
+        "1",
+        "--spec-ngram-mod-n-max",
+        "10",
+    ),
+}
 
 
 def llama_server_peers(backend: Backend) -> list:

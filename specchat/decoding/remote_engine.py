@@ -98,12 +98,13 @@ class RemoteEngine(Engine):
                     break
                 chunk: ServerChunk = item
                 now = time.perf_counter()
-                done = steps.add(chunk, 0.0 if last_at is None else now - last_at)
-                last_at = now
                 if chunk.finish_reason:
                     finish = FINISH.get(chunk.finish_reason, chunk.finish_reason)
                     if finish == "eos" and request.stop:
                         finish = "stop"  # the server says "stop" for both; it may be ours
+                since = 0.0 if last_at is None else now - last_at
+                done = steps.add(chunk, since, ended=finish == "eos")
+                last_at = now
                 for step in done:
                     event = _event(step, decoder)
                     if stats.time_to_first_token is None and step.text:

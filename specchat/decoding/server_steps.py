@@ -65,9 +65,10 @@ class ServerSteps:
         self._marked_ms = 0.0  # the server's decode clock when the last step was emitted
         self._open: _OpenStep | None = None
 
-    def add(self, chunk: ServerChunk, seconds: float) -> list[ServerStep]:
+    def add(self, chunk: ServerChunk, seconds: float, ended: bool = False) -> list[ServerStep]:
         """Steps completed by `chunk`; `seconds` is the client's clock since the previous chunk,
-        used only for a server that sends no timings of its own."""
+        used only for a server that sends no timings of its own. `ended`: the server said the
+        model ended the answer (finish "stop", no stop strings asked for)."""
         if chunk.completion_tokens is not None:
             self.usage = chunk
         if chunk.spec_steps is not None:
@@ -83,6 +84,10 @@ class ServerSteps:
         self._generated += new
         self._drafted += drafted
         self._accepted += accepted
+        if ended and new and not chunk.text:
+            # the end-of-answer token: llama-server counts it, but it is no part of the answer
+            # (specchat's own engine does not count it either)
+            new -= 1
         done: list[ServerStep] = []
         if drafted > 0 or accepted > 0:  # a verified pass began with one of these tokens
             # One chunk carries several tokens when some had no text of their own: the first

@@ -10,7 +10,7 @@ import pytest
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.settings import Settings
-from tests.servers import FaultServer, server_metrics
+from tests.servers import REPEATING_PROMPT, FaultServer, server_metrics
 
 pytestmark = pytest.mark.anyio
 
@@ -54,12 +54,7 @@ async def test_the_chat_colours_the_servers_own_runs(llama_server_ngram):
     app = remote_app(llama_server_ngram.base_url)
     async with app.run_test(size=SIZE) as pilot:
         before = server_metrics(llama_server_ngram)
-        await ask(
-            app,
-            pilot,
-            "Copy this list exactly, twice:\n1. apples and pears\n2. oranges and lemons\n"
-            "3. plums and cherries\n4. grapes and figs",
-        )
+        await ask(app, pilot, REPEATING_PROMPT)
         after = server_metrics(llama_server_ngram)
         answer = app.screen.messages[-1]
         assert app.session.decoder_name == "server" and answer.decoder == "server"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.servers import FaultServer, free_port, server_metrics
+from tests.servers import REPEATING_PROMPT, FaultServer, free_port, server_metrics
 
 
 def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -100,8 +100,7 @@ def test_ask_prints_runs_whose_counts_are_the_servers_own(llama_server_ngram):
     before = server_metrics(llama_server_ngram)
     result = run(
         "ask",
-        "Copy this list exactly, twice:\n1. apples and pears\n2. oranges and lemons\n"
-        "3. plums and cherries\n4. grapes and figs",
+        REPEATING_PROMPT,
         "--backend",
         "openai",
         "--base-url",
@@ -127,7 +126,7 @@ def test_ask_prints_runs_whose_counts_are_the_servers_own(llama_server_ngram):
 def test_compare_races_local_decoders_and_servers_on_one_prompt(llama_server, llama_server_ngram):
     result = run(
         "compare",
-        "Copy this list exactly, twice:\n1. apples and pears\n2. oranges and lemons",
+        REPEATING_PROMPT,
         "-d",
         "greedy",
         "-d",

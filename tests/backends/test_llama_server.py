@@ -21,18 +21,11 @@ from specchat.decoding.registry import build_decoder, default_decoder, unavailab
 from specchat.decoding.sampling import SamplingParams
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids
-from tests.servers import server_metrics
+from tests.servers import REPEATING_PROMPT, server_metrics
 
 pytestmark = pytest.mark.slow
 
-# A prompt whose answer repeats text from the prompt: n-gram speculation has something to find.
-REPEAT = [
-    ChatMessage(
-        "user",
-        "Copy this list exactly, twice:\n"
-        "1. apples and pears\n2. oranges and lemons\n3. plums and cherries\n4. grapes and figs",
-    )
-]
+REPEAT = [ChatMessage("user", REPEATING_PROMPT)]
 QUESTION = [ChatMessage("user", "What is the capital of France? Answer in one sentence.")]
 
 
@@ -158,8 +151,8 @@ def test_bench_peers_include_llama_servers_own_speculation(llama_server_binary, 
     import sys
 
     data = tmp_path / "q.jsonl"
-    turn = "Copy this list exactly, twice:\n1. apples and pears\n2. oranges and lemons"
-    data.write_text(json.dumps({"question_id": 1, "category": "copy", "turns": [turn]}) + "\n")
+    question = {"question_id": 1, "category": "copy", "turns": [REPEATING_PROMPT]}
+    data.write_text(json.dumps(question) + "\n")
     out = tmp_path / "r.json"
     result = subprocess.run(
         [sys.executable, "-m", "specchat", "bench", "--data", str(data), "-d", "pld"]
