@@ -117,8 +117,10 @@ def test_ask_prints_runs_whose_counts_are_the_servers_own(llama_server_ngram):
     accepted = after[key] - before[key]
     assert accepted > 0
     assert sum(s["accepted"] for s in steps) == accepted == done["stats"]["accepted"]
+    # a coloured run is the accepted drafts plus the server's own token (the answer's last step
+    # may be cut short by the end of the answer)
     runs = [s for s in steps if len(s["tokens"]) > 1]
-    assert runs and all(len(s["tokens"]) == s["accepted"] + 1 for s in runs)
+    assert runs and all(len(s["tokens"]) == s["accepted"] + 1 for s in steps[:-1])
     assert all(s["decoder"] == "server" for s in steps)
 
 
