@@ -17,7 +17,7 @@ Three kinds of server, told apart by what their chunks carry, never by a guess:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specchat.backends.remote import ServerChunk
 
@@ -107,27 +107,24 @@ class ServerSteps:
             if self._open is not None:
                 self._open.text += chunk.text
             elif done:
-                last = done.pop()
-                done.append(ServerStep(last.text + chunk.text, *_counts(last)))
+                done[-1] = replace(done[-1], text=done[-1].text + chunk.text)
             else:  # text with no token of its own: it joins the next step
                 self._open = _OpenStep(1, 0, 0, 0, chunk.text)
-        if done and chunk.generated_ms is not None:
-            last = done.pop()
-            seconds = max(0.0, chunk.generated_ms - self._marked_ms) / 1000.0
-            self._marked_ms = chunk.generated_ms
-            done.append(ServerStep(last.text, last.tokens, last.drafted, last.accepted, seconds))
+        self._stamp(done, chunk.generated_ms)
         return done
 
     def finish(self) -> list[ServerStep]:
         """The step still open when the stream ended (cut short by EOS, a stop or the limit)."""
         done: list[ServerStep] = []
         self._close(done)
-        ms = self.last.generated_ms if self.last is not None else None
-        if done and ms is not None:
-            last = done.pop()
-            seconds = max(0.0, ms - self._marked_ms) / 1000.0
-            done.append(ServerStep(last.text, last.tokens, last.drafted, last.accepted, seconds))
+        self._stamp(done, self.last.generated_ms if self.last is not None else None)
         return done
+
+    def _stamp(self, done: list[ServerStep], ms: float | None) -> None:
+        """The server's decode time since the last step went out goes to the last step done."""
+        if done and ms is not None:
+            done[-1] = replace(done[-1], seconds=max(0.0, ms - self._marked_ms) / 1000.0)
+            self._marked_ms = ms
 
     def _take_token(self, done: list[ServerStep]) -> None:
         if self._open is None:
@@ -140,7 +137,3 @@ class ServerSteps:
         step, self._open = self._open, None
         if step is not None and (step.tokens or step.text or step.drafted):
             done.append(ServerStep(step.text, step.tokens, step.drafted, step.accepted, 0.0))
-
-
-def _counts(step: ServerStep) -> tuple[int, int, int, float]:
-    return step.tokens, step.drafted, step.accepted, step.seconds
