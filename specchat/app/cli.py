@@ -24,7 +24,21 @@ ModelOpt = Annotated[
     str | None,
     typer.Option("--model", "-m", help="bundled (default), a .gguf path, an HF dir or id"),
 ]
-BackendOpt = Annotated[str | None, typer.Option("--backend", help="llama or hf")]
+BackendOpt = Annotated[
+    str | None, typer.Option("--backend", help="llama, hf, or openai (a remote server)")
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option("--base-url", help="openai backend: the server, e.g. http://127.0.0.1:8080/v1"),
+]
+ApiKeyEnvOpt = Annotated[
+    str | None,
+    typer.Option("--api-key-env", help="openai backend: environment variable with the API key"),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option("--timeout", help="openai backend: seconds of server silence before giving up"),
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: cores)")]
 CtxOpt = Annotated[int, typer.Option("--n-ctx", help="context window in tokens")]
@@ -70,13 +84,22 @@ def main_callback(
     # None: the settings file decides (a "cpu" default would always override it)
     device: Annotated[str | None, typer.Option("--device", help="cpu or cuda")] = None,
     draft: Annotated[str | None, typer.Option("--draft", help="draft model spec")] = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
 ) -> None:
     """Without a command: open the chat."""
     if ctx.invoked_subcommand is not None:
         return
     from specchat.app.tui import open_chat
 
-    open_chat(model=model, backend=backend, device=device, draft=draft)
+    open_chat(
+        model=model,
+        backend=backend,
+        device=device,
+        draft=draft,
+        base_url=base_url,
+        api_key_env=api_key_env,
+    )
 
 
 def _parse_params(values: list[str], draft: str | None = None) -> dict[str, object]:
@@ -97,7 +120,10 @@ def _parse_params(values: list[str], draft: str | None = None) -> dict[str, obje
 @app.command()
 def ask(
     prompt: Annotated[str, typer.Argument(help="the question (or text to continue with --raw)")],
-    decoder: Annotated[str, typer.Option("--decoder", "-d", help="decoder name")] = "greedy",
+    decoder: Annotated[
+        str | None,
+        typer.Option("--decoder", "-d", help="decoder name (default: greedy; remote: server)"),
+    ] = None,
     model: ModelOpt = None,
     backend: BackendOpt = None,
     device: DeviceOpt = "cpu",
@@ -122,16 +148,18 @@ def ask(
         str | None,
         typer.Option("--colour-by", help="colour runs by length or source (default: settings)"),
     ] = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Stream one answer to stdout; multi-token speculative steps are coloured. The exchange is
     recorded in the chat store (a draft source for later answers) unless --no-log."""
     from specchat.app.ask import run_ask
-    from specchat.decoding.registry import decoder_class, scoped_params
+    from specchat.decoding.registry import decoder_class
     from specchat.decoding.sampling import SamplingParams
 
-    # `decoder.name=value` works as in compare and bench; here there is one decoder
-    decoder_class(decoder)
-    params = scoped_params([decoder], _parse_params(param, draft))[decoder]
+    if decoder is not None:
+        decoder_class(decoder)
     if max_tokens < 1:
         raise SpecchatError("--max-tokens must be at least 1")
     from specchat.settings import COLOUR_MODES, load_settings
@@ -143,9 +171,11 @@ def ask(
     code = run_ask(
         prompt,
         decoder=decoder,
-        decoder_params=params,
+        raw_params=_parse_params(param, draft),
         model=model,
-        load_options=LoadOptions(backend, device, threads, n_ctx, dtype),
+        load_options=LoadOptions(
+            backend, device, threads, n_ctx, dtype, base_url, api_key_env, timeout
+        ),
         max_tokens=max_tokens,
         temperature=temperature,
         sampling=SamplingParams(top_k=top_k, top_p=top_p, seed=seed),
@@ -188,6 +218,16 @@ def compare(
     draft: DraftOpt = None,
     raw: Annotated[bool, typer.Option("--raw", help="no chat template")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+    base_url: Annotated[
+        list[str],
+        typer.Option(
+            "--base-url",
+            help="a remote server to race with its own method (repeatable); with --backend "
+            "openai the first one is the race's backend",
+        ),
+    ] = [],  # noqa: B006
+    api_key_env: ApiKeyEnvOpt = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Race decoders on one prompt: tok/s, speedup vs greedy, tokens/step, acceptance, exactness."""
     from specchat.app.compare import run_compare
@@ -201,7 +241,9 @@ def compare(
         decoders=decoder,
         params=params,
         model=model,
-        load_options=LoadOptions(backend, device, threads, n_ctx, dtype),
+        load_options=LoadOptions(
+            backend, device, threads, n_ctx, dtype, api_key_env=api_key_env, timeout=timeout
+        ),
         max_tokens=max_tokens,
         repeats=repeats,
         temperature=temperature,
@@ -210,6 +252,7 @@ def compare(
         as_json=as_json,
         progress=_progress,
         progress_done=_progress_done,
+        server_urls=tuple(base_url),
     )
 
 

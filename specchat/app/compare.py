@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 from rich import box
 from rich.console import Console
@@ -15,7 +16,8 @@ from specchat.decoding.race import DecoderRuns, race
 from specchat.decoding.registry import default_race, sampling_for, scoped_params
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.variants import parse_variant
-from specchat.models import LoadOptions, load_model
+from specchat.errors import SpecchatError
+from specchat.models import REMOTE_BACKEND, LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
 
 
@@ -53,13 +55,35 @@ def run_compare(
     as_json: bool,
     progress,
     progress_done,
+    server_urls: tuple[str, ...] = (),
 ) -> None:
-    # a decoder or a variant of one (`pld:fixed_draft=10`); --param pld.x=… reaches every pld
-    variants = list({v.label: v for v in map(parse_variant, decoders or default_race())}.values())
-    per = scoped_params(list(dict.fromkeys(v.name for v in variants)), params)
+    """Race `decoders` (or variants of them, `pld:fixed_draft=10`) on the model `load_options`
+    names, and each server of `server_urls` with its own method. With `--backend openai` the
+    first URL is the race's own backend."""
+    requested = [parse_variant(name) for name in decoders]
+    remote = load_options.backend == REMOTE_BACKEND
+    if remote and not server_urls:
+        raise SpecchatError(f"--backend {REMOTE_BACKEND} needs --base-url URL")
+    if raw and server_urls:
+        raise SpecchatError("--raw: a remote server answers chat messages, not raw text")
     chosen = sampling_for(None, temperature, sampling)
+    if remote:
+        load_options = replace(load_options, base_url=server_urls[0])
+        server_urls = server_urls[1:]
     loaded = load_model(model, load_options, progress)
-    ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages_for(prompt))
+    servers = tuple(
+        load_model(
+            model if remote else None,
+            replace(load_options, backend=REMOTE_BACKEND, base_url=url),
+        )
+        for url in server_urls
+    )
+    # --param pld.x=… reaches every pld variant
+    chosen_variants = requested or [parse_variant(n) for n in default_race(loaded)]
+    variants = list({v.label: v for v in chosen_variants}.values())
+    per = scoped_params(list(dict.fromkeys(v.name for v in variants)), params)
+    messages = tuple(messages_for(prompt))
+    ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, list(messages))
 
     def on_progress(done: int, total: int, name: str) -> None:
         progress(f"run {done}/{total} ({name})")
@@ -72,6 +96,8 @@ def run_compare(
         repeats=repeats,
         sampling=chosen,
         on_progress=on_progress,
+        messages=messages,
+        servers=servers,
     )
     progress_done()
     figures = race_rows([(r.label, [run.stats for run in r.runs]) for r in results])
@@ -113,6 +139,8 @@ def run_compare(
             same_text = "—"
         elif same:
             same_text = "yes"
+        elif row["first_divergence"] is None:
+            same_text = "no (text)"
         else:
             div = row["first_divergence"]
             same_text = (

@@ -5,16 +5,26 @@ from __future__ import annotations
 import sys
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import Engine, GenerationRequest
+from specchat.decoding.engine import GenerationRequest
+from specchat.decoding.engines import engine_for
 from specchat.decoding.events import DoneEvent, StepEvent
-from specchat.decoding.registry import build_decoder
+from specchat.decoding.registry import build_decoder, default_decoder
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids
 
 
-def run_repl(model: str | None, backend: str | None, device: str) -> None:
-    loaded = load_model(model, LoadOptions(backend=backend, device=device))
-    engine = Engine(loaded, build_decoder("greedy", {}, loaded))
+def run_repl(
+    model: str | None,
+    backend: str | None,
+    device: str,
+    base_url: str | None = None,
+    api_key_env: str | None = None,
+) -> None:
+    options = LoadOptions(
+        backend=backend, device=device, base_url=base_url, api_key_env=api_key_env
+    )
+    loaded = load_model(model, options)
+    engine = engine_for(loaded, build_decoder(default_decoder(loaded), {}, loaded))
     history: list[ChatMessage] = []
     print(f"specchat on {loaded.model_name} ({loaded.name}, {loaded.device}); Ctrl+D quits.")
     while True:
@@ -26,7 +36,8 @@ def run_repl(model: str | None, backend: str | None, device: str) -> None:
         if not line.strip():
             continue
         history.append(ChatMessage("user", line))
-        request = GenerationRequest(tuple(chat_prompt_ids(loaded, history)), 512)
+        prompt = tuple(chat_prompt_ids(loaded, history))
+        request = GenerationRequest(prompt, 512, messages=tuple(history))
         handle = engine.start(request)
         events = iter(handle)
         answer = ""

@@ -1,9 +1,11 @@
 """The libraries' own implementations of the same methods, run on the same questions.
 
 They are what a user would otherwise reach for, so our decoders are reported as ratios over them:
-llama-cpp-python's `Llama.generate` (plain, and with `LlamaPromptLookupDecoding`) and transformers'
-`generate` (plain, `prompt_lookup_num_tokens`, `assistant_model`). This module is the one place that
-reaches into a backend's library objects, because running the library is its whole job.
+llama-cpp-python's `Llama.generate` (plain, and with `LlamaPromptLookupDecoding`), llama.cpp's own
+`llama-server` with its own speculation (`--spec-type`: none, ngram-simple, ngram-mod) on the same
+model file and threads, and transformers' `generate` (plain, `prompt_lookup_num_tokens`,
+`assistant_model`). This module is the one place that reaches into a backend's library objects,
+because running the library is its whole job.
 """
 
 from __future__ import annotations
@@ -132,9 +134,121 @@ class TransformersPeer:
         return Outcome(tuple(tokens), text, _decode_seconds(clock.first, end, len(tokens)), 0, 0, 0)
 
 
+class LlamaServerPeer:
+    """llama.cpp's llama-server with its own speculation (`spec_type`, "none" for plain; lengths
+    as in LLAMA_SERVER_SPECS), started on 127.0.0.1 on the same GGUF file, threads and context,
+    with flash attention off like our backend; timed by the server's own figures. It gets our prompt's token ids (one template for
+    all) and returns its token ids, so its exactness is judged as ours is."""
+
+    greedy_family = True
+
+    def __init__(self, backend: Backend, spec_type: str) -> None:
+        import openai
+
+        from specchat.bench.llama_server import (
+            LlamaServerProcess,
+            find_llama_server,
+            free_port,
+            server_command,
+        )
+
+        path = getattr(backend, "model_path", None)
+        if backend.name != "llama" or path is None:
+            raise SpecchatError("llama-server peers need the llama backend")
+        self.name = f"peer:llama-server:{spec_type}"
+        self._backend = backend
+        port = free_port()
+        command = server_command(
+            find_llama_server(),
+            path,
+            port,
+            spec_type=spec_type,
+            threads=backend.threads,
+            n_ctx=backend.n_ctx,
+            extra=LLAMA_SERVER_SPECS.get(spec_type, ()),
+        )
+        self._server = LlamaServerProcess(command, port).start()
+        self._client = openai.OpenAI(
+            base_url=self._server.base_url, api_key="none", max_retries=0, timeout=600
+        )
+
+    def run(self, prompt: list[int], max_tokens: int) -> Outcome:
+        response = self._client.completions.create(
+            model="smollm2",
+            prompt=prompt,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            # llama-server's own fields: the generated token ids (under __verbose) and timings
+            extra_body={"top_k": 1, "return_tokens": True, "verbose": True},
+        )
+        extra = response.model_extra or {}
+        timings = extra.get("timings") or {}
+        tokens = list((extra.get("__verbose") or {}).get("tokens") or [])
+        while tokens and tokens[-1] in self._backend.eos_ids:
+            tokens.pop()
+        generated = int(timings.get("predicted_n", len(tokens)))
+        accepted = int(timings.get("draft_n_accepted", 0))
+        # the server times decoding from its first token on (that one came with the prompt):
+        # scaled to all tokens, as for the library peers above
+        seconds = float(timings.get("predicted_ms", 0.0)) / 1000.0
+        if generated > 1:
+            seconds *= generated / (generated - 1)
+        text = b"".join(self._backend.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+        return Outcome(
+            tuple(tokens),
+            text,
+            max(seconds, 1e-9),
+            generated - accepted,  # passes: each yields the server's own token plus accepted drafts
+            int(timings.get("draft_n", 0)),
+            accepted,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+        self._server.stop()
+
+
+# llama-server's n-gram methods with lookup and draft lengths matched to our pld's defaults
+# (3-gram lookup, up to 10 drafted tokens): its own defaults (12- and 24-token lookups, 48-token
+# drafts) are tuned for long agentic contexts and draft nothing on short answers.
+LLAMA_SERVER_SPECS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "ngram-simple": ("--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "10"),
+    "ngram-mod": (
+        "--spec-ngram-mod-n-match",
+        "3",
+        "--spec-ngram-mod-n-min",
+        "1",
+        "--spec-ngram-mod-n-max",
+        "10",
+    ),
+}
+
+
+def llama_server_peers(backend: Backend) -> list:
+    """llama-server with each of its speculation types; none (with the reason on stderr) where
+    llama-server cannot be built or started here."""
+    import sys
+
+    peers: list = []
+    try:
+        for spec_type in LLAMA_SERVER_SPECS:
+            peers.append(LlamaServerPeer(backend, spec_type))
+    except SpecchatError as exc:
+        for peer in peers:
+            peer.close()
+        sys.stderr.write(f"specchat: note: no llama-server peers: {exc}\n")
+        return []
+    return peers
+
+
 def peers_for(backend: Backend) -> list:
     if backend.name == "llama":
-        return [LlamaCppPeer(backend, False), LlamaCppPeer(backend, True)]
+        return [
+            LlamaCppPeer(backend, False),
+            LlamaCppPeer(backend, True),
+            *llama_server_peers(backend),
+        ]
     return [
         TransformersPeer(backend, "greedy"),
         TransformersPeer(backend, "pld"),
@@ -144,7 +258,16 @@ def peers_for(backend: Backend) -> list:
 
 # Which peer each of our methods is compared with.
 MATCHING_PEER = {
-    "greedy": ("peer:llama-cpp-python:greedy", "peer:transformers:greedy"),
-    "pld": ("peer:llama-cpp-python:pld", "peer:transformers:pld"),
+    "greedy": (
+        "peer:llama-cpp-python:greedy",
+        "peer:llama-server:none",
+        "peer:transformers:greedy",
+    ),
+    "pld": (
+        "peer:llama-cpp-python:pld",
+        "peer:llama-server:ngram-simple",
+        "peer:llama-server:ngram-mod",
+        "peer:transformers:pld",
+    ),
     "draft": ("peer:transformers:draft",),
 }

@@ -37,6 +37,7 @@ class Decoder:
     baseline: ClassVar[bool] = False  # the decoder every speedup is measured against
     needs_draft_model: ClassVar[bool] = False  # built with a loaded draft (`draft_model=`)
     reads_saved_chats: ClassVar[bool] = False  # drafts from the saved chats' index, when allowed
+    needs_server: ClassVar[bool] = False  # a remote server's own method (runs nowhere else)
 
     def __init__(self, **values: Any) -> None:
         self.values: dict[str, Any] = values
@@ -80,6 +81,8 @@ class Decoder:
         """Why it cannot run on `backend` with these parameters (None: it can)."""
         if cls.needs_logits and not getattr(backend, "has_logits", True):
             return "it needs the model's logits, which this backend does not expose"
+        if cls.needs_server and getattr(backend, "has_logits", True):
+            return "it is a remote server's own method: use --backend openai --base-url URL"
         return None
 
     # -- the work -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
-from specchat.backends.base import Backend, sync_cache
+from specchat.backends.base import Backend, ChatMessage, sync_cache
 from specchat.decoding.base import Decoder
 from specchat.decoding.detokenizer import Detokenizer
 from specchat.decoding.events import DoneEvent, Event, StepEvent
@@ -26,11 +26,15 @@ from specchat.errors import SpecchatError
 
 @dataclass(frozen=True)
 class GenerationRequest:
+    """What to answer. `messages` is the conversation the prompt ids were made from (empty for a
+    raw prompt): a remote server, which applies its own chat template, is sent these instead."""
+
     prompt_ids: tuple[int, ...]
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
     sources: DraftSources = NO_SOURCES  # what drafters may copy from besides the context
+    messages: tuple[ChatMessage, ...] = ()
 
 
 class Engine:

@@ -14,11 +14,12 @@ __all__ = ["DoneEvent", "Event", "StepEvent"]
 class DoneEvent:
     """The answer ended. `token_ids` excludes the prompt and the EOS that ended it."""
 
-    finish_reason: str  # eos | max_tokens | stop | context_full | cancelled
+    finish_reason: str  # eos | max_tokens | stop | context_full | cancelled | error
     prompt_token_ids: tuple[int, ...]
     token_ids: tuple[int, ...]
     text: str
     stats: GenerationStats = field(default_factory=GenerationStats)
+    error: str | None = None  # finish "error": why a remote server's answer broke off (one line)
 
 
 Event = StepEvent | DoneEvent

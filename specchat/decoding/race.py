@@ -3,7 +3,8 @@
 Decoders run one after another (never in parallel threads that would steal each other's cores),
 each from an empty cache, interleaved over repeats so that drift in machine load hits all alike;
 figures (`figures.race_rows`) are medians over repeats. `specchat compare`, the TUI's race screen
-and `specchat bench` all build on this.
+and `specchat bench` all build on this. Remote servers can join a race: each runs its own method on
+the same conversation, and its answer is compared with greedy's by text (no token ids come back).
 """
 
 from __future__ import annotations
@@ -14,14 +15,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specchat.backends.base import Backend, Block
-from specchat.decoding.engine import Engine, GenerationRequest
+from specchat.backends.base import Backend, Block, ChatMessage
+from specchat.backends.remote import RemoteBackend
+from specchat.decoding.engine import GenerationRequest
+from specchat.decoding.engines import engine_for
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.oracle import OracleFigures, accepted_lengths, oracle_speedup
-from specchat.decoding.registry import baseline_name, build_decoder, decoder_class
+from specchat.decoding.registry import (
+    DECODERS,
+    baseline_name,
+    build_decoder,
+    decoder_class,
+    unavailable_reason,
+)
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.variants import DecoderVariant
+from specchat.errors import SpecchatError
 
 
 @dataclass
@@ -49,6 +59,7 @@ class DecoderRuns:
     identical: bool | None = None  # None: not a greedy-family run
     divergence: Divergence | None = None
     oracle: OracleFigures | None = None  # what its drafter's proposals allow on greedy's answer
+    backend: Backend | RemoteBackend | None = None  # None: the race's own backend
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
@@ -107,7 +118,7 @@ def drafter_oracle(
 
 
 def run_decoder(
-    backend: Backend,
+    backend: Backend | RemoteBackend,
     name: str,
     params: dict[str, object],
     prompt: list[int],
@@ -115,22 +126,28 @@ def run_decoder(
     sampling: SamplingParams,
     stop: tuple[str, ...] = (),
     sources: DraftSources = NO_SOURCES,
+    messages: tuple[ChatMessage, ...] = (),
     *,
     on_step: Callable[[StepEvent], None] | None = None,
     cancel: threading.Event | Iterable[threading.Event] | None = None,
 ) -> DoneEvent:
-    """One answer from an empty cache; `on_step` hears each step event (the TUI's race keeps
-    them to replay the run at its measured pace), `cancel` stops it between steps."""
-    backend.rollback(0)
-    engine = Engine(backend, build_decoder(name, params, backend))
+    """One answer from an empty cache (a remote server gets `messages`); `on_step` hears each
+    step event (the TUI's race keeps them to replay the run at its measured pace), `cancel` stops
+    it between steps. An answer a server broke off is an error here: its figures would mean
+    nothing."""
+    if not isinstance(backend, RemoteBackend):
+        backend.rollback(0)
+    engine = engine_for(backend, build_decoder(name, params, backend))
+    request = GenerationRequest(tuple(prompt), max_tokens, stop, sampling, sources, messages)
     done = None
-    request = GenerationRequest(tuple(prompt), max_tokens, stop, sampling, sources)
     for event in engine.generate(request, cancel=cancel):
         if isinstance(event, DoneEvent):
             done = event
         elif on_step is not None:
             on_step(event)
     assert done is not None
+    if done.error:
+        raise SpecchatError(done.error)
     return done
 
 
@@ -143,21 +160,37 @@ def race(
     repeats: int = 3,
     sampling: SamplingParams | None = None,
     on_progress: Callable[[int, int, str], None] | None = None,
+    messages: tuple[ChatMessage, ...] = (),
+    servers: tuple[RemoteBackend, ...] = (),
 ) -> list[DecoderRuns]:
-    """Each decoder's runs, given as (variant, its full parameters); the baseline is added when
-    missing (and sampling is off)."""
+    """Each decoder's runs, given as (variant, its full parameters), then each of `servers`
+    running its own method on `messages` (the conversation `prompt` was made from); the baseline
+    is added when missing (and sampling is off and it can run on `backend`)."""
     sampling = sampling or SamplingParams()
     entries = list(decoders)
     base = baseline_name()
-    if sampling.greedy and all(variant.label != base for variant, _ in entries):
+    runs_base = unavailable_reason(base, backend) is None
+    if sampling.greedy and runs_base and all(variant.label != base for variant, _ in entries):
         entries.insert(0, (DecoderVariant(base), {}))
     results = [DecoderRuns(variant.name, params, variant.label) for variant, params in entries]
+    results += [
+        DecoderRuns(server_name(), {}, backend=server, label=server.label) for server in servers
+    ]
     total = repeats * len(results)
     done_runs = 0
     for _ in range(repeats):
         for result in results:
+            where = result.backend or backend
             result.runs.append(
-                run_decoder(backend, result.name, result.params, prompt, max_tokens, sampling)
+                run_decoder(
+                    where,
+                    result.name,
+                    result.params,
+                    prompt,
+                    max_tokens,
+                    sampling,
+                    messages=messages,
+                )
             )
             done_runs += 1
             if on_progress:
@@ -166,6 +199,9 @@ def race(
     if baseline is not None and sampling.greedy:
         reference = baseline.runs[-1].token_ids
         for result in results:
+            if result.backend is not None:  # a server: the same text, or not
+                result.identical = result.runs[-1].text == baseline.runs[-1].text
+                continue
             if result is baseline or not decoder_class(result.name).greedy_family:
                 continue
             result.divergence = find_divergence(
@@ -175,3 +211,8 @@ def race(
             result.oracle = drafter_oracle(backend, result.name, result.params, prompt, reference)
         baseline.identical = True
     return results
+
+
+def server_name() -> str:
+    """The registry's name for a remote server's own method."""
+    return next(n for n in DECODERS if decoder_class(n).needs_server)

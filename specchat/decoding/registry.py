@@ -16,6 +16,7 @@ from specchat.decoding.lookahead import LookaheadDecoder
 from specchat.decoding.plain import GreedyDecoder, SampleDecoder
 from specchat.decoding.prompt_lookup import PromptLookupDecoder
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.server import ServerDecoder
 from specchat.decoding.suffix import SuffixDecoder
 from specchat.errors import SpecchatError
 from specchat.models import LoadOptions, default_draft_reason, load_draft
@@ -37,6 +38,7 @@ for _cls in (
     LookaheadDecoder,
     DraftModelDecoder,
     SuffixDecoder,
+    ServerDecoder,
 ):
     register(_cls)
 
@@ -55,12 +57,24 @@ def baseline_name() -> str:
     return next(cls.name for cls in DECODERS.values() if cls.baseline)
 
 
-def default_race() -> list[str]:
+def default_race(backend: Backend | None = None) -> list[str]:
     """What `compare`, `bench` and the race screen run when not told: the baseline and every
-    speculative decoder that needs nothing more than the model."""
+    speculative decoder that needs nothing more than the model; on a remote server, the server's
+    own method."""
+    if backend is not None and not getattr(backend, "has_logits", True):
+        return [n for n, cls in DECODERS.items() if cls.needs_server]
     return [baseline_name()] + [
         cls.name for cls in DECODERS.values() if cls.speculative and not cls.needs_draft_model
     ]
+
+
+def default_decoder(backend: Backend) -> str:
+    """The decoder an answer runs with when none is chosen or the chosen one cannot run: the
+    baseline, or on a backend that cannot run it (a remote server) the first one that can."""
+    base = baseline_name()
+    if unavailable_reason(base, backend) is None:
+        return base
+    return next((n for n in DECODERS if unavailable_reason(n, backend) is None), base)
 
 
 def unavailable_reason(

@@ -143,7 +143,7 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
     assert report["summary"]["pld"]["overall"]["oracle"] >= 1.0
     assert report["summary"]["greedy"]["overall"]["oracle"] is None
     rows = report["questions"]
-    assert len(rows) == 2 * 4
+    assert len(rows) == 2 * len(report["summary"])  # per question, every method
     row = next(r for r in rows if r["decoder"] == "pld" and r["question_id"] == 7)
     assert set(row) == {
         "question_id",

@@ -50,6 +50,8 @@ class SpecchatApp(App):
         backend_name: str | None = None,
         device: str | None = None,
         draft: str | None = None,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
         backend: Backend | None = None,
         history: HistoryStore | None = None,
         chat_id: int | None = None,
@@ -60,7 +62,13 @@ class SpecchatApp(App):
             settings, settings_error = load_settings()
         self.settings_error = settings_error
         self.session = ChatSession(
-            settings.with_overrides(model=model, backend=backend_name, device=device),
+            settings.with_overrides(
+                model=model,
+                backend=backend_name,
+                device=device,
+                base_url=base_url,
+                api_key_env=api_key_env,
+            ),
             history or HistoryStore(),
             draft=draft,
             backend=backend,

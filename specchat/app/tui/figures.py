@@ -18,6 +18,7 @@ FINISH_LABELS = {
     "stop": "stop string",
     "context_full": "context full",
     "cancelled": "cancelled (stopped)",
+    "error": "server error",
 }
 
 

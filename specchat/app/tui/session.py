@@ -38,17 +38,20 @@ from specchat.app.tui.streaming import StepBuffer
 from specchat.backends.base import Backend, ChatMessage
 from specchat.decoding.base import Decoder
 from specchat.decoding.engine import Engine, GenerationRequest
+from specchat.decoding.engines import engine_for
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.race import run_decoder
 from specchat.decoding.registry import (
     DECODERS,
     baseline_name,
     build_decoder,
+    default_decoder,
     sampling_for,
     unavailable_reason,
 )
+from specchat.decoding.remote_engine import RemoteEngine
 from specchat.decoding.sampling import SamplingParams
-from specchat.decoding.sources import DraftSources
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.suffix_tree import unavailable_reason as suffix_trees_missing
 from specchat.decoding.variants import DecoderVariant
 from specchat.errors import SpecchatError
@@ -171,6 +174,8 @@ class ChatSession:
             backend=self.settings.backend,
             device=self.settings.device,
             threads=self.settings.threads or ui_model_threads(),
+            base_url=self.settings.base_url,
+            api_key_env=self.settings.api_key_env,
         )
         try:
             backend = load_model(
@@ -182,17 +187,20 @@ class ChatSession:
         self._post(ModelLoaded(backend, time.perf_counter() - start))
 
     def use_model(self, backend: Backend) -> str | None:
-        """Make the engine on `backend` with the chosen decoder, or with the baseline when that
-        one cannot be built (the returned warning says why)."""
+        """Make the engine on `backend` with the chosen decoder, or with the backend's default
+        (the baseline; a remote server's own method) when that one cannot be built (the returned
+        warning says why, unless no decoder was chosen)."""
         self._backend = backend
         warning = None
+        if not self.settings.decoder and self.unavailable_reason(self.decoder_name):
+            self.decoder_name = default_decoder(backend)
         try:
             decoder = self._build(self.decoder_name)
         except SpecchatError as exc:
-            self.decoder_name = baseline_name()
+            self.decoder_name = default_decoder(backend)
             warning = f"{exc}; using {self.decoder_name}"
             decoder = self._build(self.decoder_name)
-        self.engine = Engine(backend, decoder)
+        self.engine = engine_for(backend, decoder)
         self.ready_seconds = time.perf_counter() - self._started
         if self.settings.draft_from_saved_chats and suffix_trees_missing() is None:
             # loads (or builds) in its own thread: neither start-up nor the first token waits
@@ -232,11 +240,15 @@ class ChatSession:
             return sampling_for(name, None, base)
 
     def params_label(self, name: str) -> str:
+        """The decoder's parameters; on a remote server, what it reports of its own method."""
         params = dict(self.decoder_params(name))
         sampling = self.sampling(name)
         if not sampling.greedy:
             params["T"] = sampling.temperature
-        return format_params(params)
+        label = format_params(params)
+        if isinstance(self.engine, RemoteEngine) and self.engine.note:
+            label = f"{label} · {self.engine.note}" if label else self.engine.note
+        return label
 
     def unavailable_reason(self, name: str) -> str | None:
         if self._backend is None:
@@ -305,6 +317,21 @@ class ChatSession:
         """The conversation in the model's chat template, ending where the answer starts."""
         return tuple(chat_prompt_ids(self._backend, list(messages)))
 
+    def request(
+        self,
+        messages: Sequence[ChatMessage],
+        max_tokens: int,
+        sampling: SamplingParams,
+        previous_answer: str | None = None,
+    ) -> GenerationRequest:
+        """An answer to the conversation: prompt ids and draft sources for a model specchat runs,
+        the messages themselves for a remote server (which applies its own template)."""
+        chat = list(messages)
+        ids = self.prompt_ids(chat)
+        remote = isinstance(self.engine, RemoteEngine)
+        sources = NO_SOURCES if remote else self.draft_sources(chat, ids, previous_answer)
+        return GenerationRequest(ids, max_tokens, (), sampling, sources, tuple(chat))
+
     def answer(
         self,
         answer_id: int,
@@ -347,10 +374,7 @@ class ChatSession:
         engine = self.engine
         worker = get_current_worker()
         try:
-            ids = self.prompt_ids(chat)
-            request = GenerationRequest(
-                ids, max_tokens, (), sampling, self.draft_sources(chat, ids, previous_answer)
-            )
+            request = self.request(chat, max_tokens, sampling, previous_answer)
             for event in engine.generate(request, cancel=(cancel, worker.cancelled_event)):
                 if isinstance(event, DoneEvent):
                     self._post(AnswerDone(answer_id, event))
@@ -426,6 +450,7 @@ class ChatSession:
                         list(ids),
                         max_tokens,
                         self.sampling(variant.name),
+                        messages=(ChatMessage("user", prompt),),
                         on_step=recorder.add,
                         cancel=(cancel, worker.cancelled_event),
                     )

@@ -60,6 +60,7 @@ def decoder_bindings() -> list[Binding]:
             info.name,
             key_display=info.key.upper(),
             priority=True,
+            show=not info.needs_server,  # a remote server's method: shown by the status line
         )
         for info in DECODERS.values()
     ]
@@ -299,6 +300,12 @@ class ChatScreen(Screen):
         elapsed = round(time.monotonic() - self._answer_started, 3)
         decoder = answer.decoder or self.figures.decoder
         self.figures.finished(decoder, event.finish_reason, elapsed)
+        # the engine's own figures: equal to the steps' for a local model, a remote server's
+        # totals where it reports only those
+        self.figures.stats = event.stats
+        self.figures.params = self.session.params_label(decoder)
+        if event.error:
+            self.notify(event.error, title="answer broke off", severity="error", timeout=15)
         stored = StoredMessage(
             "assistant",
             answer.text,

@@ -1,0 +1,165 @@
+"""llama.cpp's own `llama-server`, started and stopped on 127.0.0.1: for the bench peer that runs
+llama.cpp's speculation, and for the tests that check specchat's remote backend against it.
+
+The binary comes from `scripts/llama-server`, which builds it once from the llama.cpp source that
+llama-cpp-python vendors, with the wheel's flags, and caches it (or from $SPECCHAT_LLAMA_SERVER).
+It runs with flash attention off and one slot, like specchat's own llama.cpp backend, so its
+greedy answers are specchat's greedy answers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from specchat.errors import SpecchatError
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "llama-server"
+_READY_SECONDS = 300.0  # loading the model; generous for a loaded machine, never a result
+
+
+def find_llama_server(build: bool = True) -> Path:
+    """The llama-server binary: $SPECCHAT_LLAMA_SERVER, or the one scripts/llama-server built
+    (building it now, with progress on stderr, when `build` and it is missing)."""
+    given = os.environ.get("SPECCHAT_LLAMA_SERVER")
+    if given:
+        if not Path(given).is_file():
+            raise SpecchatError(f"SPECCHAT_LLAMA_SERVER={given} is not a file")
+        return Path(given)
+    if not SCRIPT.is_file():
+        raise SpecchatError(
+            "llama-server is not available: set SPECCHAT_LLAMA_SERVER to its path "
+            "(scripts/llama-server in a specchat checkout builds it)"
+        )
+    if not build:
+        raise SpecchatError("llama-server is not built: run scripts/llama-server --build-only")
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--path"],
+        stdout=subprocess.PIPE,
+        stderr=None,  # the build's progress goes to the user's terminal
+        text=True,
+        env={**os.environ, "SPECCHAT_PYTHON": sys.executable},
+    )
+    path = Path(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
+    if result.returncode != 0 or path is None or not path.is_file():
+        raise SpecchatError("llama-server could not be built (see the messages above)")
+    return path
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_command(
+    binary: Path | str,
+    model: Path | str,
+    port: int,
+    *,
+    spec_type: str | None = None,
+    threads: int | None = None,
+    n_ctx: int = 4096,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The command line: on 127.0.0.1, one slot, flash attention off (batch-invariant logits),
+    the model served as "smollm2", `spec_type` as llama-server's --spec-type."""
+    command = [
+        str(binary),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        str(model),
+        "--alias",
+        "smollm2",
+        "--ctx-size",
+        str(n_ctx),
+        "--parallel",
+        "1",
+        "--flash-attn",
+        "off",
+        "--no-webui",
+    ]
+    if threads:
+        command += ["--threads", str(threads), "--threads-batch", str(threads)]
+    if spec_type and spec_type != "none":
+        command += ["--spec-type", spec_type]
+    return command + list(extra)
+
+
+class LlamaServerProcess:
+    """A llama-server subprocess: `start` waits until it answers /health, `stop` ends it (and
+    nothing else: it is this process's own child). Its log goes to a temporary file, whose last
+    line is the error when it fails to start."""
+
+    def __init__(self, command: Sequence[str], port: int, env: dict[str, str] | None = None):
+        self.command = list(command)
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self._env = env
+        self._process: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self) -> LlamaServerProcess:
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        self._process = subprocess.Popen(
+            self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self._env
+        )
+        atexit.register(self.stop)  # never left running after specchat exits
+        deadline = time.monotonic() + _READY_SECONDS
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                message = self._last_log_line()
+                self.stop()
+                raise SpecchatError(f"llama-server exited at start: {message}")
+            if _healthy(self.port):
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise SpecchatError(f"llama-server did not become ready in {_READY_SECONDS:.0f} s")
+
+    def _last_log_line(self) -> str:
+        self._log.seek(0)
+        lines = self._log.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else "no message"
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LlamaServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _healthy(port: int) -> bool:
+    """Whether the server on `port` has loaded its model (GET /health answers 200)."""
+    from urllib.error import URLError
+    from urllib.request import urlopen
+
+    try:
+        with urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return response.status == 200
+    except (URLError, OSError):
+        return False
