@@ -172,7 +172,10 @@ class LlamaServerPeer:
             base_url=self._server.base_url, api_key="none", max_retries=0, timeout=600
         )
 
-    def run(self, prompt: list[int], max_tokens: int) -> Outcome:
+    def run(
+        self, prompt: list[int], max_tokens: int, sources: DraftSources = NO_SOURCES
+    ) -> Outcome:
+        """llama-server drafts from what it keeps itself: `sources` is not its to use."""
         response = self._client.completions.create(
             model="smollm2",
             prompt=prompt,
