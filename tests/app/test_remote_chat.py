@@ -64,7 +64,7 @@ async def test_the_chat_colours_the_servers_own_runs(llama_server_ngram):
         # every coloured span is a run of accepted drafts plus the server's own token, and they
         # add up to what the server counted
         assert answer.runs and accepted > 0
-        assert sum(n - 1 for _, _, n in answer.runs) <= accepted == answer.stats.accepted
+        assert sum(n - 1 for _, _, n, _ in answer.runs) <= accepted == answer.stats.accepted
         status = status_of(app)
         assert "server" in status and "runs as the server reports them" in status
         assert "acceptance" in status and "openai" in status
