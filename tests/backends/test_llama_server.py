@@ -32,7 +32,7 @@ QUESTION = [ChatMessage("user", "What is the capital of France? Answer in one se
 def answer(base_url: str, messages, max_tokens: int) -> tuple[list[StepEvent], DoneEvent]:
     backend = load_model(None, LoadOptions(backend="openai", base_url=base_url))
     engine = engine_for(backend, build_decoder(default_decoder(backend), {}, backend))
-    request = GenerationRequest((), max_tokens, (), SamplingParams(), tuple(messages))
+    request = GenerationRequest((), max_tokens, (), SamplingParams(), messages=tuple(messages))
     events = list(engine.generate(request))
     backend.close()
     return events[:-1], events[-1]

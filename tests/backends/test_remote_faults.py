@@ -34,7 +34,7 @@ def start(base_url: str, timeout: float = 120.0):
     backend = connect(base_url, timeout)
     engine = engine_for(backend, build_decoder(default_decoder(backend), {}, backend))
     request = GenerationRequest(
-        (), 64, (), SamplingParams(), (ChatMessage("user", "Say hello to the world."),)
+        (), 64, (), SamplingParams(), messages=(ChatMessage("user", "Say hello to the world."),)
     )
     return engine, engine.start(request)
 
