@@ -24,7 +24,7 @@ import numpy as np
 from specchat.decoding.sources import Continuation
 
 DEPTH = 32  # longest context tail matched, in tokens
-_SAMPLE = 256  # occurrences examined per depth at most (evenly spaced over a larger range)
+_SAMPLE = 64  # occurrences examined per depth at most (evenly spaced over a larger range)
 _MAX_LENGTHS_TRIED = 4  # match lengths whose continuations are scored, longest first
 _FILES = ("text", "suffixes", "by_previous", "starts")
 
@@ -90,7 +90,8 @@ class TokenSuffixArray:
     @classmethod
     def load(cls, folder: Path) -> TokenSuffixArray:
         """Memory-mapped: loading costs nothing until a lookup touches the pages."""
-        arrays = [np.load(folder / f"{name}.npy", mmap_mode="r") for name in _FILES]
+        # plain arrays over the mapping: numpy's memmap subclass costs on every slice
+        arrays = [np.asarray(np.load(folder / f"{name}.npy", mmap_mode="r")) for name in _FILES]
         return cls(*arrays)
 
     # -- looking up ----------------------------------------------------------------------------

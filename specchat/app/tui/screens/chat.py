@@ -114,7 +114,8 @@ class ChatScreen(Screen):
         yield Legend(id="legend")
         yield StatusBar(id="status")
         yield PromptInput(id="prompt", placeholder="Ask something — Enter sends, Ctrl+J newline")
-        yield Footer(compact=True)
+        # the palette key (Ctrl+P) is in F1's list: the footer keeps its room for the decoders
+        yield Footer(compact=True, show_command_palette=False)
 
     async def on_mount(self) -> None:
         session = self.session
