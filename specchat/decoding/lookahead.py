@@ -19,7 +19,12 @@ from specchat.decoding.ngram_pool import NgramPool
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import LOOKAHEAD, NO_SOURCES, DraftSources
-from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
+from specchat.decoding.speculative import (
+    SPECULATIVE_PARAMS,
+    Draft,
+    SpeculativeDecoder,
+    insert_branch,
+)
 
 
 class LookaheadDrafter:
@@ -99,20 +104,10 @@ class LookaheadDrafter:
         longest = 0
         key = context[-1]
         for cand in self._candidates if depth else []:
-            node = 0
             branch = cand[:depth]
             longest = max(longest, len(branch))
             origin = self._pool.origin(key, cand)
-            for token in branch:
-                child = children[node].get(token)
-                if child is None:
-                    tokens.append(token)
-                    parents.append(node)
-                    child = len(tokens) - 1
-                    children[node][token] = child
-                    children[child] = {}
-                    node_sources[child] = origin
-                node = child
+            insert_branch(tokens, parents, children, node_sources, branch, origin)
         # "drafted" counts the longest candidate: the most this pass could have accepted.
         return Draft(
             tokens,

@@ -71,6 +71,29 @@ class Draft:
         return self.tokens[1:]
 
 
+def insert_branch(
+    tokens: list[int],
+    parents: list[int],
+    children: dict[int, dict[int, int]],
+    node_sources: dict[int, str],
+    branch: list[int],
+    source: str,
+) -> None:
+    """Add `branch` below the root of a draft trie being built (shared prefixes reuse nodes; a
+    new node remembers `source`)."""
+    node = 0
+    for token in branch:
+        child = children[node].get(token)
+        if child is None:
+            tokens.append(token)
+            parents.append(node)
+            child = len(tokens) - 1
+            children[node][token] = child
+            children[child] = {}
+            node_sources[child] = source
+        node = child
+
+
 class Drafter(Protocol):
     """Proposes drafts; hears back what the target accepted."""
 

@@ -29,7 +29,12 @@ from specchat.decoding.sources import (
     Continuation,
     DraftSources,
 )
-from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
+from specchat.decoding.speculative import (
+    SPECULATIVE_PARAMS,
+    Draft,
+    SpeculativeDecoder,
+    insert_branch,
+)
 from specchat.decoding.suffix_tree import DEPTH, SequenceTrees, unavailable_reason
 
 # When sources score alike, the most specific wins.
@@ -143,17 +148,7 @@ class SuffixDrafter:
             if rank and (not added or target.block_cost(len(tokens) + added) > budget):
                 continue
             longest = max(longest, len(branch))
-            node = 0
-            for token in branch:
-                child = children[node].get(token)
-                if child is None:
-                    tokens.append(token)
-                    parents.append(node)
-                    child = len(tokens) - 1
-                    children[node][token] = child
-                    children[child] = {}
-                    node_sources[child] = name
-                node = child
+            insert_branch(tokens, parents, children, node_sources, branch, name)
         return Draft(tokens, parents, children, longest, source=source, node_sources=node_sources)
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:

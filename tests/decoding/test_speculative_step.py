@@ -68,7 +68,7 @@ class KnownAnswerDrafter:
     def prepare(self, target):
         pass
 
-    def reset(self, context):
+    def reset(self, context, sources=None):
         pass
 
     def plan(self, context, room):
