@@ -5,7 +5,7 @@ prompt, decoder and settings — each a fresh process, interleaved, median of th
     .venv/bin/python scripts/measure_ui_cost.py                  # greedy, 256 tokens, 3 repeats
     .venv/bin/python scripts/measure_ui_cost.py --decoder pld --repeats 5
     .venv/bin/python scripts/measure_ui_cost.py --chat-threads 1 # the chat with one model thread
-    .venv/bin/python scripts/measure_ui_cost.py --env OMP_WAIT_POLICY=passive   # both processes
+    .venv/bin/python scripts/measure_ui_cost.py --env GOMP_SPINCOUNT=10000   # both processes
 
 Both figures are the engine's decode tokens/s (tokens ÷ the steps' measured seconds; prefill
 excluded): `ask --json` prints it in its done event, the chat stores it with the answer, and this

@@ -158,7 +158,7 @@ class RaceScreen(Screen):
     BINDINGS = [
         Binding("escape", "stop_or_back", "stop / skip / back", priority=True),
         Binding("r", "replay", "replay"),
-        Binding("ctrl+b", "app.pop_screen", "back to chat", show=False),
+        Binding("ctrl+b", "back", "back to chat", show=False),
     ]
 
     def __init__(
@@ -380,6 +380,13 @@ class RaceScreen(Screen):
     def palette_changed(self) -> None:
         for pane in self.panes:
             pane.repaint(self.app.palette)
+
+    def action_back(self) -> None:
+        """Back to the chat — not while a run is measured: its worker holds the model."""
+        if self.running:
+            self.notify("the race is running: Esc stops it", severity="warning")
+            return
+        self.app.pop_screen()
 
     def action_stop_or_back(self) -> None:
         """Stop the measuring; skip a replay to its end; else back to the chat."""
