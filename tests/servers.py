@@ -64,9 +64,9 @@ def llama_server(llama_server_binary) -> Iterator[LlamaServerProcess]:
 
 @pytest.fixture(scope="session")
 def llama_server_ngram(llama_server_binary) -> Iterator[LlamaServerProcess]:
-    """llama-server on the bundled model with its n-gram speculation (ngram-mod, with the
-    lookup and draft lengths bench's peer uses: its defaults draft nothing on short answers)."""
-    server = start_llama_server("ngram-mod", LLAMA_SERVER_SPECS["ngram-mod"])
+    """llama-server on the bundled model with its n-gram speculation (ngram-mod with 3-token
+    lookups, as bench's `ngram-mod-3` peer: its defaults seldom draft on short answers)."""
+    server = start_llama_server(*LLAMA_SERVER_SPECS["ngram-mod-3"])
     yield server
     server.stop()
 

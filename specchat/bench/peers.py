@@ -142,7 +142,7 @@ class LlamaServerPeer:
 
     greedy_family = True
 
-    def __init__(self, backend: Backend, spec_type: str) -> None:
+    def __init__(self, backend: Backend, spec: str) -> None:
         import openai
 
         from specchat.bench.llama_server import (
@@ -155,7 +155,8 @@ class LlamaServerPeer:
         path = getattr(backend, "model_path", None)
         if backend.name != "llama" or path is None:
             raise SpecchatError("llama-server peers need the llama backend")
-        self.name = f"peer:llama-server:{spec_type}"
+        self.name = f"peer:llama-server:{spec}"
+        spec_type, flags = LLAMA_SERVER_SPECS[spec]
         self._backend = backend
         port = free_port()
         command = server_command(
@@ -165,7 +166,7 @@ class LlamaServerPeer:
             spec_type=spec_type,
             threads=backend.threads,
             n_ctx=backend.n_ctx,
-            extra=LLAMA_SERVER_SPECS.get(spec_type, ()),
+            extra=flags,
         )
         self._server = LlamaServerProcess(command, port).start()
         self._client = openai.OpenAI(
@@ -211,19 +212,27 @@ class LlamaServerPeer:
         self._server.stop()
 
 
-# llama-server's n-gram methods with lookup and draft lengths matched to our pld's defaults
-# (3-gram lookup, up to 10 drafted tokens): its own defaults (12- and 24-token lookups, 48-token
-# drafts) are tuned for long agentic contexts and draft nothing on short answers.
-LLAMA_SERVER_SPECS: dict[str, tuple[str, ...]] = {
-    "none": (),
-    "ngram-simple": ("--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "10"),
-    "ngram-mod": (
-        "--spec-ngram-mod-n-match",
-        "3",
-        "--spec-ngram-mod-n-min",
-        "1",
-        "--spec-ngram-mod-n-max",
-        "10",
+# llama-server's speculation peers: name → (its --spec-type, more flags). `ngram-mod` runs with
+# llama-server's own defaults (24-token lookups, 48–64-token drafts: rare, long, nearly always
+# right), as a user of llama-server gets it; `ngram-simple` and `ngram-mod-3` have lookup and draft
+# lengths matched to our pld's defaults (3-gram lookup, up to 10 drafted tokens).
+LLAMA_SERVER_SPECS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "none": ("none", ()),
+    "ngram-simple": (
+        "ngram-simple",
+        ("--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "10"),
+    ),
+    "ngram-mod": ("ngram-mod", ()),
+    "ngram-mod-3": (
+        "ngram-mod",
+        (
+            "--spec-ngram-mod-n-match",
+            "3",
+            "--spec-ngram-mod-n-min",
+            "1",
+            "--spec-ngram-mod-n-max",
+            "10",
+        ),
     ),
 }
 
@@ -235,8 +244,8 @@ def llama_server_peers(backend: Backend) -> list:
 
     peers: list = []
     try:
-        for spec_type in LLAMA_SERVER_SPECS:
-            peers.append(LlamaServerPeer(backend, spec_type))
+        for spec in LLAMA_SERVER_SPECS:
+            peers.append(LlamaServerPeer(backend, spec))
     except SpecchatError as exc:
         for peer in peers:
             peer.close()
@@ -270,6 +279,7 @@ MATCHING_PEER = {
         "peer:llama-cpp-python:pld",
         "peer:llama-server:ngram-simple",
         "peer:llama-server:ngram-mod",
+        "peer:llama-server:ngram-mod-3",
         "peer:transformers:pld",
     ),
     "draft": ("peer:transformers:draft",),

@@ -132,7 +132,7 @@ def test_the_bench_peer_is_llama_servers_own_speculation_on_the_same_model(
     from specchat.bench.peers import LlamaServerPeer
 
     prompt = chat_prompt_ids(fresh_llama, REPEAT)
-    peer = LlamaServerPeer(fresh_llama, "ngram-mod")
+    peer = LlamaServerPeer(fresh_llama, "ngram-mod-3")
     try:
         outcome = peer.run(prompt, 48)
     finally:
@@ -142,7 +142,7 @@ def test_the_bench_peer_is_llama_servers_own_speculation_on_the_same_model(
     assert outcome.token_ids == local.token_ids
     assert outcome.text == local.text
     assert 0 < outcome.accepted <= outcome.drafted and outcome.seconds > 0
-    assert peer.name == "peer:llama-server:ngram-mod"
+    assert peer.name == "peer:llama-server:ngram-mod-3"
 
 
 def test_bench_peers_include_llama_servers_own_speculation(llama_server_binary, tmp_path):
@@ -163,7 +163,7 @@ def test_bench_peers_include_llama_servers_own_speculation(llama_server_binary, 
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(out.read_text())["summary"]
-    for spec in ("none", "ngram-simple", "ngram-mod"):
+    for spec in ("none", "ngram-simple", "ngram-mod", "ngram-mod-3"):
         figures = summary[f"peer:llama-server:{spec}"]["overall"]
         assert figures["exact_rate"] == 1.0 and figures["tokens_per_second"] > 0
     # the closing note gives ours ÷ theirs

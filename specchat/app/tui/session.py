@@ -131,6 +131,10 @@ class ChatSession:
         self._home: Screen | None = None
         self._started = time.perf_counter()
         self._race_cancel: threading.Event | None = None
+        # Decoder keys in the order pressed: each build worker holds a ticket, and only the newest
+        # key's decoder reaches the engine, however long the earlier builds take.
+        self._switch_lock = threading.Lock()
+        self._switch_ticket = 0
 
     def attach(self, screen: Screen) -> None:
         """`screen` hears the session: the model's loading, decoder switches and answers post
@@ -277,17 +281,21 @@ class ChatSession:
 
     def _switch(self, name: str) -> None:
         # Building may load a draft model: off the event loop.
-        work = partial(self._build_and_switch, name, self.busy)
+        self._switch_ticket += 1
+        work = partial(self._build_and_switch, name, self.busy, self._switch_ticket)
         self._home.run_worker(work, name=f"switch to {name}", group="switch", thread=True)
 
-    def _build_and_switch(self, name: str, mid_answer: bool) -> None:
+    def _build_and_switch(self, name: str, mid_answer: bool, ticket: int) -> None:
         try:
             decoder = self._build(name)
         except Exception as exc:
             self._post(DecoderFailed(name, _error_text(exc)))
             return
-        self.engine.switch(decoder, self.sampling(name))
-        self._post(DecoderSwitched(name, mid_answer))
+        with self._switch_lock:
+            if ticket != self._switch_ticket:
+                return  # a later key was pressed while this one built: that one wins
+            self.engine.switch(decoder, self.sampling(name))
+            self._post(DecoderSwitched(name, mid_answer))
 
     def decoder_switched(self, name: str) -> None:
         """The engine runs `name` from now on (or will, once the model is loaded)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from specchat.app.tui.app import SpecchatApp
@@ -170,6 +172,36 @@ async def test_decoder_key_mid_answer_switches(backend):
         assert list(answer.stats.decoders) == ["greedy", target.name]
         assert app.session.decoder_name == target.name
         assert f" {target.name} " in status_of(app)
+
+
+async def test_two_quick_decoder_keys_land_in_the_order_pressed(backend, monkeypatch):
+    """The first key's decoder is still being built (a draft model loading, say) when the second
+    key is pressed and its decoder is ready: the second key wins, whenever the first build ends."""
+    app = SpecchatApp(settings=Settings(max_tokens=8), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        session = app.session
+        build, slow_started, release = session._build, threading.Event(), threading.Event()
+
+        def build_slowly_for_beam(name: str) -> Decoder:
+            if name == "beam":
+                slow_started.set()
+                release.wait(timeout=60)
+            return build(name)
+
+        monkeypatch.setattr(session, "_build", build_slowly_for_beam)
+        await pilot.press(DECODERS["beam"].key)
+        await wait_until(pilot, slow_started.is_set)
+        await pilot.press(DECODERS["sample"].key)
+        await wait_until(pilot, lambda: session.decoder_name == "sample")
+        release.set()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert session.decoder_name == "sample"
+        assert " sample " in status_of(app)
+        await type_and_send(pilot, "Hi")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert list(app.screen.messages[-1].stats.decoders) == ["sample"]
 
 
 async def test_decoder_key_when_idle_sets_next_answer(backend):
