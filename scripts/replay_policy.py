@@ -8,7 +8,11 @@ The figure is deterministic — the same on a busy machine as on an idle one —
 be compared before a real benchmark confirms them. The oracle (decoding.oracle) is the ceiling.
 
     .venv/bin/python scripts/replay_policy.py [--backend llama|hf] [--per-category 4]
-        [--max-tokens 128] [-p pld.fixed_draft=10] [-d pld] [--costs hf]
+        [--max-tokens 128] [-p pld.fixed_draft=10] [-d pld] [--costs hf] [--history]
+
+With --history the questions run as `bench --history` runs them: each a chat of its own, saved
+(with greedy's answers) into a temporary store before the next begins, for drafters that read
+saved chats.
 """
 
 from __future__ import annotations
@@ -22,19 +26,21 @@ from pathlib import Path
 from specchat import locations
 from specchat.backends.base import ChatMessage
 from specchat.bench.data import load_questions
+from specchat.bench.history import BenchHistory
 from specchat.decoding.draft_policy import DraftLengthPolicy
 from specchat.decoding.oracle import accepted_lengths, oracle_speedup
 from specchat.decoding.race import run_decoder
 from specchat.decoding.registry import build_decoder, scoped_params
 from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.models import LoadOptions, load_model
-from specchat.prompting import chat_prompt_ids
+from specchat.prompting import chat_prompt_ids, turn_start
 
 
 def greedy_answers(backend, per_category: int, max_tokens: int) -> list[dict]:
-    """[{category, prompt, answer}] per turn, cached per model and length."""
+    """[{question, category, turn, prompt, answer, text}] per turn, cached per model and length."""
     cache = locations.cache_dir() / (
-        f"greedy-answers-{backend.name}-{backend.model_name}-{per_category}-{max_tokens}.json"
+        f"greedy-answers-v2-{backend.name}-{backend.model_name}-{per_category}-{max_tokens}.json"
     )
     if cache.exists():
         return json.loads(cache.read_text())
@@ -47,7 +53,14 @@ def greedy_answers(backend, per_category: int, max_tokens: int) -> list[dict]:
             prompt = chat_prompt_ids(backend, history)
             done = run_decoder(backend, "greedy", {}, prompt, max_tokens, SamplingParams())
             turns.append(
-                {"category": question.category, "prompt": prompt, "answer": list(done.token_ids)}
+                {
+                    "question": number,
+                    "category": question.category,
+                    "turn": turn,
+                    "prompt": prompt,
+                    "answer": list(done.token_ids),
+                    "text": done.text,
+                }
             )
             history.append(ChatMessage("assistant", done.text))
         print(f"greedy answers: {number}/{len(questions)}", flush=True)
@@ -55,10 +68,17 @@ def greedy_answers(backend, per_category: int, max_tokens: int) -> list[dict]:
     return turns
 
 
-def replay(decoder, policy: DraftLengthPolicy, backend, prompt: list[int], answer: list[int]):
+def replay(
+    decoder,
+    policy: DraftLengthPolicy,
+    backend,
+    prompt: list[int],
+    answer: list[int],
+    sources: DraftSources = NO_SOURCES,
+):
     """(pass-cost seconds, drafted, accepted) of the decoder's chain drafts over greedy's answer."""
     drafter = decoder.drafter
-    drafter.reset(list(prompt))
+    drafter.reset(list(prompt), sources)
     context, i, seconds, drafted, accepted = list(prompt), 0, 0.0, 0, 0
     while i < len(answer):
         room = len(answer) - i
@@ -94,6 +114,7 @@ def main() -> None:
     )
     parser.add_argument("-d", "--decoder", default="pld")
     parser.add_argument("-p", "--param", action="append", default=[])
+    parser.add_argument("--history", action="store_true", help="earlier questions as saved chats")
     args = parser.parse_args()
     backend = load_model(None, LoadOptions(backend=args.backend), lambda *a: None)
     # One thread generates the answers (a 2-thread pool collapses when anything else runs);
@@ -110,19 +131,33 @@ def main() -> None:
     policy = DraftLengthPolicy()  # from the priors, learning over the whole run (not the user's)
     by_category: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     drafted = accepted = 0
-    for turn in turns:
+    saved = BenchHistory(backend) if args.history else None
+    conversation: list[ChatMessage] = []
+    for number, turn in enumerate(turns):
+        if number and turn["question"] != turns[number - 1]["question"]:
+            if saved is not None:  # the question before is a saved chat from now on
+                saved.record(conversation[0].content, conversation)
+            conversation = []
         prompt, answer = turn["prompt"], turn["answer"]
+        conversation.append(ChatMessage("user", turn["turn"]))
+        sources = DraftSources(
+            turn_start=turn_start(backend, conversation, prompt),
+            saved=saved.index if saved is not None else None,
+        )
+        conversation.append(ChatMessage("assistant", turn["text"]))
         if not answer:
             continue
-        seconds, d, a = replay(decoder, policy, backend, prompt, answer)
+        seconds, d, a = replay(decoder, policy, backend, prompt, answer, sources)
         drafted, accepted = drafted + d, accepted + a
-        decoder.drafter.reset(list(prompt))
+        decoder.drafter.reset(list(prompt), sources)
         oracle = oracle_speedup(
             accepted_lengths(decoder.drafter.proposal, prompt, answer), backend.block_cost
         )
         plain = len(answer) * backend.block_cost(1)
         by_category[turn["category"]].append((plain / seconds, oracle.speedup, oracle.copyable))
         by_category["overall"].append(by_category[turn["category"]][-1])
+    if saved is not None:
+        saved.close()
     print(f"{'category':<16} {'replayed':>8} {'oracle':>7} {'eff.':>6} {'copyable':>8}")
     for category, rows in sorted(by_category.items(), key=lambda kv: kv[0] == "overall"):
         speed = statistics.mean(r[0] for r in rows)
