@@ -1,0 +1,60 @@
+"""Benchmark data of code edits on real code: functions from the Python standard library (no
+docstrings), each with an edit a programmer asks for — type hints, descriptive names, a comment
+per line — answered by rewriting the whole function, so the answer copies most of the prompt.
+
+    .venv/bin/python scripts/code_edits.py /tmp/code_edits.jsonl
+    .venv/bin/specchat bench --data /tmp/code_edits.jsonl -d pld -d suffix --max-tokens 256 --peers
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import calendar
+import colorsys
+import fnmatch
+import inspect
+import json
+import shlex
+import textwrap
+
+FUNCTIONS = (
+    shlex.quote,
+    colorsys.rgb_to_hsv,
+    textwrap.dedent,
+    fnmatch.filter,
+    colorsys.rgb_to_hls,
+    calendar.weekday,
+)
+EDITS = (
+    ("type-hints", "Add type hints to this function and return the whole function."),
+    (
+        "rename",
+        "Rename the variables in this function to descriptive names and return the whole function.",
+    ),
+    ("comment", "Add a comment above each line of this function and return the whole function."),
+)
+
+
+def source_without_docstring(function) -> str:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    node = tree.body[0]
+    if ast.get_docstring(node):
+        node.body = node.body[1:]
+    return ast.unparse(node)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out")
+    args = parser.parse_args()
+    with open(args.out, "w", encoding="utf-8") as out:
+        for number, function in enumerate(FUNCTIONS, 1):
+            category, ask = EDITS[(number - 1) % len(EDITS)]
+            prompt = f"{ask}\n\n```python\n{source_without_docstring(function)}\n```"
+            item = {"question_id": number, "category": category, "turns": [prompt]}
+            out.write(json.dumps(item) + "\n")
+
+
+if __name__ == "__main__":
+    main()
