@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header
 
+from specchat.app.chat_export import chat_markdown
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.messages import (
     AnswerDone,
@@ -38,17 +39,6 @@ from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.decoding.registry import DECODERS
 from specchat.history import StoredMessage
 from specchat.locations import exports_dir
-
-
-def chat_markdown(title: str, messages: list[StoredMessage]) -> str:
-    """The chat as a Markdown document (export and copy)."""
-    lines = [f"# {title}", ""]
-    for message in messages:
-        heading = "You" if message.role == "user" else f"Assistant ({message.decoder or '?'})"
-        lines += [f"## {heading}", "", message.content.rstrip(), ""]
-        if message.finish_reason == "cancelled":
-            lines += ["*(stopped)*", ""]
-    return "\n".join(lines)
 
 
 def decoder_bindings() -> list[Binding]:
