@@ -1,0 +1,66 @@
+"""The real `specchat` in tmux: ask, edit the question with Up, see the branch marker, switch
+back to the first version with Shift+Tab, Up and Left."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from .test_terminal import SPECCHAT, TMUX, wait_for
+
+pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux)")
+
+
+def keys(session: str, *names: str) -> None:
+    subprocess.run([TMUX, "send-keys", "-t", session, *names], check=True)
+
+
+def answered(screen: str) -> bool:
+    """An answer ended and none is streaming."""
+    return "ended:" in screen and "· …" not in screen
+
+
+def test_edit_a_question_see_the_branch_and_switch_back(private_dirs):
+    config = private_dirs / "config"
+    config.mkdir(exist_ok=True)
+    (config / "settings.toml").write_text("threads = 1\nmax_tokens = 12\n")
+    session = f"specchat-branch-{uuid.uuid4().hex[:8]}"
+    command = (
+        f"env SPECCHAT_CONFIG_DIR={config} SPECCHAT_DATA_DIR={private_dirs / 'data'} "
+        f"TERM=xterm-256color {SPECCHAT if SPECCHAT.exists() else 'specchat'}"
+    )
+    subprocess.run(
+        [TMUX, "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True
+    )
+    try:
+        wait_for(session, lambda s: "tok/s" in s and "Ask something" in s)
+        keys(session, "-l", "Name a colour.")
+        for _ in range(20):  # a key may be lost while Textual reads the terminal's replies
+            keys(session, "Enter")
+            try:
+                wait_for(session, lambda s: "assistant · greedy" in s, limit=2.0)
+                break
+            except AssertionError:
+                continue
+        wait_for(session, answered)
+
+        keys(session, "Up")  # the prompt is empty: edit the last question
+        wait_for(session, lambda s: "editing a question" in s)
+        keys(session, "End")
+        keys(session, "-l", " And a fruit?")
+        keys(session, "Enter")
+        screen = wait_for(session, lambda s: "‹2/2›" in s and answered(s))
+        assert "Name a colour. And a fruit?" in screen
+
+        keys(session, "BTab")  # Shift+Tab: the answer takes the focus
+        keys(session, "Up")  # the question
+        keys(session, "Left")  # its first version
+        screen = wait_for(session, lambda s: "‹1/2›" in s)
+        assert "Name a colour." in screen and "And a fruit?" not in screen
+    finally:
+        keys(session, "C-q")
+        time.sleep(0.3)
+        subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
