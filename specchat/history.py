@@ -227,7 +227,9 @@ class HistoryStore:
                     f"chat database {self.path} is locked by another process (waited "
                     f"{self.timeout:g} s): try again once it is done"
                 ) from None
-            raise HistoryError(f"chat database {self.path}: {text}") from None
+            if any(word in text for word in ("unable to open", "readonly", "disk", "full")):
+                raise HistoryError(f"chat database {self.path}: {text}") from None
+            raise  # a mistake in our SQL: a bug, not the user's to fix
         except sqlite3.DatabaseError as exc:  # not a database, malformed image
             raise HistoryError(
                 f"chat database {self.path} is unreadable ({exc}): move it aside to start afresh"
