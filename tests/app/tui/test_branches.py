@@ -168,7 +168,7 @@ async def test_search_opens_the_chat_at_the_message_in_its_branch(backend, two_c
         assert [(h.chat_id, h.message_id) for h in search.hits] == [(keeper, question)]
         await pilot.press("enter")  # to the results
         await pilot.press("enter")  # open
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.focused, UserMessage))
         chat = app.screen
         assert chat.chat_id == keeper
         assert [m.content for m in chat.messages][0] == "Describe a lighthouse at night"

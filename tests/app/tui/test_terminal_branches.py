@@ -18,9 +18,13 @@ def keys(session: str, *names: str) -> None:
     subprocess.run([TMUX, "send-keys", "-t", session, *names], check=True)
 
 
-def answered(screen: str) -> bool:
-    """An answer ended and none is streaming."""
-    return "ended:" in screen and "· …" not in screen
+def answered(screen: str, after: str = "you") -> bool:
+    """The answer after the last line holding `after` has ended: its header has no "…"."""
+    lines = screen.splitlines()
+    marks = [i for i, line in enumerate(lines) if after in line]
+    if not marks or "ended:" not in screen:
+        return False
+    return any("assistant · greedy" in line and "…" not in line for line in lines[marks[-1] + 1 :])
 
 
 def test_edit_a_question_see_the_branch_and_switch_back(private_dirs):
@@ -52,7 +56,7 @@ def test_edit_a_question_see_the_branch_and_switch_back(private_dirs):
         keys(session, "End")
         keys(session, "-l", " And a fruit?")
         keys(session, "Enter")
-        screen = wait_for(session, lambda s: "‹2/2›" in s and answered(s))
+        screen = wait_for(session, lambda s: answered(s, after="you ‹2/2›"))
         assert "Name a colour. And a fruit?" in screen
 
         keys(session, "BTab")  # Shift+Tab: the answer takes the focus
