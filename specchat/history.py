@@ -22,6 +22,7 @@ Listeners hear which chat each write changed (the saved-chat index follows the s
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -164,8 +165,7 @@ _MESSAGE_COLUMNS = (
 def _fts_query(text: str) -> str:
     """What the user typed as an FTS5 query: every word must appear (as a word or the start of
     one), and nothing they type is read as FTS5 syntax."""
-    words = text.split()
-    return " ".join('"' + word.replace('"', '""') + '" *' for word in words)
+    return " ".join(f'"{word}" *' for word in re.findall(r"\w+", text))
 
 
 class HistoryStore:
