@@ -23,7 +23,7 @@ def hit_text(hit: SearchHit) -> Text:
     """One result: the chat's title and who spoke, then the snippet with its matches bold."""
     text = Text()
     text.append(hit.title, style="bold")
-    text.append(f"  {'you' if hit.role == 'user' else 'assistant'}\n", style="dim")
+    text.append(f" · {'you' if hit.role == 'user' else 'assistant'}\n", style="dim")
     snippet = " ".join(hit.snippet.split())
     for i, part in enumerate(snippet.replace(_MARKS[1], _MARKS[0]).split(_MARKS[0])):
         text.append(part, style="bold reverse" if i % 2 else "")
@@ -67,7 +67,7 @@ class SearchScreen(ModalScreen[tuple[int, int] | None]):
         results = self.query_one(OptionList)
         results.clear_options()
         try:
-            self.hits = self.history.search(text) if text.strip() else []
+            self.hits = self.history.search(text, marks=_MARKS) if text.strip() else []
         except HistoryError as exc:
             self.hits = []
             self.notify(str(exc), severity="error")
