@@ -333,9 +333,18 @@ def models() -> None:
 
 chats_app = typer.Typer(
     help="The stored chats: list, show, search, export, delete (--json for scripts).",
-    no_args_is_help=True,
+    invoke_without_command=True,
 )
 app.add_typer(chats_app, name="chats")
+
+
+@chats_app.callback()
+def chats_callback(ctx: typer.Context) -> None:
+    """Without a command: what the commands are."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]
 ChatIdArg = Annotated[int, typer.Argument(help="the chat's id (`specchat chats list`)")]
 

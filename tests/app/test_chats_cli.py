@@ -47,6 +47,13 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def test_without_a_command_it_lists_the_commands(data_dir):
+    result = specchat(data_dir)
+    assert result.returncode == 0, result.stderr
+    for command in ("list", "show", "search", "export", "delete"):
+        assert command in result.stdout
+
+
 def test_list_shows_every_chat_newest_first(data_dir):
     result = specchat(data_dir, "list")
     assert result.returncode == 0, result.stderr
