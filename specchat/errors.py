@@ -13,3 +13,8 @@ def first_line(error: BaseException) -> str:
     a failure inside a library."""
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0]
+
+
+class HistoryError(SpecchatError):
+    """The chat database cannot be used: corrupt, locked by another process past the timeout, or
+    written by a newer specchat. One line; the CLI exits with 2, the TUI shows a notification."""

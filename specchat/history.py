@@ -2,10 +2,19 @@
 
 Each assistant message keeps its run spans — (char_start, char_end, n_tokens, source) for every step
 that landed more than one token, with where its draft came from — so a reopened chat shows the same
-colours it had while streaming — and
-its figures: the engine's stats, the seconds the answer took on screen and the decoder parameters
-shown, stored together as one JSON object (`_stats_json` and `_stats_from_json`, the only place
-they are a dict).
+colours it had while streaming — and its figures: the engine's stats, the seconds the answer took on
+screen and the decoder parameters shown, stored together as one JSON object (`_stats_json` and
+`_stats_from_json`, the only place they are a dict).
+
+A chat is a tree: every message has a parent (the message it follows; none for the first), an
+edited question is a sibling of the one it replaces and a regenerated answer a sibling of the
+earlier answer. The chat's transcript is the path from its first message to its current leaf;
+`switch_branch` moves the leaf. An FTS5 index over message content (kept by triggers) answers
+`search`.
+
+The schema carries its version in `PRAGMA user_version`; opening a file of an older version
+migrates it in one transaction (`_MIGRATIONS`), a newer one is refused. Every failure of the file
+itself (corrupt, locked past `timeout`, newer) is a `HistoryError`: one line for the user.
 Every write is one transaction; the database runs in WAL mode so a reader never blocks a writer.
 Listeners hear which chat each write changed (the saved-chat index follows the store that way).
 """
@@ -13,6 +22,7 @@ Listeners hear which chat each write changed (the saved-chat index follows the s
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -21,19 +31,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specchat.decoding.stats import GenerationStats
+from specchat.errors import HistoryError
 from specchat.locations import data_dir
 
 DB_FILE = "history.sqlite3"
 RunSpan = tuple[int, int, int, str]  # char start, char end, tokens, draft source ("": unknown)
+SCHEMA_VERSION = 1
+LOCK_TIMEOUT_SECONDS = 5.0  # how long a write waits for another process's transaction
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS chats (
+# Version 0: the tables as the first releases wrote them (no user_version set). A new file is
+# made as version 0 and migrated like an old one, so both reach the same schema the same way.
+_SCHEMA_V0 = [
+    """CREATE TABLE IF NOT EXISTS chats (
     id INTEGER PRIMARY KEY,
     title TEXT NOT NULL,
     created REAL NOT NULL,
     updated REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
+)""",
+    """CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
     chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
     role TEXT NOT NULL,
@@ -43,9 +58,41 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT NOT NULL DEFAULT '{}',
     runs TEXT NOT NULL DEFAULT '[]',
     created REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS messages_by_chat ON messages(chat_id, id);
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS messages_by_chat ON messages(chat_id, id)",
+]
+
+# Version 1: branches (a parent per message, a current leaf per chat) and full-text search.
+# Each message of a version-0 chat follows the one before it; the leaf is the chat's last message.
+_TO_V1 = [
+    "ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE",
+    "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p "
+    "WHERE p.chat_id = messages.chat_id AND p.id < messages.id)",
+    "CREATE INDEX messages_by_parent ON messages(chat_id, parent_id)",
+    "ALTER TABLE chats ADD COLUMN leaf_id INTEGER",
+    "UPDATE chats SET leaf_id = (SELECT MAX(m.id) FROM messages m WHERE m.chat_id = chats.id)",
+    "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id')",
+    "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')",
+    "CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN "
+    "INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END",
+    "CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN "
+    "INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);"
+    " END",
+    "CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN "
+    "INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);"
+    " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END",
+]
+
+_MIGRATIONS = [_TO_V1]  # _MIGRATIONS[v] takes a file from version v to v + 1
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+class _Leaf:
+    def __repr__(self) -> str:
+        return "LEAF"
+
+
+LEAF = _Leaf()  # add_message's default parent: the chat's current leaf
 
 
 @dataclass
@@ -59,6 +106,8 @@ class StoredMessage:
     id: int | None = None
     elapsed_seconds: float = 0.0  # from sending to the end of the answer, as the user saw it
     params: str = ""  # the decoder parameters the status bar showed
+    parent_id: int | None = None  # the message this one follows; None for a chat's first
+    branch: tuple[int, int] = (1, 1)  # (position among its siblings from 1, how many there are)
 
 
 def _run_span(stored: list) -> RunSpan:
@@ -96,20 +145,101 @@ class ChatSummary:
     id: int
     title: str
     updated: float
-    messages: int
+    messages: int  # every message, in every branch
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    chat_id: int
+    message_id: int
+    title: str  # the chat's
+    role: str
+    snippet: str  # a few words around the match, the matches between the two marks
+
+
+_MESSAGE_COLUMNS = (
+    "m.id, m.role, m.content, m.decoder, m.finish_reason, m.stats, m.runs, m.parent_id"
+)
+
+
+def _fts_query(text: str) -> str:
+    """What the user typed as an FTS5 query: every word must appear (as a word or the start of
+    one), and nothing they type is read as FTS5 syntax."""
+    return " ".join(f'"{word}" *' for word in re.findall(r"\w+", text))
 
 
 class HistoryStore:
-    """The chat database. Open one per app; all calls come from the UI thread."""
+    """The chat database. Open one per app; all calls come from the UI thread (a worker thread
+    opens its own). `timeout`: how long a write waits for another process's transaction before
+    it fails with a HistoryError."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, timeout: float = LOCK_TIMEOUT_SECONDS) -> None:
         self.path = path or data_dir() / DB_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
+        self.timeout = timeout
         self._listeners: list[Callable[[int], None]] = []
+        with self._errors():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=timeout)
+            try:
+                self._open()
+            except BaseException:
+                self._db.close()
+                raise
+
+    def _open(self) -> None:
+        version = self._version()
+        if version > SCHEMA_VERSION:
+            raise HistoryError(
+                f"chat database {self.path} was written by a newer specchat (schema {version}; "
+                f"this one reads up to {SCHEMA_VERSION}): upgrade specchat"
+            )
+        if self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        if version < SCHEMA_VERSION:
+            self._migrate()
+
+    def _version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        """Bring the file to SCHEMA_VERSION in one transaction (another process may have done
+        it meanwhile: the version is read again inside)."""
+        with self._transaction() as db:
+            version = self._version()
+            if version == 0:
+                for statement in _SCHEMA_V0:
+                    db.execute(statement)
+            for migration in _MIGRATIONS[version:]:
+                for statement in migration:
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """SQLite's failures of the file as one line the user can act on."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                raise HistoryError(
+                    f"chat database {self.path} is locked by another process (waited "
+                    f"{self.timeout:g} s): try again once it is done"
+                ) from None
+            if any(word in text for word in ("unable to open", "readonly", "disk", "full")):
+                raise HistoryError(f"chat database {self.path}: {text}") from None
+            raise  # a mistake in our SQL: a bug, not the user's to fix
+        except sqlite3.DatabaseError as exc:  # not a database, malformed image
+            raise HistoryError(
+                f"chat database {self.path} is unreadable ({exc}): move it aside to start afresh"
+            ) from None
+        except OSError as exc:
+            raise HistoryError(f"chat database {self.path}: {exc.strerror or exc}") from None
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._errors():
+            return self._db.execute(sql, params).fetchall()
 
     def add_listener(self, listener: Callable[[int], None]) -> None:
         """Call `listener(chat_id)` after every write that changes a chat's messages."""
@@ -124,13 +254,14 @@ class HistoryStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with self._errors():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     # -- chats ------------------------------------------------------------------------------
     def new_chat(self, title: str = "New chat") -> int:
@@ -142,15 +273,18 @@ class HistoryStore:
             return int(cursor.lastrowid)
 
     def list_chats(self) -> list[ChatSummary]:
-        rows = self._db.execute(
+        rows = self._rows(
             "SELECT c.id, c.title, c.updated, COUNT(m.id) FROM chats c "
             "LEFT JOIN messages m ON m.chat_id = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
-        ).fetchall()
+        )
         return [ChatSummary(int(r[0]), r[1], float(r[2]), int(r[3])) for r in rows]
 
+    def chat(self, chat_id: int) -> ChatSummary | None:
+        return next((c for c in self.list_chats() if c.id == chat_id), None)
+
     def chat_title(self, chat_id: int) -> str | None:
-        row = self._db.execute("SELECT title FROM chats WHERE id = ?", (chat_id,)).fetchone()
-        return None if row is None else row[0]
+        rows = self._rows("SELECT title FROM chats WHERE id = ?", (chat_id,))
+        return rows[0][0] if rows else None
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         with self._transaction() as db:
@@ -158,17 +292,25 @@ class HistoryStore:
 
     def delete_chat(self, chat_id: int) -> None:
         with self._transaction() as db:
+            db.execute("UPDATE messages SET parent_id = NULL WHERE chat_id = ?", (chat_id,))
             db.execute("DELETE FROM messages WHERE chat_id = ?", (chat_id,))
             db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
         self._changed(chat_id)
 
     # -- messages ---------------------------------------------------------------------------
-    def add_message(self, chat_id: int, message: StoredMessage) -> int:
+    def add_message(
+        self, chat_id: int, message: StoredMessage, parent_id: int | None | _Leaf = LEAF
+    ) -> int:
+        """Add `message` after `parent_id` (default: the chat's current leaf; None: as a first
+        message) and make it the chat's leaf. A parent that already has a child makes a branch."""
         now = time.time()
         with self._transaction() as db:
+            if isinstance(parent_id, _Leaf):
+                row = db.execute("SELECT leaf_id FROM chats WHERE id = ?", (chat_id,)).fetchone()
+                parent_id = None if row is None or row[0] is None else int(row[0])
             cursor = db.execute(
                 "INSERT INTO messages (chat_id, role, content, decoder, finish_reason, stats, runs,"
-                " created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " created, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
                     message.role,
@@ -178,28 +320,51 @@ class HistoryStore:
                     _stats_json(message),
                     json.dumps([list(span) for span in message.runs]),
                     now,
+                    parent_id,
                 ),
             )
-            db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
             message.id = int(cursor.lastrowid)
+            message.parent_id = parent_id
+            db.execute(
+                "UPDATE chats SET updated = ?, leaf_id = ? WHERE id = ?",
+                (now, message.id, chat_id),
+            )
+            message.branch = self._branch(message.id)
         self._changed(chat_id)
         return message.id
 
     def delete_message(self, message_id: int) -> None:
-        row = self._db.execute(
-            "SELECT chat_id FROM messages WHERE id = ?", (message_id,)
-        ).fetchone()
+        """Delete a message and everything after it in its branches; the chat shows the message
+        before it when it showed one of those."""
+        rows = self._rows("SELECT chat_id, parent_id FROM messages WHERE id = ?", (message_id,))
+        if not rows:
+            return
+        chat_id, parent_id = int(rows[0][0]), rows[0][1]
         with self._transaction() as db:
             db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-        if row is not None:
-            self._changed(int(row[0]))
+            db.execute(
+                "UPDATE chats SET leaf_id = ? WHERE id = ? AND leaf_id IS NOT NULL AND "
+                "leaf_id NOT IN (SELECT id FROM messages WHERE chat_id = ?)",
+                (parent_id, chat_id, chat_id),
+            )
+        self._changed(chat_id)
 
     def messages(self, chat_id: int) -> list[StoredMessage]:
-        rows = self._db.execute(
-            "SELECT id, role, content, decoder, finish_reason, stats, runs FROM messages "
-            "WHERE chat_id = ? ORDER BY id",
+        """The chat's transcript: the path from its first message to its current leaf, each
+        message with its place among its siblings."""
+        rows = self._rows(
+            "WITH RECURSIVE path(id, depth) AS ("
+            " SELECT leaf_id, 0 FROM chats WHERE id = ? AND leaf_id IS NOT NULL"
+            " UNION ALL SELECT m.parent_id, p.depth + 1 FROM messages m JOIN path p ON m.id = p.id"
+            " WHERE m.parent_id IS NOT NULL)"
+            f" SELECT {_MESSAGE_COLUMNS},"
+            " (SELECT COUNT(*) FROM messages s WHERE s.chat_id = m.chat_id"
+            "  AND s.parent_id IS m.parent_id AND s.id <= m.id),"
+            " (SELECT COUNT(*) FROM messages s WHERE s.chat_id = m.chat_id"
+            "  AND s.parent_id IS m.parent_id)"
+            " FROM path JOIN messages m ON m.id = path.id ORDER BY path.depth DESC",
             (chat_id,),
-        ).fetchall()
+        )
         messages = []
         for r in rows:
             stats, elapsed, params = _stats_from_json(r[5])
@@ -214,15 +379,79 @@ class HistoryStore:
                     id=int(r[0]),
                     elapsed_seconds=elapsed,
                     params=params,
+                    parent_id=None if r[7] is None else int(r[7]),
+                    branch=(int(r[8]), int(r[9])),
                 )
             )
         return messages
 
+    def _branch(self, message_id: int) -> tuple[int, int]:
+        siblings = self.siblings(message_id)
+        return (siblings.index(message_id) + 1, len(siblings)) if siblings else (1, 1)
+
+    def siblings(self, message_id: int) -> list[int]:
+        """The ids of the messages that follow the same message as `message_id` (itself
+        included), oldest first: the alternatives the chat can switch between there."""
+        rows = self._rows(
+            "SELECT s.id FROM messages m JOIN messages s ON s.chat_id = m.chat_id"
+            " AND s.parent_id IS m.parent_id WHERE m.id = ? ORDER BY s.id",
+            (message_id,),
+        )
+        return [int(r[0]) for r in rows]
+
+    def message_chat(self, message_id: int) -> int | None:
+        rows = self._rows("SELECT chat_id FROM messages WHERE id = ?", (message_id,))
+        return int(rows[0][0]) if rows else None
+
+    def switch_branch(self, message_id: int) -> None:
+        """Show `message_id`'s branch: the chat's leaf becomes the end of its latest
+        continuation (the newest child at each step)."""
+        chat_id = self.message_chat(message_id)
+        if chat_id is None:
+            return
+        with self._transaction() as db:
+            leaf = message_id
+            while True:
+                row = db.execute(
+                    "SELECT MAX(id) FROM messages WHERE parent_id = ?", (leaf,)
+                ).fetchone()
+                if row[0] is None:
+                    break
+                leaf = int(row[0])
+            db.execute("UPDATE chats SET leaf_id = ? WHERE id = ?", (leaf, chat_id))
+        self._changed(chat_id)
+
+    def search(
+        self, text: str, limit: int = 50, marks: tuple[str, str] = ("[", "]")
+    ) -> list[SearchHit]:
+        """Messages of every chat, in every branch, holding all the words of `text` (a word may
+        be the start of a longer one), best match first."""
+        query = _fts_query(text)
+        if not query:
+            return []
+        rows = self._rows(
+            "SELECT m.chat_id, m.id, c.title, m.role,"
+            " snippet(messages_fts, 0, ?, ?, '…', 12) FROM messages_fts"
+            " JOIN messages m ON m.id = messages_fts.rowid JOIN chats c ON c.id = m.chat_id"
+            " WHERE messages_fts MATCH ? ORDER BY rank, m.id DESC LIMIT ?",
+            (marks[0], marks[1], query, limit),
+        )
+        return [SearchHit(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
+
     def message_ids(self) -> dict[int, list[int]]:
-        """Every chat's message ids, oldest first (what the saved-chat index checks its cache by)."""
+        """Every chat's transcript as message ids, oldest first (what the saved-chat index
+        checks its cache by)."""
+        parents: dict[int, int | None] = {}
+        for message_id, parent_id in self._rows("SELECT id, parent_id FROM messages"):
+            parents[int(message_id)] = parent_id
         found: dict[int, list[int]] = {}
-        for chat_id, message_id in self._db.execute(
-            "SELECT chat_id, id FROM messages ORDER BY chat_id, id"
+        for chat_id, leaf_id in self._rows(
+            "SELECT id, leaf_id FROM chats WHERE leaf_id IS NOT NULL ORDER BY id"
         ):
-            found.setdefault(int(chat_id), []).append(int(message_id))
+            path: list[int] = []
+            node = leaf_id
+            while node is not None and node in parents:
+                path.append(int(node))
+                node = parents[node]
+            found[int(chat_id)] = path[::-1]
         return found

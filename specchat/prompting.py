@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specchat.backends.base import Backend, ChatMessage
+from specchat.errors import SpecchatError
 
 
 def chat_prompt_ids(backend: Backend, messages: list[ChatMessage]) -> list[int]:
@@ -52,3 +55,55 @@ def turn_start(backend: Backend, messages: list[ChatMessage], prompt_ids: list[i
         shared += 1
     tail = backend.tokenize(full[shared:], special=True)
     return max(0, len(prompt_ids) - len(tail))
+
+
+@dataclass(frozen=True)
+class FittedChat:
+    """The conversation as it fits the context window: the messages kept and how many of the
+    earliest were left out."""
+
+    messages: list[ChatMessage]
+    left_out: int
+    n_ctx: int
+
+
+def answer_room(n_ctx: int, max_tokens: int) -> int:
+    """Tokens kept free for the answer: its limit, but never more than a quarter of the window
+    (a long limit must not squeeze the conversation out)."""
+    return max(1, min(max_tokens, n_ctx // 4))
+
+
+def fit_to_context(backend: Backend, messages: list[ChatMessage], max_tokens: int) -> FittedChat:
+    """Leave out the oldest turns (whole user turns with what followed them; a system message
+    stays) until the prompt leaves room for the answer. A long chat goes on this way instead of
+    failing at the context limit. The newest turn is never cut: when it alone does not fit, a
+    SpecchatError says so. A remote server keeps its own window: its chat goes as it is."""
+    n_ctx = getattr(backend, "n_ctx", None)
+    if not getattr(backend, "has_logits", True) or not n_ctx:
+        return FittedChat(list(messages), 0, 0)
+    budget = n_ctx - answer_room(n_ctx, max_tokens)
+    head = [m for m in messages[:1] if m.role == "system"]
+    body = messages[len(head) :]
+
+    def fits(start: int) -> bool:
+        return len(chat_prompt_ids(backend, head + body[start:])) <= budget
+
+    if fits(0):
+        return FittedChat(list(messages), 0, n_ctx)
+    cuts = [i for i, m in enumerate(body) if m.role == "user" and i > 0]
+    last = max((i for i, m in enumerate(body) if m.role == "user"), default=len(body) - 1)
+    if not cuts or not fits(last):
+        size = len(chat_prompt_ids(backend, head + body[last:]))
+        raise SpecchatError(
+            f"this message is {size} prompt tokens and the model's context window holds "
+            f"{n_ctx}, {n_ctx - budget} of them kept for the answer: shorten it (Up edits it)"
+        )
+    low, high = 0, len(cuts) - 1  # the earliest cut that fits; fits(cuts[high]) holds
+    while low < high:
+        middle = (low + high) // 2
+        if fits(cuts[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    start = cuts[low]
+    return FittedChat(head + body[start:], start, n_ctx)

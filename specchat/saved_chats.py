@@ -30,6 +30,7 @@ from specchat.decoding.sources import Continuation
 from specchat.decoding.suffix_array import DEPTH as ARRAY_DEPTH
 from specchat.decoding.suffix_array import TokenSuffixArray
 from specchat.decoding.suffix_tree import DEPTH, SharedTree
+from specchat.errors import SpecchatError
 from specchat.history import HistoryStore, StoredMessage
 from specchat.locations import cache_dir
 from specchat.prompting import chat_prompt_ids
@@ -133,7 +134,13 @@ class SavedChatsIndex:
 
     # -- the worker ------------------------------------------------------------------------------
     def _run(self) -> None:
-        store = HistoryStore(self.store_path)  # its own connection, in this thread
+        try:
+            store = HistoryStore(self.store_path)  # its own connection, in this thread
+        except SpecchatError:  # the chat says what is wrong with the store; no saved chats
+            while self._queue.get() is not _STOP:
+                self._queue.task_done()
+            self._queue.task_done()
+            return
         try:
             while True:
                 item = self._queue.get()

@@ -1,4 +1,4 @@
-"""The `specchat` command: the chat app, `ask`, `models`. Errors are one line and exit code 2."""
+"""The `specchat` command: the chat app, `ask`, `models`, `chats`. Errors: one line, exit code 2."""
 
 from __future__ import annotations
 
@@ -329,6 +329,80 @@ def models() -> None:
         mark = "*" if listing.is_default else " "
         typer.echo(f"{mark} {listing.spec:<40} {listing.kind:<5} {listing.path}")
     typer.echo("(* = default; any .gguf path or Hugging Face model directory works too)")
+
+
+chats_app = typer.Typer(
+    help="The stored chats: list, show, search, export, delete (--json for scripts).",
+    invoke_without_command=True,
+)
+app.add_typer(chats_app, name="chats")
+
+
+@chats_app.callback()
+def chats_callback(ctx: typer.Context) -> None:
+    """Without a command: what the commands are."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]
+ChatIdArg = Annotated[int, typer.Argument(help="the chat's id (`specchat chats list`)")]
+
+
+def _chats_store():
+    from specchat.history import HistoryStore
+
+    return HistoryStore()
+
+
+@chats_app.command("list")
+def chats_list(
+    as_json: JsonOpt = False,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", help="newest N only")] = None,
+) -> None:
+    """Every chat, most recently used first: id, when, messages, title."""
+    from specchat.app.chats_cli import list_chats
+
+    typer.echo(list_chats(_chats_store(), as_json, limit))
+
+
+@chats_app.command("show")
+def chats_show(chat_id: ChatIdArg, as_json: JsonOpt = False) -> None:
+    """A chat's transcript (its current branch; ‹i/n› marks a message with alternatives)."""
+    from specchat.app.chats_cli import show_chat
+
+    typer.echo(show_chat(_chats_store(), chat_id, as_json))
+
+
+@chats_app.command("search")
+def chats_search(
+    text: Annotated[str, typer.Argument(help="words to find (each may start a longer word)")],
+    as_json: JsonOpt = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="at most N hits")] = 50,
+) -> None:
+    """Full-text search over every message of every chat: CHAT#MESSAGE, title, snippet."""
+    from specchat.app.chats_cli import search_chats
+
+    typer.echo(search_chats(_chats_store(), text, as_json, limit))
+
+
+@chats_app.command("export")
+def chats_export(
+    chat_id: ChatIdArg,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="markdown or json")] = "markdown",
+) -> None:
+    """A chat as a Markdown document or JSON, on stdout."""
+    from specchat.app.chats_cli import export_chat
+
+    typer.echo(export_chat(_chats_store(), chat_id, fmt))
+
+
+@chats_app.command("delete")
+def chats_delete(chat_id: ChatIdArg, as_json: JsonOpt = False) -> None:
+    """Delete a chat with every message and branch."""
+    from specchat.app.chats_cli import delete_chat
+
+    typer.echo(delete_chat(_chats_store(), chat_id, as_json))
 
 
 def main() -> None:

@@ -35,6 +35,8 @@ class SpecchatApp(App):
         "screens/chats.tcss",
         "screens/decoder_settings.tcss",
         "screens/race.tcss",
+        "screens/search.tcss",
+        "screens/confirm.tcss",
     ]
     BINDINGS = [
         Binding("f1", "help", "help", key_display="F1", priority=True),

@@ -49,6 +49,16 @@ class AnswerFailed(Message):
 
 
 @dataclass
+class TurnsLeftOut(Message):
+    """The conversation outgrew the context window: the answer's prompt leaves out its
+    `left_out` earliest messages."""
+
+    answer_id: int
+    left_out: int
+    n_ctx: int
+
+
+@dataclass
 class DecoderSwitched(Message):
     """The session's decoder is `name`: built off the event loop and handed to the engine, or
     kept for when the model is loaded, or its settings changed; mid-answer, from the next step."""

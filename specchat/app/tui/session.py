@@ -33,6 +33,7 @@ from specchat.app.tui.messages import (
     RaceFinished,
     RaceProgress,
     RaceStarted,
+    TurnsLeftOut,
 )
 from specchat.app.tui.streaming import StepBuffer
 from specchat.backends.base import Backend, ChatMessage
@@ -58,7 +59,7 @@ from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 from specchat.history import HistoryStore, StoredMessage
 from specchat.models import LoadOptions, load_model
-from specchat.prompting import chat_prompt_ids, turn_start
+from specchat.prompting import chat_prompt_ids, fit_to_context, turn_start
 from specchat.saved_chats import SavedChatsIndex, open_saved_chats
 from specchat.settings import COLOUR_MODES, Settings, save_settings
 
@@ -352,7 +353,9 @@ class ChatSession:
         (`streaming.py`: no message per step); AnswerDone or AnswerFailed, carrying `answer_id`,
         comes after the last step was put. Setting `cancel` stops it at the next step boundary,
         also before the engine started. `previous_answer`, the answer being regenerated, is
-        offered to the drafters as a source. The session is busy until `answer_ended`."""
+        offered to the drafters as a source. A conversation longer than the context window loses
+        its oldest turns from the prompt (TurnsLeftOut says how many; `fit_to_context`). The
+        session is busy until `answer_ended`."""
         self.busy = True
         steps = StepBuffer()
         chat = [ChatMessage(m.role, m.content) for m in messages]
@@ -382,7 +385,10 @@ class ChatSession:
         engine = self.engine
         worker = get_current_worker()
         try:
-            request = self.request(chat, max_tokens, sampling, previous_answer)
+            fitted = fit_to_context(self._backend, chat, max_tokens)
+            if fitted.left_out:
+                self._post(TurnsLeftOut(answer_id, fitted.left_out, fitted.n_ctx))
+            request = self.request(fitted.messages, max_tokens, sampling, previous_answer)
             for event in engine.generate(request, cancel=(cancel, worker.cancelled_event)):
                 if isinstance(event, DoneEvent):
                     self._post(AnswerDone(answer_id, event))

@@ -73,6 +73,8 @@ async def test_chat_list_rename_delete_new(backend, fixed_chat):
         assert store.chat_title(chat) == "Cats"
         await pilot.press("d")
         await pilot.pause()
+        await pilot.press("y")  # deleting asks first
+        await pilot.pause()
         assert store.list_chats() == []
         assert app.screen_stack[0].messages == []
         await pilot.press("escape")

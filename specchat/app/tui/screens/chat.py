@@ -1,5 +1,10 @@
 """The chat: transcript, legend, status line, input. The session runs the answer in a worker that
-only posts messages; this screen turns them into widgets, figures and history rows."""
+only posts messages; this screen turns them into widgets, figures and history rows.
+
+The transcript is the chat's current branch. Up in an empty prompt edits the last question (or
+`e` on a focused question edits that one): sending it adds a sibling after the same message, a
+new branch; Ctrl+R adds a sibling answer. ←/→ on a focused message switch between its siblings
+(marked ‹i/n›). Messages take focus with Ctrl+Up or Shift+Tab; `c` copies one, `y` its code."""
 
 from __future__ import annotations
 
@@ -14,8 +19,10 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header
+from textual.widgets import Footer, Header, Static
 
+from specchat.app.chat_export import chat_markdown
+from specchat.app.tui.clipboard import code_blocks, copy_to_clipboard
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.messages import (
     AnswerDone,
@@ -25,30 +32,22 @@ from specchat.app.tui.messages import (
     LoadProgress,
     ModelFailed,
     ModelLoaded,
+    TurnsLeftOut,
 )
 from specchat.app.tui.screens.chats import ChatListScreen
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.race import RaceScreen
+from specchat.app.tui.screens.search import SearchScreen
 from specchat.app.tui.session import ChatSession
 from specchat.app.tui.streaming import FLUSH_SECONDS, StepBuffer
 from specchat.app.tui.widgets.legend import Legend
-from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
+from specchat.app.tui.widgets.message import AssistantMessage, Turn, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.decoding.registry import DECODERS
+from specchat.errors import HistoryError
 from specchat.history import StoredMessage
 from specchat.locations import exports_dir
-
-
-def chat_markdown(title: str, messages: list[StoredMessage]) -> str:
-    """The chat as a Markdown document (export and copy)."""
-    lines = [f"# {title}", ""]
-    for message in messages:
-        heading = "You" if message.role == "user" else f"Assistant ({message.decoder or '?'})"
-        lines += [f"## {heading}", "", message.content.rstrip(), ""]
-        if message.finish_reason == "cancelled":
-            lines += ["*(stopped)*", ""]
-    return "\n".join(lines)
 
 
 def decoder_bindings() -> list[Binding]:
@@ -78,6 +77,8 @@ class ChatScreen(Screen):
         Binding("ctrl+b", "race", "race", priority=True),
         Binding("ctrl+l", "chats", "chats", priority=True, show=False),
         Binding("ctrl+n", "new_chat", "new chat", priority=True, show=False),
+        Binding("ctrl+k", "search", "search", priority=True, show=False),
+        Binding("ctrl+up", "focus_message(-1)", "messages", priority=True, show=False),
         Binding("question_mark", "app.help", "help", show=False),
     ]
 
@@ -103,6 +104,8 @@ class ChatScreen(Screen):
         self._answer_started = 0.0
         self._steps: StepBuffer | None = None  # the running answer's steps, not yet shown
         self._flush_timer: Timer | None = None
+        self._editing: StoredMessage | None = None  # the question being edited (a fork on send)
+        self._code_block = 0  # which code block `y` copies next from the focused message
 
     @property
     def session(self) -> ChatSession:
@@ -187,20 +190,31 @@ class ChatScreen(Screen):
             await message.set_colour(session.colour_runs, self.app.palette, session.colour_by)
 
     # -- opening chats ----------------------------------------------------------------------
-    async def open_chat(self, chat_id: int | None) -> None:
-        """Show a stored chat (or an empty one for None); figures of its last answer."""
+    async def open_chat(self, chat_id: int | None, focus: int | None = None) -> None:
+        """Show a stored chat (or an empty one for None) in its current branch; figures of its
+        last answer. `focus`: the id of a message to focus (a search hit, a switched branch)."""
         if self.session.busy:
             self.notify("stop the answer first (Esc)", severity="warning")
             return
+        self._stop_editing()
+        history = self.session.history
+        try:
+            messages = history.messages(chat_id) if chat_id is not None else []
+        except HistoryError as exc:
+            self.notify(str(exc), title="chats", severity="error")
+            return
         self.chat_id = chat_id
+        self.messages = messages
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.remove_children()
-        history = self.session.history
-        self.messages = history.messages(chat_id) if chat_id is not None else []
         widgets = [self._widget_for(m) for m in self.messages]
         if widgets:
             await transcript.mount_all(widgets)
         transcript.anchor()
+        target = next((w for w in widgets if w.stored is not None and w.stored.id == focus), None)
+        if target is not None:
+            transcript.anchor(False)
+            target.focus()
         self.sub_title = (history.chat_title(chat_id) or "") if chat_id else "new chat"
         last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
         if last is not None:
@@ -213,7 +227,7 @@ class ChatScreen(Screen):
 
     def _widget_for(self, message: StoredMessage):
         if message.role == "user":
-            return UserMessage(message.content)
+            return UserMessage(message.content, message)
         return AssistantMessage(
             palette=self.app.palette,
             colour=self.session.colour_runs,
@@ -231,20 +245,35 @@ class ChatScreen(Screen):
             self.notify("an answer is running: wait, or Esc to stop it", severity="warning")
             return
         self.query_one(PromptInput).clear()
-        await self.send(event.text.strip())
+        if self._editing is not None:
+            await self._fork(self._editing, event.text.strip())
+        else:
+            await self.send(event.text.strip())
 
     async def send(self, text: str) -> None:
-        """Add the user's turn and start the answer."""
+        """Add the user's turn after the last message shown and start the answer."""
         cancel = self._new_answer_token()
-        if self.chat_id is None:
-            title = " ".join(text.split())[:48] or "New chat"
-            self.chat_id = self.session.history.new_chat(title)
-            self.sub_title = title
+        history = self.session.history
         message = StoredMessage("user", text)
-        self.session.history.add_message(self.chat_id, message)
+        try:
+            if self.chat_id is None:
+                title = " ".join(text.split())[:48] or "New chat"
+                self.chat_id = history.new_chat(title)
+                self.sub_title = title
+            history.add_message(self.chat_id, message, parent_id=self._last_id())
+        except HistoryError as exc:  # nothing sent: the question goes back to the prompt
+            self.notify(str(exc), title="not sent", severity="error", timeout=15)
+            self.query_one(PromptInput).insert(text)
+            return
         self.messages.append(message)
-        await self.query_one("#transcript").mount(UserMessage(text))
+        transcript = self.query_one("#transcript", VerticalScroll)
+        await transcript.mount(UserMessage(text, message))
+        transcript.anchor()
         await self._start_answer(cancel)
+
+    def _last_id(self) -> int | None:
+        """The message a new one follows: the last one shown (None: the chat's first)."""
+        return self.messages[-1].id if self.messages else None
 
     def _new_answer_token(self) -> threading.Event:
         """The next answer's stop token, made before anything awaits: Esc sets it, and the
@@ -318,8 +347,11 @@ class ChatScreen(Screen):
             params=self.figures.params,
         )
         if self.chat_id is not None:
-            self.session.history.add_message(self.chat_id, stored)
-        answer.stored = stored
+            try:
+                self.session.history.add_message(self.chat_id, stored, parent_id=self._last_id())
+            except HistoryError as exc:
+                self.notify(str(exc), title="answer not saved", severity="error", timeout=15)
+        answer.show_branch(stored)
         self.messages.append(stored)
         self.session.answer_ended()
         self._show_status()
@@ -336,13 +368,34 @@ class ChatScreen(Screen):
         self.figures.streaming = False
         self._show_status()
         self.notify(message.error, title="answer failed", severity="error", timeout=15)
+        if self.chat_id is not None:  # what the store holds (a regenerated answer comes back)
+            await self.open_chat(self.chat_id)
+
+    async def on_turns_left_out(self, message: TurnsLeftOut) -> None:
+        """A long chat: say, above the answer, that its prompt starts later than the chat."""
+        if message.answer_id != self._answer_id or self._answer is None:
+            return
+        text = (
+            f"⋯ the {message.left_out} earliest messages were left out of this answer's prompt: "
+            f"the chat outgrew the model's {message.n_ctx}-token context window"
+        )
+        notice = Static(text, classes="notice")
+        await self.query_one("#transcript").mount(notice, before=self._answer)
+        self.notify(text, severity="warning", timeout=8)
 
     # -- actions ---------------------------------------------------------------------------------
     def action_cancel(self) -> None:
         """Stop the answer at its next step boundary — also when the engine has not started it
-        yet; what was generated stays, marked as stopped. Once it ended, this does nothing."""
-        if self._answer_cancel is not None:
-            self._answer_cancel.set()
+        yet; what was generated stays, marked as stopped. Without an answer running: stop
+        editing a question, or leave the focused message for the prompt."""
+        if self._answer is not None or self.session.busy:
+            if self._answer_cancel is not None:
+                self._answer_cancel.set()
+        elif self._editing is not None:
+            self._stop_editing()
+            self.query_one(PromptInput).clear()
+        elif isinstance(self.focused, Turn):
+            self.query_one(PromptInput).focus()
 
     async def action_regenerate(self) -> None:
         if not self.session.ready or self.session.busy:
@@ -354,10 +407,8 @@ class ChatScreen(Screen):
         cancel = self._new_answer_token()
         previous = None
         if self.messages[-1].role == "assistant":
-            last = self.messages.pop()
-            previous = last.content  # a draft source: greedy re-verifies it in long passes
-            if last.id is not None:
-                self.session.history.delete_message(last.id)
+            # the old answer stays in the store: the new one becomes its sibling (‹2/2›)
+            previous = self.messages.pop().content  # a draft source: greedy re-verifies it
             answers = self.query(AssistantMessage)
             if answers:
                 await answers.last().remove()
@@ -390,8 +441,7 @@ class ChatScreen(Screen):
         if text is None:
             self.notify("no answer to copy yet", severity="warning")
             return
-        self.app.copy_to_clipboard(text)
-        self.notify("last answer copied to the clipboard")
+        copy_to_clipboard(self.app, text, "the last answer")
 
     def _title(self) -> str:
         if self.chat_id is None:
@@ -399,8 +449,7 @@ class ChatScreen(Screen):
         return self.session.history.chat_title(self.chat_id) or "specchat chat"
 
     def action_copy_chat(self) -> None:
-        self.app.copy_to_clipboard(chat_markdown(self._title(), self.messages))
-        self.notify("the whole chat copied to the clipboard (Markdown)")
+        copy_to_clipboard(self.app, chat_markdown(self._title(), self.messages), "the chat")
 
     def action_export(self) -> Path | None:
         if not self.messages:
@@ -424,6 +473,134 @@ class ChatScreen(Screen):
     def _chat_renamed(self, chat_id: int, title: str) -> None:
         if chat_id == self.chat_id:
             self.sub_title = title
+
+    # -- editing and branches -------------------------------------------------------------
+    @on(PromptInput.EditLast)
+    def _edit_last(self) -> None:
+        """Up in an empty prompt: edit the last question, as in most chat apps."""
+        last = next((m for m in reversed(self.messages) if m.role == "user"), None)
+        if last is not None:
+            self._start_editing(last)
+
+    def action_edit_message(self) -> None:
+        """`e` (or Enter) on a focused question: edit it."""
+        turn = self.focused
+        if isinstance(turn, UserMessage) and turn.stored is not None:
+            self._start_editing(turn.stored)
+
+    def _start_editing(self, message: StoredMessage) -> None:
+        if message.id is None:
+            return
+        self._editing = message
+        prompt = self.query_one(PromptInput)
+        prompt.text = message.content
+        prompt.move_cursor(prompt.document.end)
+        prompt.border_title = "editing a question — Enter sends it as a new branch, Esc cancels"
+        prompt.focus()
+
+    def _stop_editing(self) -> None:
+        self._editing = None
+        self.query_one(PromptInput).border_title = None
+
+    async def _fork(self, edited: StoredMessage, text: str) -> None:
+        """Send `text` in place of `edited`: a sibling after the same message, a new branch;
+        the old branch stays (←/→ on the question switch back)."""
+        self._stop_editing()
+        index = next((i for i, m in enumerate(self.messages) if m.id == edited.id), None)
+        if index is not None:
+            self.messages = self.messages[:index]
+            for turn in list(self.query(Turn))[index:]:
+                await turn.remove()
+            for notice in self.query(".notice"):  # they spoke of answers no longer shown
+                await notice.remove()
+        await self.send(text)
+
+    def _turns(self) -> list[Turn]:
+        return list(self.query(Turn))
+
+    def action_focus_message(self, delta: int) -> None:
+        """Move the focus between messages (from the prompt: to the last one); past the last
+        message, back to the prompt."""
+        turns = self._turns()
+        if not turns:
+            return
+        focused = self.focused
+        current = turns.index(focused) if isinstance(focused, Turn) else len(turns)
+        target = current + delta
+        if target >= len(turns):
+            self.query_one(PromptInput).focus()
+            return
+        self.query_one("#transcript", VerticalScroll).anchor(False)
+        turns[max(0, target)].focus()
+        self._code_block = 0
+
+    async def action_switch_branch(self, delta: int) -> None:
+        """←/→ on a focused message: show its previous or next sibling's branch."""
+        turn = self.focused
+        if not isinstance(turn, Turn) or turn.stored is None or turn.stored.id is None:
+            return
+        if self.session.busy:
+            self.notify("stop the answer first (Esc)", severity="warning")
+            return
+        history = self.session.history
+        siblings = history.siblings(turn.stored.id)
+        if len(siblings) < 2:
+            self.notify(
+                "this message has no other version: edit a question (e) or regenerate an "
+                "answer (Ctrl+R) to make one",
+                timeout=4,
+            )
+            return
+        index = siblings.index(turn.stored.id) + delta
+        if not 0 <= index < len(siblings):
+            return
+        try:
+            history.switch_branch(siblings[index])
+        except HistoryError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        await self.open_chat(self.chat_id, focus=siblings[index])
+
+    # -- copying -------------------------------------------------------------------------------
+    def action_copy_message(self) -> None:
+        """`c` on a focused message: copy its text."""
+        turn = self.focused
+        if isinstance(turn, Turn) and turn.stored is not None:
+            who = "the question" if turn.stored.role == "user" else "the answer"
+            copy_to_clipboard(self.app, turn.stored.content, who)
+
+    def action_copy_code(self) -> None:
+        """`y` on a focused message: copy its code block; pressed again, the next one."""
+        turn = self.focused
+        if not isinstance(turn, Turn) or turn.stored is None:
+            return
+        blocks = code_blocks(turn.stored.content)
+        if not blocks:
+            self.notify("no code block in this message (c copies all of it)", severity="warning")
+            return
+        index = self._code_block % len(blocks)
+        self._code_block += 1
+        what = "the code block" if len(blocks) == 1 else f"code block {index + 1}/{len(blocks)}"
+        copy_to_clipboard(self.app, blocks[index], what)
+
+    # -- search -----------------------------------------------------------------------------
+    def action_search(self) -> None:
+        if self.session.busy:
+            self.notify("stop the answer first (Esc)", severity="warning")
+            return
+        self.app.push_screen(SearchScreen(), self._open_hit)
+
+    async def _open_hit(self, hit: tuple[int, int] | None) -> None:
+        """Open the chat of a search result in the result's branch, the message focused."""
+        if hit is None:
+            return
+        chat_id, message_id = hit
+        try:
+            self.session.history.switch_branch(message_id)
+        except HistoryError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        await self.open_chat(chat_id, focus=message_id)
 
     def action_decoder_settings(self) -> None:
         self.app.push_screen(DecoderSettingsScreen(self.session.decoder_name))
@@ -462,6 +639,12 @@ class ChatScreen(Screen):
             ("Decoder settings", "Ctrl+G — parameters and sampling", self.action_decoder_settings),
             ("Race decoders", "Ctrl+B — one prompt through 2–4 decoders", self.action_race),
             ("Chats", "Ctrl+L — open, rename, delete", self.action_chats),
+            ("Search all chats", "Ctrl+K — full text, opens the chat there", self.action_search),
+            (
+                "Edit the last question",
+                "Up in an empty prompt — sending it starts a new branch",
+                self._edit_last,
+            ),
             ("New chat", "Ctrl+N", self.action_new_chat),
             ("Help", "F1 — keys and decoders", self.app.action_help),
         ]

@@ -1,5 +1,5 @@
-"""Ctrl+L: the stored chats — open, rename, delete, new. The chat screen that opens this list
-hands it how to open a chat and what to do when one is renamed."""
+"""Ctrl+L: the stored chats — open, rename, delete (after a yes), new. The chat screen that opens
+this list hands it how to open a chat and what to do when one is renamed."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
+from specchat.app.tui.screens.confirm import ConfirmScreen
+from specchat.errors import HistoryError
 from specchat.history import HistoryStore
 
 
@@ -109,17 +111,38 @@ class ChatListScreen(ModalScreen):
     def _renamed(self, event: Input.Submitted) -> None:
         chat_id = self._selected()
         if chat_id is not None and event.value.strip():
-            self.history.rename_chat(chat_id, event.value.strip())
-            self._chat_renamed(chat_id, event.value.strip())
+            try:
+                self.history.rename_chat(chat_id, event.value.strip())
+            except HistoryError as exc:
+                self.notify(str(exc), severity="error")
+            else:
+                self._chat_renamed(chat_id, event.value.strip())
         event.input.display = False
         self._reload()
         self.query_one(OptionList).focus()
 
-    async def action_delete(self) -> None:
+    def action_delete(self) -> None:
+        """Ask first: a deleted chat (every branch of it) cannot come back."""
         chat_id = self._selected()
         if chat_id is None:
             return
-        self.history.delete_chat(chat_id)
+        summary = self.history.chat(chat_id)
+        if summary is None:
+            return
+        question = f"Delete “{summary.title}” and its {summary.messages} messages?"
+
+        async def answered(yes: bool | None) -> None:
+            if yes:
+                await self._delete(chat_id)
+
+        self.app.push_screen(ConfirmScreen(question), answered)
+
+    async def _delete(self, chat_id: int) -> None:
+        try:
+            self.history.delete_chat(chat_id)
+        except HistoryError as exc:
+            self.notify(str(exc), severity="error")
+            return
         self.notify("chat deleted")
         if chat_id == self.current:
             self.current = None

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.geometry import Size
 from textual.widgets import Label, Markdown, Static
@@ -29,17 +30,57 @@ from specchat.themes.palette import RunPalette
 SETTLE_CHARS = 400  # a live tail longer than this gives its finished lines to a static piece
 
 
-class UserMessage(Vertical):
-    def __init__(self, text: str) -> None:
+def branch_label(message: StoredMessage | None) -> str:
+    """The marker "‹2/3›" on a message with siblings (other versions of a question or answer)."""
+    if message is None:
+        return ""
+    index, count = message.branch
+    return f"‹{index}/{count}›" if count > 1 else ""
+
+
+class Turn(Vertical):
+    """A message of the transcript. It takes focus (Ctrl+Up, Shift+Tab, or Up/Down from another
+    message) so keys can act on it; the chat screen does what they ask (edit, switch branch,
+    copy), the turn only knows its stored message."""
+
+    can_focus = True
+    BINDINGS = [
+        Binding("up", "screen.focus_message(-1)", "previous", show=False),
+        Binding("down", "screen.focus_message(1)", "next", show=False),
+        Binding("left,[", "screen.switch_branch(-1)", "‹ branch", show=False),
+        Binding("right,]", "screen.switch_branch(1)", "branch ›", show=False),
+        Binding("c", "screen.copy_message", "copy", show=False),
+        Binding("y", "screen.copy_code", "copy code", show=False),
+    ]
+
+    stored: StoredMessage | None
+
+    def _role_line(self) -> str:
+        raise NotImplementedError
+
+    def show_branch(self, stored: StoredMessage) -> None:
+        """The message was saved (or another branch chosen): its marker follows."""
+        self.stored = stored
+        self.query_one(".role", Label).update(self._role_line())
+
+
+class UserMessage(Turn):
+    BINDINGS = [Binding("e,enter", "screen.edit_message", "edit", show=False)]
+
+    def __init__(self, text: str, stored: StoredMessage | None = None) -> None:
         super().__init__(classes="turn user")
         self.text = text
+        self.stored = stored
+
+    def _role_line(self) -> str:
+        return " ".join(part for part in ("you", branch_label(self.stored)) if part)
 
     def compose(self) -> ComposeResult:
-        yield Label("you", classes="role")
+        yield Label(self._role_line(), classes="role")
         yield Static(Text(self.text, end=""), classes="body")
 
 
-class AssistantMessage(Vertical):
+class AssistantMessage(Turn):
     """An answer, streaming or finished, that can switch between coloured runs and Markdown."""
 
     def __init__(
@@ -78,7 +119,11 @@ class AssistantMessage(Vertical):
             parts.append("■ stopped")
         elif self.streaming:
             parts.append("…")
-        return " · ".join(parts)
+        marker = branch_label(self.stored)
+        return " · ".join(parts) + (f" {marker}" if marker else "")
+
+    def _role_line(self) -> str:
+        return self._header()
 
     async def on_mount(self) -> None:
         self._apply_mode()

@@ -1,5 +1,5 @@
 """The message box: Enter sends, Ctrl+J (or Shift+Enter where the terminal reports it) breaks
-the line. A TextArea, because questions with code need several lines."""
+the line, Up while it is empty asks to edit the last question. A TextArea, because questions with code need several lines."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ class PromptInput(TextArea):
     class Submitted(Message):
         text: str
 
+    class EditLast(Message):
+        """Up in an empty prompt: the user wants to edit the last question."""
+
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, compact=True, **kwargs)
         # Function keys belong to the app (one per decoder): drop TextArea's F6/F7 selections.
@@ -34,6 +37,11 @@ class PromptInput(TextArea):
             text = self.text
             if text.strip():
                 self.post_message(self.Submitted(text))
+            return
+        if event.key == "up" and not self.text:
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.EditLast())
             return
         await super()._on_key(event)
 

@@ -1,0 +1,48 @@
+"""SVG snapshots of branches and search, on the fixed chat of the other snapshots with versions
+added: the branch markers ‹i/n› on an edited question and a regenerated answer, and the search
+screen with its results."""
+
+from __future__ import annotations
+
+from specchat.app.tui.screens.search import SearchScreen
+from specchat.history import StoredMessage
+
+from .test_snapshots import SIZE, chat_app, still_cursor
+
+
+def with_branches(fixed_chat):
+    """The fixed chat's second question edited, and the edited one's answer regenerated."""
+    store, chat = fixed_chat
+    first_answer = store.messages(chat)[1]
+    store.add_message(chat, StoredMessage("user", "And as a table?"), parent_id=first_answer.id)
+    question = store.messages(chat)[-1]
+    store.add_message(chat, StoredMessage("assistant", "| who | where |\n|---|---|\n| cat | mat |"))
+    store.add_message(
+        chat,
+        StoredMessage(
+            "assistant", "A table:\n\ncat | mat", "pld", "eos", runs=[(0, 7, 3, "previous")]
+        ),
+        parent_id=question.id,
+    )
+    return store, chat
+
+
+def test_branch_markers(snap_compare, backend, fixed_chat):
+    assert snap_compare(
+        chat_app(backend, with_branches(fixed_chat)),
+        terminal_size=SIZE,
+        run_before=still_cursor,
+    )
+
+
+def test_search_screen(snap_compare, backend, fixed_chat):
+    async def search(pilot) -> None:
+        await still_cursor(pilot)
+        pilot.app.push_screen(SearchScreen("cat"))
+        await pilot.pause()
+        pilot.app.screen.query_one("#search-input").cursor_blink = False
+        await pilot.pause()
+
+    assert snap_compare(
+        chat_app(backend, with_branches(fixed_chat)), terminal_size=SIZE, run_before=search
+    )
