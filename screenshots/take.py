@@ -3,6 +3,7 @@
     .venv/bin/python screenshots/take.py
 
 Runs headless in private config/data folders; writes chat.svg, chat-light.svg, help.svg,
+branches.svg (the answer regenerated with Ctrl+R: two versions, ‹2/2›), search.svg (Ctrl+K),
 race.svg (the race mid-replay: the replay clock is stopped where the first decoder has finished)
 and race-done.svg (the replay over, with the summary).
 """
@@ -64,6 +65,21 @@ async def chat_shots() -> None:
         await pilot.pause(0.3)
         app.save_screenshot("help.svg", str(HERE))
         await pilot.press("escape")
+        await pilot.press("ctrl+r")  # a second version of the answer, drafted from the first
+        await pilot.pause(0.2)
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)
+        app.save_screenshot("branches.svg", str(HERE))
+        await pilot.press("ctrl+k")
+        await pilot.pause(0.3)
+        for key in "grapes":
+            await pilot.press(key)
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+        app.screen.query_one("#search-input").cursor_blink = False
+        app.save_screenshot("search.svg", str(HERE))
+        await pilot.press("escape", "escape")  # back to the words, then out
+        await pilot.pause(0.3)
         from specchat.decoding.variants import LIBRARY_FIXED_DRAFT
 
         # greedy, a speculative decoder with its learned draft lengths, and the same drafting a
