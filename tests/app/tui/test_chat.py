@@ -279,7 +279,9 @@ async def test_escape_before_the_engine_starts_stops_the_answer(backend):
         assert not app.session.busy
 
 
-async def test_regenerate_replaces_last_answer(backend):
+async def test_regenerate_shows_the_new_version_in_place_of_the_old(backend):
+    """The transcript shows one answer, the new version (the old one is its sibling: see
+    test_branches.py); greedy regenerates the same text."""
     app = SpecchatApp(settings=Settings(max_tokens=12), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Say hello.")
