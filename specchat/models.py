@@ -149,6 +149,8 @@ class LoadOptions:
     base_url: str | None = None  # openai: the server, e.g. http://127.0.0.1:8080/v1
     api_key_env: str | None = None  # openai: the environment variable holding the API key
     timeout: float | None = None  # openai: seconds of silence before a stream counts as stalled
+    allow_pickle: bool = False  # hf: load pickle (.bin) weights, which can run code when loaded
+    trust_remote_code: bool = False  # hf: run Python code shipped with the model
 
 
 def load_model(
@@ -183,6 +185,8 @@ def load_model(
         threads=options.threads,
         n_ctx=options.n_ctx,
         progress=progress,
+        allow_pickle=options.allow_pickle,
+        trust_remote_code=options.trust_remote_code,
     )
 
 

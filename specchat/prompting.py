@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 from specchat.backends.base import Backend, ChatMessage
+from specchat.errors import SpecchatError
+
+
+def checked_prompt(text: str, where: str = "the prompt") -> str:
+    """`text` when it is something to answer; otherwise one line saying why not. Text that was
+    not UTF-8 reaches Python as lone surrogates (argv and, in the C locale, stdin), which no
+    tokenizer can encode: it is refused here rather than deep inside a backend."""
+    if not text.strip():
+        raise SpecchatError(f"{where} is empty: there is no question to answer")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SpecchatError(
+            f"{where} is not UTF-8 text (byte {exc.start} is not valid): re-encode it as UTF-8"
+        ) from None
+    return text
 
 
 def chat_prompt_ids(backend: Backend, messages: list[ChatMessage]) -> list[int]:
