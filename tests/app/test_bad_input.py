@@ -150,10 +150,21 @@ def test_bad_bench_data_is_one_line(tmp_path: Path, content: bytes, words):
     one_line_error(run("bench", "--data", str(data), *NO_MODEL), *words)
 
 
-def test_a_broken_settings_file_is_one_warning_and_the_answer_still_comes(tmp_path: Path):
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        ("max_tokens = [oops\n", ("not valid TOML",)),
+        ("[decoders.pld]\nnum_pred_tokens = -3\n", ("pld.num_pred_tokens must be ≥ 1",)),
+        ("[decoders.lookahead]\nwindow = 0\n", ("lookahead.window must be ≥ 1",)),
+    ],
+    ids=["not-toml", "pld-out-of-range", "lookahead-out-of-range"],
+)
+def test_a_broken_settings_file_is_one_warning_and_the_answer_still_comes(
+    tmp_path: Path, content: str, words
+):
     config = tmp_path / "config"
     config.mkdir()
-    (config / "settings.toml").write_text("max_tokens = [oops\n")
+    (config / "settings.toml").write_text(content)
     result = run(
         "ask",
         "Say hi.",
@@ -167,6 +178,20 @@ def test_a_broken_settings_file_is_one_warning_and_the_answer_still_comes(tmp_pa
     assert result.stdout.strip()
     (line,) = stderr.strip().splitlines()
     assert line.startswith("specchat: warning: ") and "is broken" in line and "defaults" in line
+    assert all(word in line for word in words), line
+
+
+@pytest.mark.parametrize("kind", ["empty", "junk", "truncated"])
+def test_a_broken_gguf_file_is_one_line(tmp_path: Path, bundled_gguf: Path, kind: str):
+    broken = tmp_path / f"{kind}.gguf"
+    if kind == "empty":
+        broken.write_bytes(b"")
+    elif kind == "junk":
+        broken.write_bytes(b"this is not a model\n" * 100)
+    else:  # a download that stopped half-way: the header and part of the tensors
+        with bundled_gguf.open("rb") as source:
+            broken.write_bytes(source.read(bundled_gguf.stat().st_size // 2))
+    one_line_error(run("ask", "hi", "--model", str(broken)), str(broken.name))
 
 
 def test_a_hugging_face_directory_without_weights_is_one_line(tmp_path: Path):
