@@ -63,7 +63,7 @@ def switch_randomly(
     make: Callable[[str], Decoder],
     max_tokens: int,
 ) -> tuple[int, int, set[str]]:
-    """Answer each prompt again and again, switching to a random decoder after most steps,
+    """Answer each prompt again and again, switching to a random decoder after every step,
     until SWITCHES switches happened; every answer must equal greedy's. Returns the switches,
     the accepted draft tokens and the decoders that ran."""
     rng = random.Random(14)
@@ -81,9 +81,8 @@ def switch_randomly(
             def on_step(event: StepEvent, engine: Engine = engine) -> None:
                 nonlocal switches
                 ran.add(event.decoder)
-                if rng.random() < 0.8:
-                    engine.switch(_ForceDraft(make(rng.choice(names))))
-                    switches += 1
+                engine.switch(_ForceDraft(make(rng.choice(names))))
+                switches += 1
 
             done = answer(engine, prompt, max_tokens, on_step)
             reference = references[tuple(prompt)]
@@ -93,17 +92,20 @@ def switch_randomly(
     return switches, accepted, ran
 
 
-def test_hundreds_of_switches_on_llama_cpp_equal_greedy(fresh_llama, bundled_gguf):
+def test_hundreds_of_switches_on_llama_cpp_equal_greedy(bundled_gguf):
     from specchat.backends.llama import LlamaBackend
 
-    draft = LlamaBackend(bundled_gguf, n_ctx=fresh_llama.n_ctx, threads=1)
+    # one thread each: two spinning llama.cpp threads crawl on a shared two-core machine
+    target = LlamaBackend(bundled_gguf, n_ctx=512, threads=1)
+    draft = LlamaBackend(bundled_gguf, n_ctx=512, threads=1)
     try:
-        names = greedy_family(fresh_llama, with_draft=True)
-        prompts = [chat_prompt_ids(fresh_llama, [ChatMessage("user", t)]) for t in LLAMA_PROMPTS]
+        names = greedy_family(target, with_draft=True)
+        prompts = [chat_prompt_ids(target, [ChatMessage("user", t)]) for t in LLAMA_PROMPTS]
         switches, accepted, ran = switch_randomly(
-            fresh_llama, prompts, names, lambda n: make_decoder(n, draft), max_tokens=24
+            target, prompts, names, lambda n: make_decoder(n, draft), max_tokens=16
         )
     finally:
+        target.close()
         draft.close()
     assert switches >= SWITCHES and accepted > 0
     assert ran == set(names), "every greedy-family decoder ran inside an answer"
