@@ -203,8 +203,8 @@ def test_an_api_key_is_sent_to_the_server_and_written_nowhere(tmp_path: Path):
             env=env,
         )
     assert result.returncode == 0, result.stderr
-    posts = [h for h in server.headers if h.get("Content-Type", "").startswith("application/json")]
-    assert posts and all(h.get("Authorization") == f"Bearer {secret}" for h in posts)
+    headers = [{k.lower(): v for k, v in h.items()} for h in server.headers]
+    assert headers and all(h.get("authorization") == f"Bearer {secret}" for h in headers)
     assert secret not in result.stdout + result.stderr
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name.endswith(".sqlite3") for p in written), "the exchange was recorded"

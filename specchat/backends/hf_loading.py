@@ -49,6 +49,8 @@ def _offline() -> None:
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()
+    # its warnings about a user's model would stand beside specchat's own one line
+    transformers_logging.set_verbosity_error()
 
 
 def _check_device_and_dtype(device: str, dtype: str) -> torch.dtype:
