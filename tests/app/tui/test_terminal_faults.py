@@ -23,7 +23,9 @@ def start_chat(root: Path) -> tuple[str, int]:
     program = SPECCHAT if SPECCHAT.exists() else "specchat"
     command = (
         f"exec env SPECCHAT_CONFIG_DIR={root / 'config'} SPECCHAT_DATA_DIR={root / 'data'} "
-        f"SPECCHAT_CACHE_DIR={root / 'cache'} TERM=xterm-256color {program}"
+        f"SPECCHAT_CACHE_DIR={root / 'cache'} TERM=xterm-256color "
+        # the code under test, also when it is not the installed checkout
+        f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} {program}"
     )
     subprocess.run(
         [TMUX, "new-session", "-d", "-s", session, "-x", "120", "-y", "36", command], check=True
