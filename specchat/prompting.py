@@ -8,6 +8,21 @@ from specchat.backends.base import Backend, ChatMessage
 from specchat.errors import SpecchatError
 
 
+def checked_prompt(text: str, where: str = "the prompt") -> str:
+    """`text` when it is something to answer; otherwise one line saying why not. Text that was
+    not UTF-8 reaches Python as lone surrogates (argv and, in the C locale, stdin), which no
+    tokenizer can encode: it is refused here rather than deep inside a backend."""
+    if not text.strip():
+        raise SpecchatError(f"{where} is empty: there is no question to answer")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SpecchatError(
+            f"{where} is not UTF-8 text (byte {exc.start} is not valid): re-encode it as UTF-8"
+        ) from None
+    return text
+
+
 def chat_prompt_ids(backend: Backend, messages: list[ChatMessage]) -> list[int]:
     """Token ids of the whole conversation in the model's template, ending where the answer starts.
     A remote server applies its own template and has no tokenizer here: no ids."""
@@ -96,7 +111,7 @@ def fit_to_context(backend: Backend, messages: list[ChatMessage], max_tokens: in
         size = len(chat_prompt_ids(backend, head + body[last:]))
         raise SpecchatError(
             f"this message is {size} prompt tokens and the model's context window holds "
-            f"{n_ctx}, {n_ctx - budget} of them kept for the answer: shorten it (Up edits it)"
+            f"{n_ctx}, {n_ctx - budget} of them kept for the answer: shorten it"
         )
     low, high = 0, len(cuts) - 1  # the earliest cut that fits; fits(cuts[high]) holds
     while low < high:

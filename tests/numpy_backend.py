@@ -173,7 +173,7 @@ class NumpyBackend:
         self._pending = None
         self._check_room(max(block.depths, default=-1) + 1)
         keep = self.model.order - 1
-        prefix = tuple(self._committed[len(self._committed) - keep :]) if keep else ()
+        prefix = tuple(self._committed[max(0, len(self._committed) - keep) :]) if keep else ()
         logits = np.empty((len(block), self.vocab_size), dtype=np.float32)
         for index in range(len(block)):
             path = tuple(block.tokens[i] for i in block.path_to(index)[-keep:])

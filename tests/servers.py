@@ -121,6 +121,7 @@ class FaultServer:
         self.texts = list(texts)
         self.released = threading.Event()
         self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []  # of every request, GET and POST
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
@@ -154,6 +155,7 @@ class FaultServer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
+                server.headers.append(dict(self.headers))
                 models = [{"id": "fault", "object": "model", "created": 0, "owned_by": "test"}]
                 self._json(200, {"object": "list", "data": models})
 
@@ -163,6 +165,7 @@ class FaultServer:
                 self.wfile.flush()
 
             def do_POST(self) -> None:
+                server.headers.append(dict(self.headers))
                 length = int(self.headers.get("Content-Length", 0))
                 server.requests.append(json.loads(self.rfile.read(length) or b"{}"))
                 if server.behaviour == "status":

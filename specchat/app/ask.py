@@ -19,6 +19,7 @@ from specchat.decoding.engines import engine_for
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.registry import (
     build_decoder,
+    checked_params,
     decoder_class,
     default_decoder,
     sampling_for,
@@ -118,7 +119,7 @@ def run_ask(
     broke the answer off (what arrived is printed first). `decoder` None: the backend's default
     (the baseline; a remote server's own method); `raw_params` as `--param` gave them."""
     if decoder is not None:  # bad parameters fail before the model loads
-        scoped_params([decoder], raw_params)
+        checked_params([decoder], raw_params)
         sampling_for(decoder, temperature, sampling)
     loaded = load_model(model, load_options, progress)
     progress_done()

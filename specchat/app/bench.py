@@ -22,9 +22,8 @@ from specchat.bench.summary import summarize
 from specchat.decoding.registry import (
     baseline_name,
     build_decoder,
-    decoder_class,
+    checked_params,
     default_race,
-    scoped_params,
 )
 from specchat.errors import SpecchatError
 from specchat.models import REMOTE_BACKEND, LoadOptions, load_model
@@ -77,9 +76,7 @@ def run_bench(
         )
     questions = load_questions(data, categories, limit_per_category)
     names = list(dict.fromkeys([baseline_name(), *(decoders or default_race())]))
-    for name in names:
-        decoder_class(name)
-    per = scoped_params(names, params)
+    per = checked_params(names, params)
     console = Console(file=sys.stderr)
     with console.status("loading the model…"):
         loaded = load_model(model, load_options)

@@ -50,6 +50,17 @@ SeedOpt = Annotated[int | None, typer.Option("--seed")]
 ParamOpt = Annotated[
     list[str], typer.Option("--param", "-p", help="name=value or decoder.name=value (repeatable)")
 ]
+AllowPickleOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-pickle",
+        help="hf backend: load pickle (.bin) weights, which can run code; only ones you trust",
+    ),
+]
+TrustCodeOpt = Annotated[
+    bool,
+    typer.Option("--trust-remote-code", help="hf backend: run Python code shipped with the model"),
+]
 DraftOpt = Annotated[
     str | None, typer.Option("--draft", help="draft model: the same as --param draft=SPEC")
 ]
@@ -151,21 +162,28 @@ def ask(
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     timeout: TimeoutOpt = None,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustCodeOpt = False,
 ) -> None:
     """Stream one answer to stdout; multi-token speculative steps are coloured. The exchange is
     recorded in the chat store (a draft source for later answers) unless --no-log."""
     from specchat.app.ask import run_ask
     from specchat.decoding.registry import decoder_class
     from specchat.decoding.sampling import SamplingParams
+    from specchat.prompting import checked_prompt
 
+    checked_prompt(prompt)
     if decoder is not None:
         decoder_class(decoder)
     if max_tokens < 1:
         raise SpecchatError("--max-tokens must be at least 1")
     from specchat.settings import COLOUR_MODES, load_settings
 
+    settings, broken = load_settings()
+    if broken:  # a broken settings file never stops an answer; the defaults are used
+        typer.echo(f"specchat: warning: {broken}", err=True)
     if colour_by is None:
-        colour_by = load_settings()[0].colour_by
+        colour_by = settings.colour_by
     if colour_by not in COLOUR_MODES:
         raise SpecchatError(f"--colour-by takes {' or '.join(COLOUR_MODES)}")
     code = run_ask(
@@ -174,7 +192,16 @@ def ask(
         raw_params=_parse_params(param, draft),
         model=model,
         load_options=LoadOptions(
-            backend, device, threads, n_ctx, dtype, base_url, api_key_env, timeout
+            backend,
+            device,
+            threads,
+            n_ctx,
+            dtype,
+            base_url,
+            api_key_env,
+            timeout,
+            allow_pickle,
+            trust_remote_code,
         ),
         max_tokens=max_tokens,
         temperature=temperature,
@@ -228,11 +255,15 @@ def compare(
     ] = [],  # noqa: B006
     api_key_env: ApiKeyEnvOpt = None,
     timeout: TimeoutOpt = None,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustCodeOpt = False,
 ) -> None:
     """Race decoders on one prompt: tok/s, speedup vs greedy, tokens/step, acceptance, exactness."""
     from specchat.app.compare import run_compare
     from specchat.decoding.sampling import SamplingParams
+    from specchat.prompting import checked_prompt
 
+    checked_prompt(prompt)
     if repeats < 1 or max_tokens < 1:
         raise SpecchatError("--repeats and --max-tokens must be at least 1")
     params = _parse_params(param, draft)
@@ -242,7 +273,15 @@ def compare(
         params=params,
         model=model,
         load_options=LoadOptions(
-            backend, device, threads, n_ctx, dtype, api_key_env=api_key_env, timeout=timeout
+            backend,
+            device,
+            threads,
+            n_ctx,
+            dtype,
+            api_key_env=api_key_env,
+            timeout=timeout,
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
         ),
         max_tokens=max_tokens,
         repeats=repeats,
@@ -293,6 +332,8 @@ def bench(
             "store) for decoders that draft from saved chats",
         ),
     ] = False,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustCodeOpt = False,
 ) -> None:
     """Speedup of decoders over greedy per category, as Spec-Bench measures it."""
     from specchat.app.bench import run_bench
@@ -307,7 +348,14 @@ def bench(
         decoders=decoder,
         params=params,
         model=model,
-        load_options=LoadOptions(backend, device, threads, dtype=dtype),
+        load_options=LoadOptions(
+            backend,
+            device,
+            threads,
+            dtype=dtype,
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
+        ),
         categories=[c.strip() for c in categories.split(",")] if categories else None,
         limit_per_category=limit_per_category,
         max_tokens=max_tokens,

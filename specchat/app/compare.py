@@ -13,7 +13,12 @@ from rich.table import Table
 from specchat.decoding.figures import RaceRow, race_rows
 from specchat.decoding.oracle import efficiency
 from specchat.decoding.race import DecoderRuns, race
-from specchat.decoding.registry import default_race, sampling_for, scoped_params
+from specchat.decoding.registry import (
+    checked_params,
+    default_race,
+    sampling_for,
+    scoped_params,
+)
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.variants import parse_variant
 from specchat.errors import SpecchatError
@@ -67,6 +72,8 @@ def run_compare(
     if raw and server_urls:
         raise SpecchatError("--raw: a remote server answers chat messages, not raw text")
     chosen = sampling_for(None, temperature, sampling)
+    if requested:  # bad parameters fail before the model loads
+        checked_params(list(dict.fromkeys(v.name for v in requested)), params)
     if remote:
         load_options = replace(load_options, base_url=server_urls[0])
         server_urls = server_urls[1:]

@@ -9,8 +9,25 @@ from specchat.decoding.engine import GenerationRequest
 from specchat.decoding.engines import engine_for
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.registry import build_decoder, default_decoder
+from specchat.errors import SpecchatError
 from specchat.models import LoadOptions, load_model
-from specchat.prompting import chat_prompt_ids
+from specchat.prompting import chat_prompt_ids, checked_prompt
+
+
+def _read_line() -> str | None:
+    """The next line the user typed or piped in (None at the end), refused in one line when it
+    is not UTF-8 text: decoding fails in a UTF-8 locale, and arrives as lone surrogates in the
+    C locale."""
+    try:
+        line = input("> ")
+    except (EOFError, KeyboardInterrupt):
+        print()
+        return None
+    except UnicodeDecodeError as exc:
+        raise SpecchatError(f"stdin is not UTF-8 text ({exc.reason})") from None
+    if line.strip():
+        checked_prompt(line, "a line of stdin")
+    return line
 
 
 def run_repl(
@@ -28,10 +45,8 @@ def run_repl(
     history: list[ChatMessage] = []
     print(f"specchat on {loaded.model_name} ({loaded.name}, {loaded.device}); Ctrl+D quits.")
     while True:
-        try:
-            line = input("> ")
-        except (EOFError, KeyboardInterrupt):
-            print()
+        line = _read_line()
+        if line is None:
             return
         if not line.strip():
             continue

@@ -49,6 +49,8 @@ def _offline() -> None:
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()
+    # its warnings about a user's model would stand beside specchat's own one line
+    transformers_logging.set_verbosity_error()
 
 
 def _check_device_and_dtype(device: str, dtype: str) -> torch.dtype:
@@ -81,6 +83,8 @@ def load_hf_backend(
     threads: int | None = None,
     n_ctx: int | None = None,
     progress: Progress | None = None,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
 ) -> HFBackend:
     """Load a model for the transformers backend, never touching the network.
 
@@ -90,6 +94,9 @@ def load_hf_backend(
     `threads` (default: the physical cores) sets torch's thread count, which is process-wide:
     `models.load_draft` passes the target's, so that a draft never changes it.
     Every problem the user can fix raises SpecchatError with one line.
+    Loading runs no code from the model's files: weights come from safetensors (pickle `.bin`
+    weights only with `allow_pickle`), and a model's own Python code only with
+    `trust_remote_code`.
     """
     progress = progress or _quiet
     _offline()
@@ -121,7 +128,9 @@ def load_hf_backend(
 
     progress(f"loading {model_name} with transformers…")
     try:
-        model, tokenizer = _load_model_dir(where, torch_dtype, device, model_name)
+        model, tokenizer = _load_model_dir(
+            where, torch_dtype, device, model_name, allow_pickle, trust_remote_code
+        )
     except SpecchatError:
         if gguf_path is None:
             raise
@@ -153,18 +162,53 @@ def _source_key(model_dir: Path) -> str:
         return str(model_dir)
 
 
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def check_weights(model_dir: Path, model_name: str, allow_pickle: bool = False) -> None:
+    """Refuse a model directory whose weights cannot be loaded without running code: unpickling
+    a `.bin` file executes whatever it was made to, so only safetensors load unless the user
+    says they trust the pickle. A directory without any weights is one line too."""
+    if any(model_dir.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in model_dir.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles and not allow_pickle:
+        raise SpecchatError(
+            f"cannot load model {model_name}: its weights ({pickles[0]}) are a pickle, which can "
+            "run code when loaded; convert them to safetensors, or pass --allow-pickle if you "
+            "trust their source"
+        )
+    if not pickles:
+        raise SpecchatError(
+            f"cannot load model {model_name}: {model_dir} holds no weights (no .safetensors file)"
+        )
+
+
 def _load_model_dir(
-    where: str, torch_dtype: torch.dtype, device: str, model_name: str
+    where: str,
+    torch_dtype: torch.dtype,
+    device: str,
+    model_name: str,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
 ) -> tuple[Any, Any]:
     """Model and tokenizer from a local directory (or the local HF cache), moved to `device`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not Path(where).is_dir() and not _looks_like_hub_id(where):
         raise SpecchatError(f"model not found: {where}")
+    if Path(where).is_dir():
+        check_weights(Path(where), model_name, allow_pickle)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(
+            where, local_files_only=True, trust_remote_code=trust_remote_code
+        )
         model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=torch_dtype, local_files_only=True
+            where,
+            dtype=torch_dtype,
+            local_files_only=True,
+            trust_remote_code=trust_remote_code,
+            use_safetensors=None if allow_pickle else True,
         )
     except OSError as error:
         if not Path(where).is_dir():

@@ -28,26 +28,31 @@ def load_questions(
     file = Path(path) if path is not None else BUNDLED_QUESTIONS
     if not file.is_file():
         raise SpecchatError(f"benchmark data not found: {file}")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecchatError(
+            f"{file} is not UTF-8 text (byte {exc.start}): Spec-Bench data is JSON Lines"
+        ) from None
+    except OSError as exc:
+        raise SpecchatError(f"cannot read {file}: {exc.strerror or exc}") from None
     questions: list[Question] = []
-    with file.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-                turns = item["turns"]
-                if (
-                    not isinstance(turns, list)
-                    or not turns
-                    or not all(isinstance(t, str) and t for t in turns)
-                ):
-                    raise ValueError("turns must be a non-empty list of strings")
-                questions.append(Question(item["question_id"], str(item["category"]), tuple(turns)))
-            except (ValueError, KeyError, TypeError) as exc:
-                detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-                raise SpecchatError(
-                    f"{file}:{number}: not a Spec-Bench question ({detail})"
-                ) from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            turns = item["turns"]
+            if (
+                not isinstance(turns, list)
+                or not turns
+                or not all(isinstance(t, str) and t for t in turns)
+            ):
+                raise ValueError("turns must be a non-empty list of strings")
+            questions.append(Question(item["question_id"], str(item["category"]), tuple(turns)))
+        except (ValueError, KeyError, TypeError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise SpecchatError(f"{file}:{number}: not a Spec-Bench question ({detail})") from None
     if not questions:
         raise SpecchatError(f"{file} holds no questions")
     if categories:

@@ -123,6 +123,16 @@ def scoped_params(names: list[str], raw: Mapping[str, object]) -> dict[str, dict
     return per
 
 
+def checked_params(names: list[str], raw: Mapping[str, object]) -> dict[str, dict[str, object]]:
+    """`scoped_params` with every decoder's values checked against its declaration (types,
+    ranges, choices, rules between parameters): what a command runs before it loads a model, so
+    an out-of-range `-p` of any decoder is one line at once instead of after the load."""
+    per = scoped_params(names, raw)
+    for name in names:
+        decoder_class(name).validate(per[name])
+    return per
+
+
 def sampling_for(
     name: str | None, temperature: float | None, base: SamplingParams
 ) -> SamplingParams:

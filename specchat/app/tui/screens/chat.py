@@ -101,6 +101,7 @@ class ChatScreen(Screen):
         self._answer_id = 0
         self._answer: AssistantMessage | None = None
         self._answer_cancel: threading.Event | None = None  # the latest answer's stop token
+        self._question_id: int | None = None  # the stored question the running answer answers
         self._answer_started = 0.0
         self._steps: StepBuffer | None = None  # the running answer's steps, not yet shown
         self._flush_timer: Timer | None = None
@@ -260,7 +261,9 @@ class ChatScreen(Screen):
                 title = " ".join(text.split())[:48] or "New chat"
                 self.chat_id = history.new_chat(title)
                 self.sub_title = title
-            history.add_message(self.chat_id, message, parent_id=self._last_id())
+            self._question_id = history.add_message(
+                self.chat_id, message, parent_id=self._last_id()
+            )
         except HistoryError as exc:  # nothing sent: the question goes back to the prompt
             self.notify(str(exc), title="not sent", severity="error", timeout=15)
             self.query_one(PromptInput).insert(text)
@@ -321,6 +324,7 @@ class ChatScreen(Screen):
     async def on_answer_done(self, message: AnswerDone) -> None:
         if message.answer_id != self._answer_id or self._answer is None:
             return
+        self._question_id = None  # answered: it stays
         self._stop_flushing()
         await self._flush_steps()  # the worker put every step before it posted this
         self._steps = None
@@ -367,6 +371,7 @@ class ChatScreen(Screen):
         self.session.answer_ended()
         self.figures.streaming = False
         self._show_status()
+        self._take_back_question()
         self.notify(message.error, title="answer failed", severity="error", timeout=15)
         if self.chat_id is not None:  # what the store holds (a regenerated answer comes back)
             await self.open_chat(self.chat_id)
@@ -382,6 +387,22 @@ class ChatScreen(Screen):
         notice = Static(text, classes="notice")
         await self.query_one("#transcript").mount(notice, before=self._answer)
         self.notify(text, severity="warning", timeout=8)
+
+    def _take_back_question(self) -> None:
+        """An answer that failed before it began (a prompt past the context window) leaves its
+        question unanswered: kept, it would be part of every later prompt and fail each of them.
+        The question leaves the chat and the store and goes back into the input to be edited."""
+        question_id, self._question_id = self._question_id, None
+        if question_id is None or not self.messages or self.messages[-1].role != "user":
+            return  # a regenerated answer failed: its question was answered before
+        question = self.messages.pop()
+        self.session.history.delete_message(question_id)
+        users = self.query(UserMessage)
+        if users:
+            users.last().remove()
+        prompt = self.query_one(PromptInput)
+        if not prompt.text.strip():
+            prompt.insert(question.content)
 
     # -- actions ---------------------------------------------------------------------------------
     def action_cancel(self) -> None:

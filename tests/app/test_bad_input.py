@@ -1,0 +1,203 @@
+"""Bad input as a new user types it: one line on stderr, exit code 2, never a traceback.
+
+Cases that need no model are checked before one loads: each of these runs is given a model
+path that does not exist, so a run that loaded first would say "not found" instead of the
+reason tested. The rest of the list (missing or junk model, unknown decoder, `--device cuda`,
+a draft with another vocabulary, a server that is down) lives in test_cli.py and
+test_remote_cli.py; docs/reliability.md lists them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specchat.decoding.params import Param
+from specchat.decoding.registry import DECODERS
+from specchat.errors import SpecchatError
+
+NO_MODEL = ("--model", "/no/such/model.gguf")
+
+
+def run(*args: str | bytes, stdin: bytes | None = None, env: dict | None = None, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "specchat", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == 2, (result.stdout, stderr)
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("specchat: error: ")
+    assert all(word in lines[0] for word in words), lines[0]
+    return lines[0]
+
+
+# -- decoder parameters ----------------------------------------------------------------------
+
+
+def _out_of_range(param: Param) -> list[object]:
+    """Values just past each declared bound (and a wrong type) of one parameter."""
+    step = 1 if param.kind is int else 0.5
+    values: list[object] = []
+    if param.minimum is not None:
+        values.append(param.minimum - step)
+    if param.maximum is not None:
+        values.append(param.maximum + step)
+    if param.kind in (int, float):
+        values.append("many")
+    if param.choices:
+        values.append("nonsense")
+    return values
+
+
+BOUNDED = [
+    (cls.name, param, value)
+    for cls in DECODERS.values()
+    for param in cls.params
+    for value in _out_of_range(param)
+]
+
+
+def test_every_decoder_declares_bounds_for_its_numbers():
+    """The range check lives in the declaration: a number without bounds would go unchecked."""
+    for cls in DECODERS.values():
+        for param in cls.params:
+            if param.kind in (int, float):
+                assert param.minimum is not None and param.maximum is not None, (
+                    f"{cls.name}.{param.name}"
+                )
+
+
+@pytest.mark.parametrize(
+    "name,param,value", BOUNDED, ids=[f"{n}.{p.name}={v}" for n, p, v in BOUNDED]
+)
+def test_out_of_range_parameters_of_every_decoder_are_refused(name, param, value):
+    with pytest.raises(SpecchatError) as excinfo:
+        DECODERS[name].validate({param.name: value})
+    message = str(excinfo.value)
+    assert message.startswith(f"{name}.{param.name} must") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (("ask", "hi", "-d", "pld", "-p", "pld.num_pred_tokens=-3"), ("num_pred_tokens", "≥ 1")),
+        (("ask", "hi", "-d", "lookahead", "-p", "lookahead.window=0"), ("window", "≥ 1")),
+        (("ask", "hi", "-d", "lookahead", "-p", "window=65"), ("window", "≤ 64")),
+        (("ask", "hi", "-d", "suffix", "-p", "min_token_prob=2"), ("min_token_prob", "≤ 1")),
+        (("ask", "hi", "-d", "draft", "-p", "k=0", "--draft", "x.gguf"), ("draft.k", "≥ 1")),
+        (("ask", "hi", "-d", "beam", "-p", "num_beams=0"), ("num_beams", "≥ 1")),
+        (("ask", "hi", "-d", "pld", "-p", "min_ngram=5", "-p", "max_ngram=2"), ("min_ngram",)),
+        (("compare", "hi", "-d", "pld:num_pred_tokens=0"), ("num_pred_tokens", "≥ 1")),
+        (("compare", "hi", "-d", "lookahead", "-p", "lookahead.window=0"), ("window", "≥ 1")),
+        (("bench", "-d", "pld", "-p", "pld.num_pred_tokens=-3"), ("num_pred_tokens", "≥ 1")),
+    ],
+)
+def test_out_of_range_parameter_is_one_line_before_the_model_loads(args, words):
+    one_line_error(run(*args, *NO_MODEL), *words)
+
+
+# -- prompts -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args", [("ask", ""), ("ask", "  \n "), ("ask", "", "--raw"), ("compare", "")]
+)
+def test_an_empty_prompt_is_refused(args):
+    one_line_error(run(*args, *NO_MODEL), "empty", "no question")
+
+
+def test_a_prompt_that_is_not_utf8_is_refused():
+    one_line_error(run("ask", b"caf\xe9 au lait", *NO_MODEL), "not UTF-8")
+
+
+def test_stdin_that_is_not_utf8_is_one_line():
+    """Piped into plain `specchat` (the line-mode chat), in a UTF-8 and in the C locale."""
+    for locale in ("C.UTF-8", "C"):
+        result = run(stdin=b"caf\xe9 au lait\n", env={"LC_ALL": locale, "LANG": locale})
+        one_line_error(result, "stdin", "not UTF-8")
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe" + bytes(range(256)), ("not UTF-8",)),
+        (b"question,category\n1,qa\n", ("not a Spec-Bench question", ":1:")),
+        (b'{"question_id": 1, "category": "qa"}\n', ("missing field 'turns'",)),
+        (json.dumps({"question_id": 1, "turns": ["x"]}).encode() + b"\n", ("'category'",)),
+    ],
+    ids=["binary", "not-json-lines", "no-turns", "no-category"],
+)
+def test_bad_bench_data_is_one_line(tmp_path: Path, content: bytes, words):
+    data = tmp_path / "questions.jsonl"
+    data.write_bytes(content)
+    one_line_error(run("bench", "--data", str(data), *NO_MODEL), *words)
+
+
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        ("max_tokens = [oops\n", ("not valid TOML",)),
+        ("[decoders.pld]\nnum_pred_tokens = -3\n", ("pld.num_pred_tokens must be ≥ 1",)),
+        ("[decoders.lookahead]\nwindow = 0\n", ("lookahead.window must be ≥ 1",)),
+    ],
+    ids=["not-toml", "pld-out-of-range", "lookahead-out-of-range"],
+)
+def test_a_broken_settings_file_is_one_warning_and_the_answer_still_comes(
+    tmp_path: Path, content: str, words
+):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "settings.toml").write_text(content)
+    result = run(
+        "ask",
+        "Say hi.",
+        "--max-tokens",
+        "3",
+        "--no-log",
+        env={"SPECCHAT_CONFIG_DIR": str(config)},
+    )
+    stderr = result.stderr.decode()
+    assert result.returncode == 0, stderr
+    assert result.stdout.strip()
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("specchat: warning: ") and "is broken" in line and "defaults" in line
+    assert all(word in line for word in words), line
+
+
+@pytest.mark.parametrize("kind", ["empty", "junk", "truncated"])
+def test_a_broken_gguf_file_is_one_line(tmp_path: Path, bundled_gguf: Path, kind: str):
+    broken = tmp_path / f"{kind}.gguf"
+    if kind == "empty":
+        broken.write_bytes(b"")
+    elif kind == "junk":
+        broken.write_bytes(b"this is not a model\n" * 100)
+    else:  # a download that stopped half-way: the header and part of the tensors
+        with bundled_gguf.open("rb") as source:
+            broken.write_bytes(source.read(bundled_gguf.stat().st_size // 2))
+    one_line_error(run("ask", "hi", "--model", str(broken)), str(broken.name))
+
+
+def test_a_hugging_face_directory_without_weights_is_one_line(tmp_path: Path):
+    from tests.tiny_models import tiny_model, tiny_tokenizer
+
+    folder = tmp_path / "no-weights"
+    tiny_model().config.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    one_line_error(run("ask", "hi", "--model", str(folder)), "holds no weights")
