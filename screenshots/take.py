@@ -18,7 +18,9 @@ from pathlib import Path
 HERE = Path(__file__).parent
 PROMPT = (
     "Rewrite this list in the same order, one per line:\n"
-    "- apples are red\n- bananas are yellow\n- grapes are purple\n- limes are green"
+    "- Apples are red\n- Bananas are yellow\n- Grapes are purple\n- Limes are green\n"
+    "- Plums are dark blue\n- Oranges are orange\n- Cherries are dark red\n"
+    "- Kiwis are brown outside and green inside\n- Lemons are bright yellow"
 )
 SIZE = (110, 34)
 
@@ -45,7 +47,7 @@ async def chat_shots() -> None:
         (n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"), "greedy"
     )
     app = SpecchatApp(
-        settings=Settings(decoder=speculative, max_tokens=120),
+        settings=Settings(decoder=speculative, max_tokens=160),
         backend=backend,
         save_settings_file=False,
     )
@@ -85,7 +87,7 @@ async def chat_shots() -> None:
         # greedy, a speculative decoder with its learned draft lengths, and the same drafting a
         # fixed number of tokens as llama-cpp-python does
         variant = f"{speculative}:fixed_draft={LIBRARY_FIXED_DRAFT}"
-        app.push_screen(RaceScreen(PROMPT, ["greedy", speculative, variant], 96))
+        app.push_screen(RaceScreen(PROMPT, ["greedy", speculative, variant], 160))
         await pilot.pause(0.3)
         screen = app.screen
         clock = StoppedClock()
