@@ -3,19 +3,17 @@ back to the first version with Shift+Tab, Up and Left."""
 
 from __future__ import annotations
 
-import subprocess
-import time
-import uuid
+from .tmux import (
+    ask,
+    keys,
+    needs_tmux,
+    quit_and_close,
+    start_specchat,
+    wait_for,
+    wait_until_usable,
+)
 
-import pytest
-
-from .test_terminal import SPECCHAT, TMUX, wait_for
-
-pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux)")
-
-
-def keys(session: str, *names: str) -> None:
-    subprocess.run([TMUX, "send-keys", "-t", session, *names], check=True)
+pytestmark = needs_tmux
 
 
 def answered(screen: str, after: str = "you") -> bool:
@@ -28,27 +26,10 @@ def answered(screen: str, after: str = "you") -> bool:
 
 
 def test_edit_a_question_see_the_branch_and_switch_back(private_dirs):
-    config = private_dirs / "config"
-    config.mkdir(exist_ok=True)
-    (config / "settings.toml").write_text("threads = 1\nmax_tokens = 12\n")
-    session = f"specchat-branch-{uuid.uuid4().hex[:8]}"
-    command = (
-        f"env SPECCHAT_CONFIG_DIR={config} SPECCHAT_DATA_DIR={private_dirs / 'data'} "
-        f"TERM=xterm-256color {SPECCHAT if SPECCHAT.exists() else 'specchat'}"
-    )
-    subprocess.run(
-        [TMUX, "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True
-    )
+    session = start_specchat(private_dirs, "threads = 1\nmax_tokens = 12\n", 40, "branch")
     try:
-        wait_for(session, lambda s: "tok/s" in s and "Ask something" in s)
-        keys(session, "-l", "Name a colour.")
-        for _ in range(20):  # a key may be lost while Textual reads the terminal's replies
-            keys(session, "Enter")
-            try:
-                wait_for(session, lambda s: "assistant · greedy" in s, limit=2.0)
-                break
-            except AssertionError:
-                continue
+        wait_until_usable(session)
+        ask(session, "Name a colour.", shows="assistant · greedy")
         wait_for(session, answered)
 
         keys(session, "Up")  # the prompt is empty: edit the last question
@@ -73,6 +54,4 @@ def test_edit_a_question_see_the_branch_and_switch_back(private_dirs):
         screen = wait_for(session, lambda s: "‹1/2›" in s)
         assert "Name a colour." in screen and "And a fruit?" not in screen
     finally:
-        keys(session, "C-q")
-        time.sleep(0.3)
-        subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
+        quit_and_close(session)

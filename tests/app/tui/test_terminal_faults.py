@@ -7,51 +7,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import uuid
 from pathlib import Path
 
 from tests.app.test_store_faults import check_store
 
-from .test_terminal import SPECCHAT, TMUX, capture, pytestmark, wait_for  # noqa: F401
+from .tmux import TMUX, ask, needs_tmux, pane_pid, start_specchat, wait_for, wait_until_usable
 
+pytestmark = needs_tmux
 STORE_FILE = "history.sqlite3"
+SETTINGS = "threads = 1\nmax_tokens = 400\n"
 
 
 def start_chat(root: Path) -> tuple[str, int]:
     """specchat in a new tmux session; its session name and process id, once it is usable."""
-    session = f"specchat-kill-{uuid.uuid4().hex[:8]}"
-    program = SPECCHAT if SPECCHAT.exists() else "specchat"
-    command = (
-        f"exec env SPECCHAT_CONFIG_DIR={root / 'config'} SPECCHAT_DATA_DIR={root / 'data'} "
-        f"SPECCHAT_CACHE_DIR={root / 'cache'} TERM=xterm-256color "
-        # the code under test, also when it is not the installed checkout
-        f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} {program}"
-    )
-    subprocess.run(
-        [TMUX, "new-session", "-d", "-s", session, "-x", "120", "-y", "36", command], check=True
-    )
-    pid = subprocess.run(
-        [TMUX, "display-message", "-p", "-t", session, "#{pane_pid}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    wait_for(session, lambda s: "tok/s" in s and "Ask something" in s)
-    return session, int(pid)
-
-
-def ask(session: str, question: str) -> None:
-    subprocess.run([TMUX, "send-keys", "-t", session, "-l", question])
-    # a key can get lost while Textual still reads the terminal's replies to its start-up
-    # queries: press Enter again until the turn shows
-    for _ in range(20):
-        subprocess.run([TMUX, "send-keys", "-t", session, "Enter"])
-        try:
-            wait_for(session, lambda s: "assistant ·" in s, limit=2.0)
-            return
-        except AssertionError:
-            continue
-    raise AssertionError(f"the question was never sent:\n{capture(session)}")
+    session = start_specchat(root, SETTINGS, name="kill")
+    wait_until_usable(session)
+    return session, pane_pid(session)
 
 
 def kill(session: str, pid: int) -> None:
@@ -72,9 +43,6 @@ def questions_in(path: Path) -> list[str]:
 
 
 def test_kill_9_of_the_chat_during_and_right_after_an_answer(tmp_path: Path):
-    config = tmp_path / "config"
-    config.mkdir()
-    (config / "settings.toml").write_text("threads = 1\nmax_tokens = 400\n")
     store = tmp_path / "data" / STORE_FILE
     answered: list[str] = []
     asked: list[str] = []
