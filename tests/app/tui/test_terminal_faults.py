@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 from tests.app.test_store_faults import check_store
 
-from .tmux import TMUX, ask, needs_tmux, pane_pid, start_specchat, wait_for, wait_until_usable
+from .tmux import ask, close, needs_tmux, pane_pid, start_specchat, wait_for, wait_until_usable
 
 pytestmark = needs_tmux
 STORE_FILE = "history.sqlite3"
@@ -27,7 +26,7 @@ def start_chat(root: Path) -> tuple[str, int]:
 
 def kill(session: str, pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
-    subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
+    close(session)
 
 
 def questions_in(path: Path) -> list[str]:

@@ -3,10 +3,12 @@ new session with private folders and settings, type, wait for what the screen sh
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -16,12 +18,25 @@ import pytest
 TMUX = shutil.which("tmux")
 SPECCHAT = Path(sys.executable).with_name("specchat")
 needs_tmux = pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux)")
+SOCKETS = Path(tempfile.mkdtemp(prefix="specchat-tmux-"))
+atexit.register(shutil.rmtree, SOCKETS, ignore_errors=True)
+
+
+def socket(session: str) -> Path:
+    return SOCKETS / session
+
+
+def tmux(session: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """A tmux command on `session`'s own server. A shared server exits when its last session
+    closes; a test starting a session just then gets "server exited unexpectedly" — one server
+    per session takes that race away."""
+    return subprocess.run(
+        [TMUX, "-S", str(socket(session)), *args], capture_output=True, text=True, check=check
+    )
 
 
 def capture(session: str) -> str:
-    return subprocess.run(
-        [TMUX, "capture-pane", "-p", "-t", session], capture_output=True, text=True
-    ).stdout
+    return tmux(session, "capture-pane", "-p", "-t", session).stdout
 
 
 def wait_for(session: str, condition, limit: float = 120.0) -> str:
@@ -37,7 +52,7 @@ def wait_for(session: str, condition, limit: float = 120.0) -> str:
 
 
 def keys(session: str, *names: str) -> None:
-    subprocess.run([TMUX, "send-keys", "-t", session, *names], check=True)
+    tmux(session, "send-keys", "-t", session, *names, check=True)
 
 
 def start_specchat(root: Path, settings: str, height: int = 36, name: str = "test") -> str:
@@ -54,8 +69,17 @@ def start_specchat(root: Path, settings: str, height: int = 36, name: str = "tes
         f"SPECCHAT_CACHE_DIR={root / 'cache'} TERM=xterm-256color "
         f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} {program}"
     )
-    subprocess.run(
-        [TMUX, "new-session", "-d", "-s", session, "-x", "120", "-y", str(height), command],
+    tmux(
+        session,
+        "new-session",
+        "-d",
+        "-s",
+        session,
+        "-x",
+        "120",
+        "-y",
+        str(height),
+        command,
         check=True,
     )
     return session
@@ -63,12 +87,7 @@ def start_specchat(root: Path, settings: str, height: int = 36, name: str = "tes
 
 def pane_pid(session: str) -> int:
     return int(
-        subprocess.run(
-            [TMUX, "display-message", "-p", "-t", session, "#{pane_pid}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        tmux(session, "display-message", "-p", "-t", session, "#{pane_pid}", check=True).stdout
     )
 
 
@@ -92,6 +111,12 @@ def ask(session: str, question: str, shows: str = "assistant ·") -> None:
 
 
 def quit_and_close(session: str) -> None:
-    subprocess.run([TMUX, "send-keys", "-t", session, "C-q"])
+    tmux(session, "send-keys", "-t", session, "C-q")
     time.sleep(0.3)
-    subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
+    close(session)
+
+
+def close(session: str) -> None:
+    """Stop the session's own tmux server (and whatever still runs in it) and remove its socket."""
+    tmux(session, "kill-server")
+    socket(session).unlink(missing_ok=True)
