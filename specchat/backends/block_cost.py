@@ -17,6 +17,10 @@ from specchat.backends.base import Block
 _REPEATS = 3
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
+# Passes are timed behind this many cached tokens: a pass attends to the whole context, and on
+# llama.cpp a 2-token pass costs 1.59x one behind 30 tokens but 1.69-1.77x behind 200-1000
+# (scripts/measure_context_cost.py). A chat answer runs behind a few hundred tokens.
+CONTEXT = 256
 
 
 class BlockCostTable:
@@ -24,7 +28,8 @@ class BlockCostTable:
 
     def __init__(self, backend, key: str) -> None:
         self._backend = backend
-        self._key = f"{key}|{backend.device}|threads={getattr(backend, 'threads', '')}"
+        threads = getattr(backend, "threads", "")
+        self._key = f"{key}|{backend.device}|threads={threads}|context={CONTEXT}"
         self._costs: dict[int, float] = {}
         self._loaded = False
 
@@ -76,17 +81,22 @@ class BlockCostTable:
 
     def _measure_all(self) -> None:
         """All sizes round-robin in one sweep, so load changes hit every size alike; the minimum
-        of the repeats (noise only ever adds time), made non-decreasing in k."""
+        of the repeats (noise only ever adds time), made non-decreasing in k. The context is
+        filled up to `CONTEXT` tokens first and given back after."""
         backend = self._backend
         n = backend.n_committed
+        filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
+        backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - _SIZES[-1]) - n))
+        base = backend.n_committed
         best = {k: float("inf") for k in _SIZES}
         for _ in range(_REPEATS):
             for k in _SIZES:
-                block = Block.chain([min(_FILLER_TOKEN, backend.vocab_size - 1)] * k)
+                block = Block.chain([filler] * k)
                 start = time.perf_counter()
                 backend.evaluate(block)
                 best[k] = min(best[k], time.perf_counter() - start)
-                backend.rollback(n)
+                backend.rollback(base)
+        backend.rollback(n)
         running = 0.0
         for k in _SIZES:
             running = max(running, best[k])
