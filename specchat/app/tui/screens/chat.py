@@ -355,9 +355,9 @@ class ChatScreen(Screen):
                 self.session.history.add_message(self.chat_id, stored, parent_id=self._last_id())
             except HistoryError as exc:
                 self.notify(str(exc), title="answer not saved", severity="error", timeout=15)
-        answer.show_branch(stored)
         self.messages.append(stored)
         self.session.answer_ended()
+        answer.show_branch(stored)  # the header shows it ended: from now on keys act on it
         self._show_status()
 
     async def on_answer_failed(self, message: AnswerFailed) -> None:

@@ -184,12 +184,13 @@ class AssistantMessage(Turn):
             tail.refresh(layout=True)
 
     async def finish(self, final_text: str, finish_reason: str | None) -> None:
-        """Stop streaming and render the whole answer once."""
+        """Stop streaming and render the whole answer once. The header keeps its "…" until
+        `show_branch`: the chat calls that once the answer is stored and the chat is free, so
+        an answer that looks ended takes the next key."""
         self.runs.finish(final_text)
         self.finish_reason = finish_reason
         self.streaming = False
         await self._stop_stream()
-        self.query_one(".role", Label).update(self._header())
         await self._render_full()
 
     async def _stop_stream(self) -> None:
