@@ -32,6 +32,8 @@ class Settings:
     backend: str | None = None
     base_url: str | None = None  # backend "openai": the server, e.g. http://127.0.0.1:8080/v1
     api_key_env: str | None = None  # backend "openai": the variable that holds the API key
+    # servers the race screen offers beside the local decoders (server@URL panes)
+    race_servers: list[str] = field(default_factory=list)
     device: str = "cpu"
     threads: int | None = None  # CPU threads for the model; None: all cores
     decoder: str = ""  # empty: the registry's baseline
@@ -97,6 +99,16 @@ def parse_settings(text: str) -> Settings:
     backend = _expect(data, "backend", (str,), "") or None
     base_url = _expect(data, "base_url", (str,), "") or None
     api_key_env = _expect(data, "api_key_env", (str,), "") or None
+    from specchat.decoding.variants import server_url
+
+    race_servers = _expect(data, "race_servers", (list,), [])
+    for url in race_servers:
+        if not isinstance(url, str):
+            raise ValueError(f"race_servers must list URLs, not {url!r}")
+        try:
+            server_url(url)
+        except SpecchatError as exc:
+            raise ValueError(f"race_servers: {exc}") from None
     seed = _expect(sampling, "seed", (int,), -1)
     threads = _expect(data, "threads", (int,), 0)
     settings = Settings(
@@ -104,6 +116,7 @@ def parse_settings(text: str) -> Settings:
         backend=backend,
         base_url=base_url,
         api_key_env=api_key_env,
+        race_servers=[server_url(url) for url in race_servers],
         device=str(_expect(data, "device", (str,), defaults.device)),
         threads=int(threads) if threads and threads > 0 else None,
         decoder=str(_expect(data, "decoder", (str,), defaults.decoder)),
@@ -144,6 +157,8 @@ def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
 
 
 def _toml_value(value: object) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -186,6 +201,7 @@ def dump_settings(settings: Settings) -> str:
         "backend": settings.backend or "",
         "base_url": settings.base_url or "",
         "api_key_env": settings.api_key_env or "",
+        "race_servers": settings.race_servers,
         "device": settings.device,
         "threads": settings.threads or 0,
         "decoder": settings.decoder,

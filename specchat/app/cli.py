@@ -97,13 +97,23 @@ def main_callback(
     draft: Annotated[str | None, typer.Option("--draft", help="draft model spec")] = None,
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
+    race_server: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--race-server",
+            help="a server the race screen (Ctrl+B) offers beside the local decoders, "
+            "e.g. 127.0.0.1:8080 (repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Without a command: open the chat."""
     if ctx.invoked_subcommand is not None:
         return
     from specchat.app.tui import open_chat
+    from specchat.decoding.variants import server_url
 
     open_chat(
+        race_servers=[server_url(url) for url in race_server] if race_server else None,
         model=model,
         backend=backend,
         device=device,
@@ -226,7 +236,8 @@ def compare(
         typer.Option(
             "--decoder",
             "-d",
-            help="decoder to race, or a variant of one: pld:fixed_draft=10 (repeatable)",
+            help="decoder to race, a variant of one (pld:fixed_draft=10), or a server with "
+            "its own method (server@HOST:PORT) (repeatable)",
         ),
     ] = [],  # noqa: B006
     model: ModelOpt = None,

@@ -65,7 +65,10 @@ def run_compare(
     """Race `decoders` (or variants of them, `pld:fixed_draft=10`) on the model `load_options`
     names, and each server of `server_urls` with its own method. With `--backend openai` the
     first URL is the race's own backend."""
-    requested = [parse_variant(name) for name in decoders]
+    parsed = [parse_variant(name) for name in decoders]
+    # `-d server@URL` is `--base-url URL`: that server races with its own method
+    server_urls += tuple(v.server for v in parsed if v.server is not None)
+    requested = [v for v in parsed if v.server is None]
     remote = load_options.backend == REMOTE_BACKEND
     if remote and not server_urls:
         raise SpecchatError(f"--backend {REMOTE_BACKEND} needs --base-url URL")

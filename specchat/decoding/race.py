@@ -22,7 +22,6 @@ from specchat.decoding.engines import engine_for
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.oracle import OracleFigures, accepted_lengths, oracle_speedup
 from specchat.decoding.registry import (
-    DECODERS,
     baseline_name,
     build_decoder,
     decoder_class,
@@ -30,7 +29,7 @@ from specchat.decoding.registry import (
 )
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
-from specchat.decoding.variants import DecoderVariant
+from specchat.decoding.variants import DecoderVariant, server_name
 from specchat.errors import SpecchatError
 
 
@@ -211,8 +210,3 @@ def race(
             result.oracle = drafter_oracle(backend, result.name, result.params, prompt, reference)
         baseline.identical = True
     return results
-
-
-def server_name() -> str:
-    """The registry's name for a remote server's own method."""
-    return next(n for n in DECODERS if decoder_class(n).needs_server)

@@ -4,18 +4,24 @@ This is how one decoder races against itself: `pld` sizing each draft by its lea
 policy next to `pld:fixed_draft=10`, which always drafts 10 tokens as llama-cpp-python's prompt
 lookup does — so a user sees what the cost model buys. `specchat compare -d` and the TUI's race
 picker read the same spelling; a plain name is the decoder with its usual parameters.
+
+`server@URL` is a remote OpenAI-compatible server running its own method (`server`), so the race
+picker can set a server's own speculation beside the local decoders: `server@127.0.0.1:8080`
+stands for http://127.0.0.1:8080/v1, and a label spells its server back the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from specchat.decoding.registry import DECODERS, decoder_class
 from specchat.errors import SpecchatError
 
 # llama-cpp-python's LlamaPromptLookupDecoding drafts num_pred_tokens=10 at every step
 LIBRARY_FIXED_DRAFT = 10
+SERVER_PREFIX = "server@"
 
 
 @dataclass(frozen=True)
@@ -24,10 +30,13 @@ class DecoderVariant:
 
     name: str
     params: tuple[tuple[str, str], ...] = ()
+    server: str | None = None  # a remote server's base URL (…/v1): its own method runs there
 
     @property
     def label(self) -> str:
         """The spelling: what a race row and pane are called."""
+        if self.server is not None:
+            return SERVER_PREFIX + server_spelling(self.server)
         if not self.params:
             return self.name
         return f"{self.name}:" + ",".join(f"{key}={value}" for key, value in self.params)
@@ -45,6 +54,8 @@ class DecoderVariant:
 def parse_variant(spec: str) -> DecoderVariant:
     """`pld`, `pld:fixed_draft=10`, `lookahead:window=5,ngram=4`; a one-line SpecchatError for
     an unknown decoder, an unknown parameter or a bad value, before anything is loaded."""
+    if spec.strip().startswith(SERVER_PREFIX):
+        return DecoderVariant(server_name(), server=server_url(spec.strip()[len(SERVER_PREFIX) :]))
     name, sep, rest = spec.strip().partition(":")
     cls = decoder_class(name.strip())
     params: list[tuple[str, str]] = []
@@ -70,3 +81,30 @@ def fixed_draft_variants() -> list[DecoderVariant]:
         for cls in DECODERS.values()
         if cls.speculative and any(p.name == "fixed_draft" for p in cls.params)
     ]
+
+
+def server_url(spelling: str) -> str:
+    """`127.0.0.1:8080` → http://127.0.0.1:8080/v1; a URL with a scheme keeps it, and a path of
+    its own (else /v1). A one-line SpecchatError for what is no server address."""
+    text = spelling.strip().rstrip("/")
+    url = text if "://" in text else f"http://{text}"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or " " in text:
+        raise SpecchatError(
+            f"{SERVER_PREFIX}{spelling}: write {SERVER_PREFIX}HOST:PORT or "
+            f"{SERVER_PREFIX}http(s)://HOST:PORT/v1"
+        )
+    return url if parts.path else f"{url}/v1"
+
+
+def server_spelling(url: str) -> str:
+    """The shortest spelling that `server_url` reads back as `url`."""
+    short = url.removesuffix("/v1")
+    if short.startswith("http://"):
+        short = short[len("http://") :]
+    return short if server_url(short) == url else url
+
+
+def server_name() -> str:
+    """The registry's name for a remote server's own method."""
+    return next(cls.name for cls in DECODERS.values() if cls.needs_server)

@@ -135,8 +135,8 @@ def test_compare_races_local_decoders_and_servers_on_one_prompt(llama_server, ll
         "pld",
         "--base-url",
         llama_server.base_url,
-        "--base-url",
-        llama_server_ngram.base_url,
+        "-d",  # a server spelled as a race entry, as the race screen's picker takes it
+        f"server@127.0.0.1:{llama_server_ngram.port}",
         "--max-tokens",
         "48",
         "--repeats",

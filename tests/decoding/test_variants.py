@@ -33,6 +33,21 @@ def test_a_variant_sets_typed_parameters_over_the_others():
 
 
 @pytest.mark.parametrize(
+    "spec,url,label",
+    [
+        ("server@127.0.0.1:8080", "http://127.0.0.1:8080/v1", "server@127.0.0.1:8080"),
+        ("server@http://127.0.0.1:8080/v1/", "http://127.0.0.1:8080/v1", "server@127.0.0.1:8080"),
+        ("server@https://gpu:8000", "https://gpu:8000/v1", "server@https://gpu:8000"),
+        ("server@http://h:1/api", "http://h:1/api", "server@h:1/api"),
+    ],
+)
+def test_a_server_is_spelled_by_its_address_and_read_back(spec, url, label):
+    variant = parse_variant(spec)
+    assert variant.name == "server" and variant.server == url and variant.label == label
+    assert parse_variant(variant.label) == variant
+
+
+@pytest.mark.parametrize(
     "spec,message",
     [
         ("nope:fixed_draft=1", "unknown decoder"),
@@ -41,6 +56,8 @@ def test_a_variant_sets_typed_parameters_over_the_others():
         ("pld:width=3", "no parameter 'width'"),
         ("pld:fixed_draft=many", "must be an integer"),
         ("pld:fixed_draft=-1", "must be ≥ 0"),
+        ("server@", "server@HOST:PORT"),
+        ("server@ftp://host", "server@HOST:PORT"),
     ],
 )
 def test_bad_spellings_say_what_is_wrong(spec, message):

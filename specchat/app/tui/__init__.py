@@ -13,6 +13,7 @@ def open_chat(
     draft: str | None = None,
     base_url: str | None = None,
     api_key_env: str | None = None,
+    race_servers: list[str] | None = None,
 ) -> None:
     """The TUI in a terminal; the line-mode chat when stdin or stdout is not a TTY (pipes, CI)."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -35,4 +36,5 @@ def open_chat(
         draft=draft,
         base_url=base_url,
         api_key_env=api_key_env,
+        race_servers=race_servers,
     ).run()

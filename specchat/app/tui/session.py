@@ -58,7 +58,7 @@ from specchat.decoding.variants import DecoderVariant
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 from specchat.history import HistoryStore, StoredMessage
-from specchat.models import LoadOptions, load_model
+from specchat.models import REMOTE_BACKEND, LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, fit_to_context, turn_start
 from specchat.saved_chats import SavedChatsIndex, open_saved_chats
 from specchat.settings import COLOUR_MODES, Settings, save_settings
@@ -132,6 +132,7 @@ class ChatSession:
         self._home: Screen | None = None
         self._started = time.perf_counter()
         self._race_cancel: threading.Event | None = None
+        self._race_servers: dict[str, Backend] = {}  # server@URL race panes, by URL
         # Decoder keys in the order pressed: each build worker holds a ticket, and only the newest
         # key's decoder reaches the engine, however long the earlier builds take.
         self._switch_lock = threading.Lock()
@@ -219,8 +220,9 @@ class ChatSession:
         if self.saved_chats is not None:
             self.saved_chats.close()
         self.history.close()
-        if self._owns_backend and self._backend is not None:
-            close = getattr(self._backend, "close", None)
+        owned = [self._backend] if self._owns_backend and self._backend is not None else []
+        for backend in owned + list(self._race_servers.values()):
+            close = getattr(backend, "close", None)
             if close:
                 close()
 
@@ -420,9 +422,26 @@ class ChatSession:
         return variant.with_params(self.decoder_params(variant.name))
 
     def race_unavailable(self, variant: DecoderVariant) -> str | None:
-        if self._backend is None:
+        if self._backend is None or variant.server is not None:  # a server answers when it runs
             return None
         return unavailable_reason(variant.name, self._backend, self.race_params(variant))
+
+    @property
+    def race_servers(self) -> list[str]:
+        """Servers the race picker offers (settings' `race_servers`, `--race-server`)."""
+        return list(self.settings.race_servers)
+
+    def race_backend(self, variant: DecoderVariant) -> Backend:
+        """Where a race pane runs: the chat's model, or the server a `server@URL` pane names
+        (connected once, then kept; the chat's API key goes only to the chat's own server)."""
+        url = variant.server
+        if url is None:
+            return self._backend
+        if url not in self._race_servers:
+            key_env = self.settings.api_key_env if url == self.settings.base_url else None
+            options = LoadOptions(backend=REMOTE_BACKEND, base_url=url, api_key_env=key_env)
+            self._race_servers[url] = load_model(None, options)
+        return self._race_servers[url]
 
     def race(
         self, screen: Screen, prompt: str, variants: list[DecoderVariant], max_tokens: int
@@ -458,7 +477,7 @@ class ChatSession:
                 recorder = RaceRecorder(screen, pane)
                 try:
                     done = run_decoder(
-                        self._backend,
+                        self.race_backend(variant),
                         variant.name,
                         self.race_params(variant),
                         list(ids),

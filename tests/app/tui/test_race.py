@@ -13,8 +13,10 @@ import pytest
 
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.screens.race import RaceScreen
+from specchat.bench.llama_server import free_port
 from specchat.decoding.figures import speedup, tokens_per_second
 from specchat.settings import Settings
+from tests.servers import REPEATING_PROMPT, server_metrics
 
 from .conftest import wait_until
 
@@ -174,3 +176,74 @@ async def test_the_chat_answers_as_before_after_a_race(backend):
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert chat.messages[-1].content == before
+
+
+async def race_with_picker(pilot, prompt: str, labels: list[str], typed: str) -> RaceScreen:
+    """Open the race on `prompt`, keep only `labels` chosen, type `typed` into the picker's
+    "add" field as a person does (Enter chooses it), press Run, and wait for the replay."""
+    app = pilot.app
+    app.push_screen(RaceScreen(prompt, None, 48))
+    await pilot.pause()
+    screen = app.screen
+    screen.clock = VirtualClock()
+    picker = screen.query_one("#race-decoders")
+    picker.deselect_all()
+    for label in labels:
+        picker.select(label)
+    await pilot.click("#race-variant")
+    await pilot.press(*typed, "enter")
+    await pilot.click("#race-run")
+    await wait_until(pilot, lambda: screen.replaying or not screen.running and screen.panes)
+    screen.clock.now = 1e6
+    screen.replay_tick()
+    await pilot.pause()
+    return screen
+
+
+def summary(screen: RaceScreen) -> dict[str, tuple]:
+    table = screen.query_one("#race-summary")
+    return {row[0]: row for row in (table.get_row_at(i) for i in range(table.row_count))}
+
+
+@pytest.mark.slow
+async def test_the_race_sets_a_servers_own_speculation_beside_a_local_decoder(
+    backend, llama_server_ngram
+):
+    """A llama-server with its n-gram speculation, offered by the settings' `race_servers`,
+    races the local greedy on one prompt: its pane colours exactly the runs its own counters
+    accepted, and its greedy text is ours (the same model and kernels)."""
+    label = f"server@127.0.0.1:{llama_server_ngram.port}"
+    settings = Settings(race_servers=[llama_server_ngram.base_url])
+    app = SpecchatApp(settings=settings, backend=backend, save_settings_file=False)
+    async with app.run_test(size=SIZE) as pilot:
+        before = server_metrics(llama_server_ngram)
+        screen = await race_with_picker(pilot, REPEATING_PROMPT, ["greedy"], label)
+        after = server_metrics(llama_server_ngram)
+        panes = {pane.label: pane for pane in screen.panes}
+        assert list(panes) == ["greedy", label]
+        server = panes[label]
+        accepted = (
+            after["spec_decode_num_accepted_tokens_total"]
+            - before["spec_decode_num_accepted_tokens_total"]
+        )
+        assert accepted > 0 and server.done.stats.accepted == accepted
+        assert server.runs.runs and sum(n - 1 for _, _, n, _ in server.runs.runs) <= accepted
+        assert pane_text(server) == server.done.text == panes["greedy"].done.text
+        rows = summary(screen)
+        assert rows["greedy"][7] == "reference" and rows[label][7] == "identical ✓"
+        assert float(rows[label][3]) > 1.0 == float(rows["greedy"][3])
+
+
+async def test_a_race_server_that_refuses_fails_its_pane_alone(backend):
+    """A server typed into the picker that nothing answers: its pane says failed with one line,
+    and the local decoder's pane runs as usual."""
+    label = f"server@127.0.0.1:{free_port()}"
+    app = SpecchatApp(settings=Settings(), backend=backend, save_settings_file=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await race_with_picker(pilot, PROMPT, ["greedy"], label)
+        greedy, server = screen.panes
+        assert server.label == label and server.done is None
+        assert "failed" in pane_title(server)
+        assert greedy.done is not None and pane_text(greedy) == greedy.done.text
+        assert list(summary(screen)) == ["greedy"]
+        assert not app.session.busy and not app.session.racing

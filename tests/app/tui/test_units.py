@@ -22,6 +22,7 @@ def test_settings_round_trip(tmp_path):
         seed=3,
         top_p=0.9,
         decoders={"beam": {"num_beams": 2, "length_penalty": 0.5}, "sample": {"temperature": 0.7}},
+        race_servers=["http://127.0.0.1:8080/v1", "https://gpu:8000/v1"],
     )
     path = save_settings(settings, tmp_path / "s.toml")
     loaded, error = load_settings(path)
@@ -38,6 +39,8 @@ def test_settings_broken_and_missing(tmp_path):
     assert settings == Settings() and "device must be cpu or cuda" in error
     bad.write_text("[decoders]\nbeam = 3\n")
     assert "must be tables" in load_settings(bad)[1]
+    bad.write_text("race_servers = ['ftp://host']\n")
+    assert "race_servers: server@ftp://host" in load_settings(bad)[1]
 
 
 def test_settings_cli_overrides():

@@ -36,7 +36,12 @@ from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.figures import race_rows
 from specchat.decoding.registry import DECODERS, baseline_name
-from specchat.decoding.variants import DecoderVariant, fixed_draft_variants, parse_variant
+from specchat.decoding.variants import (
+    SERVER_PREFIX,
+    DecoderVariant,
+    fixed_draft_variants,
+    parse_variant,
+)
 from specchat.errors import SpecchatError
 from specchat.themes.palette import RunPalette
 
@@ -61,6 +66,7 @@ class RacePane(Vertical):
         self.figures = Figures(decoder=variant.label)
         self.place: int | None = None  # finishing place in the replay
         self.replayed = False  # its replay reached the end at least once
+        self.failed = False  # its run raised: the title says so and keeps saying it
 
     @property
     def label(self) -> str:
@@ -129,7 +135,7 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
     figures = race_rows([(p.label, [p.done.stats]) for p in finished])
     reference = next(
         (p for p in finished if p.label == baseline_name()),
-        next((p for p in finished if greedy_flags.get(p.label)), None),
+        next((p for p in finished if greedy_flags.get(p.label) and p.variant.server is None), None),
     )
     rows = []
     for pane, row in zip(finished, figures):
@@ -137,6 +143,8 @@ def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[t
             same = "n/a (samples)"
         elif pane is reference:
             same = "reference"
+        elif DECODERS[pane.variant.name].needs_server:
+            same = "identical ✓" if pane.done.text == reference.done.text else "differs ✗"
         else:
             same = "identical ✓" if pane.done.token_ids == reference.done.token_ids else "differs ✗"
         rows.append(
@@ -187,7 +195,7 @@ class RaceScreen(Screen):
             with Vertical(id="race-choice"):
                 yield SelectionList(id="race-decoders")
                 yield Input(
-                    placeholder="add a variant: pld:fixed_draft=4",
+                    placeholder="pld:fixed_draft=4 or server@URL",
                     id="race-variant",
                     compact=True,
                 )
@@ -201,6 +209,7 @@ class RaceScreen(Screen):
         self.sub_title = "race"
         chosen = self.initial or self._default_choice()
         choices = [DecoderVariant(name) for name in DECODERS] + fixed_draft_variants()
+        choices += [parse_variant(f"{SERVER_PREFIX}{url}") for url in self.session.race_servers]
         choices += [parse_variant(c) for c in chosen if c not in {v.label for v in choices}]
         for variant in choices:
             self._add_choice(variant, variant.label in chosen)
@@ -286,8 +295,10 @@ class RaceScreen(Screen):
         self.panes = [RacePane(variant) for variant in chosen]
         await panes_box.mount_all(self.panes)
         self.query_one(DataTable).clear()
+        # a server's greedy answer is compared with ours by its text (its token ids are not ours)
         self.greedy_flags = {
-            v.label: DECODERS[v.name].greedy_family and self.session.sampling(v.name).greedy
+            v.label: (DECODERS[v.name].greedy_family or DECODERS[v.name].needs_server)
+            and self.session.sampling(v.name).greedy
             for v in chosen
         }
         self._note("measuring, one decoder after another — the replay starts when all have run")
@@ -304,6 +315,7 @@ class RaceScreen(Screen):
         self.panes[message.pane].measured(message.event, message.steps)
 
     def on_race_failed(self, message: RaceFailed) -> None:
+        self.panes[message.pane].failed = True
         self.panes[message.pane].set_state("failed")
         self.notify(message.error, severity="error")
 
@@ -311,7 +323,7 @@ class RaceScreen(Screen):
         self.running = False
         self.session.race_ended()
         for pane in self.panes:
-            if pane.done is None and pane.timeline is None:
+            if pane.done is None and pane.timeline is None and not pane.failed:
                 pane.set_state("not run")
         self.action_replay()
 
