@@ -201,3 +201,7 @@ def test_a_hugging_face_directory_without_weights_is_one_line(tmp_path: Path):
     tiny_model().config.save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     one_line_error(run("ask", "hi", "--model", str(folder)), "holds no weights")
+
+
+def test_a_race_server_that_is_no_address_is_one_line():
+    one_line_error(run("--race-server", "ftp://host", stdin=b""), "server@ftp://host", "HOST:PORT")
