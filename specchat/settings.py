@@ -101,12 +101,12 @@ def parse_settings(text: str) -> Settings:
     api_key_env = _expect(data, "api_key_env", (str,), "") or None
     from specchat.decoding.variants import server_url
 
-    race_servers = _expect(data, "race_servers", (list,), [])
-    for url in race_servers:
+    race_servers = []
+    for url in _expect(data, "race_servers", (list,), []):
         if not isinstance(url, str):
             raise ValueError(f"race_servers must list URLs, not {url!r}")
         try:
-            server_url(url)
+            race_servers.append(server_url(url))
         except SpecchatError as exc:
             raise ValueError(f"race_servers: {exc}") from None
     seed = _expect(sampling, "seed", (int,), -1)
@@ -116,7 +116,7 @@ def parse_settings(text: str) -> Settings:
         backend=backend,
         base_url=base_url,
         api_key_env=api_key_env,
-        race_servers=[server_url(url) for url in race_servers],
+        race_servers=race_servers,
         device=str(_expect(data, "device", (str,), defaults.device)),
         threads=int(threads) if threads and threads > 0 else None,
         decoder=str(_expect(data, "decoder", (str,), defaults.decoder)),
