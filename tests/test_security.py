@@ -116,6 +116,23 @@ def test_pickle_weights_load_with_allow_pickle(tiny_dir: Path, tmp_path: Path):
     assert allowed.returncode == 0, allowed.stderr
 
 
+def test_the_chat_takes_allow_pickle_as_its_error_says(tiny_dir: Path, tmp_path: Path):
+    """The line-mode chat (stdin is a pipe) refuses pickle weights in one line naming
+    --allow-pickle, and with that flag loads them; the consent is never saved."""
+    import torch
+    from safetensors.torch import load_file
+
+    folder = _copy_without_weights(tiny_dir, tmp_path / "pickled")
+    torch.save(load_file(tiny_dir / "model.safetensors"), folder / "pytorch_model.bin")
+    refused = run("--model", str(folder), env=private(tmp_path))
+    one_line_error(refused, "pickle", "--allow-pickle")
+    allowed = run("--allow-pickle", "--model", str(folder), env=private(tmp_path))
+    assert allowed.returncode == 0, allowed.stderr
+    assert "specchat on pickled (hf, cpu)" in allowed.stdout
+    settings = tmp_path / "config" / "settings.toml"
+    assert not settings.exists() or "pickle" not in settings.read_text()
+
+
 def test_a_models_own_code_is_not_run_without_trust_remote_code(tiny_dir: Path, tmp_path: Path):
     folder = tmp_path / "custom"
     folder.mkdir()

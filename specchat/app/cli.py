@@ -105,6 +105,8 @@ def main_callback(
             "e.g. 127.0.0.1:8080 (repeatable)",
         ),
     ] = None,
+    allow_pickle: AllowPickleOpt = False,
+    trust_remote_code: TrustCodeOpt = False,
 ) -> None:
     """Without a command: open the chat."""
     if ctx.invoked_subcommand is not None:
@@ -120,6 +122,8 @@ def main_callback(
         draft=draft,
         base_url=base_url,
         api_key_env=api_key_env,
+        allow_pickle=allow_pickle,
+        trust_remote_code=trust_remote_code,
     )
 
 

@@ -36,9 +36,16 @@ def run_repl(
     device: str,
     base_url: str | None = None,
     api_key_env: str | None = None,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
 ) -> None:
     options = LoadOptions(
-        backend=backend, device=device, base_url=base_url, api_key_env=api_key_env
+        backend=backend,
+        device=device,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        allow_pickle=allow_pickle,
+        trust_remote_code=trust_remote_code,
     )
     loaded = load_model(model, options)
     engine = engine_for(loaded, build_decoder(default_decoder(loaded), {}, loaded))

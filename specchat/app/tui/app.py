@@ -55,6 +55,8 @@ class SpecchatApp(App):
         base_url: str | None = None,
         api_key_env: str | None = None,
         race_servers: list[str] | None = None,
+        allow_pickle: bool = False,
+        trust_remote_code: bool = False,
         backend: Backend | None = None,
         history: HistoryStore | None = None,
         chat_id: int | None = None,
@@ -77,6 +79,8 @@ class SpecchatApp(App):
             draft=draft,
             backend=backend,
             save_settings_file=save_settings_file,
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
         )
         self.initial_chat_id = chat_id
         self.chat: ChatScreen | None = None

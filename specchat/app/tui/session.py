@@ -116,10 +116,14 @@ class ChatSession:
         draft: str | None = None,
         backend: Backend | None = None,
         save_settings_file: bool = True,
+        allow_pickle: bool = False,
+        trust_remote_code: bool = False,
     ) -> None:
         self.settings = settings
         self.history = history
         self.draft = draft  # --draft: the draft model of a draft-model decoder
+        # --allow-pickle / --trust-remote-code: consent for this run's loads, never saved
+        self._trust = {"allow_pickle": allow_pickle, "trust_remote_code": trust_remote_code}
         self.engine: Engine | None = None
         self.decoder_name = settings.decoder if settings.decoder in DECODERS else baseline_name()
         self.busy = False  # an answer or a race holds the engine
@@ -182,6 +186,7 @@ class ChatSession:
             threads=self.settings.threads or ui_model_threads(),
             base_url=self.settings.base_url,
             api_key_env=self.settings.api_key_env,
+            **self._trust,
         )
         try:
             backend = load_model(
