@@ -365,7 +365,9 @@ class ChatSession:
         session is busy until `answer_ended`."""
         self.busy = True
         steps = StepBuffer()
-        chat = [ChatMessage(m.role, m.content) for m in messages]
+        # An answer stopped (or failed) before its first token stays in the transcript but not
+        # in the prompt: an empty assistant turn would teach the model to answer with nothing.
+        chat = [ChatMessage(m.role, m.content) for m in messages if m.content or m.role == "user"]
         work = partial(
             self._generate,
             answer_id,

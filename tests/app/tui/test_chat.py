@@ -278,6 +278,20 @@ async def test_escape_before_the_engine_starts_stops_the_answer(backend):
         assert "cancelled" in status_of(app)
         assert not app.session.busy
 
+        # the next question's prompt keeps the first question but no empty answer to it
+        prompts = []
+        generate = app.session.engine.generate
+        app.session.engine.generate = lambda request, cancel=None: (
+            prompts.append(request.prompt_ids) or generate(request, cancel)
+        )
+        await type_and_send(pilot, "Say yes.")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        text = b"".join(backend.token_bytes(t) for t in prompts[0]).decode()
+        assert LONG_PROMPT in text and "Say yes." in text
+        assert text.count("<|im_start|>assistant") == 1, text  # only the one being answered
+        assert app.screen.messages[-1].content.strip()
+
 
 async def test_regenerate_shows_the_new_version_in_place_of_the_old(backend):
     """The transcript shows one answer, the new version (the old one is its sibling: see
