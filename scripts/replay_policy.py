@@ -9,6 +9,12 @@ be compared before a real benchmark confirms them. The oracle (decoding.oracle) 
 
     .venv/bin/python scripts/replay_policy.py [--backend llama|hf] [--per-category 4]
         [--max-tokens 128] [-p pld.fixed_draft=10] [-d pld] [--costs hf] [--history]
+        [--by-situation]
+
+With --by-situation it also says where the time is saved: per situation the drafter plans in
+(for pld and suffix, how long the context's match is), the share of plain decoding time the
+oracle saves there and the share the policy saves. A situation where the oracle saves much and
+the policy little is one the policy cannot tell apart from its failures.
 
 With --history the questions run as `bench --history` runs them: each a chat of its own, saved
 (with greedy's answers) into a temporary store before the next begins, for drafters that read
@@ -29,6 +35,7 @@ from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
 from specchat.decoding.draft_policy import DraftLengthPolicy
 from specchat.decoding.oracle import accepted_lengths, oracle_speedup
+from specchat.decoding.prompt_lookup import MATCH_EDGES
 from specchat.decoding.race import run_decoder
 from specchat.decoding.registry import build_decoder, scoped_params
 from specchat.decoding.sampling import SamplingParams
@@ -68,6 +75,45 @@ def greedy_answers(backend, per_category: int, max_tokens: int) -> list[dict]:
     return turns
 
 
+def situation(key: tuple) -> tuple[str, int]:
+    """A plan's situation without what the last draft did: for copies, the match-length bucket."""
+    if len(key) >= 2 and key[0] in ("copy", "suffix"):
+        return key[0], key[1]
+    return str(key[:1]), -1
+
+
+def situation_name(kind: str, bucket: int) -> str:
+    if bucket < 0:
+        return kind
+    low = MATCH_EDGES[bucket]
+    high = MATCH_EDGES[bucket + 1] - 1 if bucket + 1 < len(MATCH_EDGES) else None
+    return f"{kind} match {low if high == low else f'{low}-{high or chr(8230)}'}"
+
+
+def oracle_savings(decoder, backend, prompt, answer, sources, saved: dict[tuple, float]) -> None:
+    """Add, per situation, the seconds the oracle's drafts save over plain passes."""
+    drafter = decoder.drafter
+    drafter.reset(list(prompt), sources)
+    lengths = accepted_lengths(drafter.proposal, prompt, answer)
+    drafter.reset(list(prompt), sources)
+    keys, context = [], list(prompt)
+    for i, token in enumerate(answer):
+        keys.append(situation(drafter.plan(context, len(answer) - i).key))
+        context.append(token)
+    costs = [backend.block_cost(k) for k in range(1, max(lengths, default=0) + 2)]
+    n = len(answer)
+    best, choice = [0.0] * (n + 1), [0] * n
+    for i in range(n - 1, -1, -1):
+        best[i], choice[i] = min(
+            (costs[k] + best[i + k + 1], k) for k in range(min(lengths[i], n - i - 1) + 1)
+        )
+    i = 0
+    while i < n:
+        k = choice[i]
+        saved[keys[i]] += (k + 1) * costs[0] - costs[k]
+        i += k + 1
+
+
 def replay(
     decoder,
     policy: DraftLengthPolicy,
@@ -75,8 +121,10 @@ def replay(
     prompt: list[int],
     answer: list[int],
     sources: DraftSources = NO_SOURCES,
+    saved: dict[tuple, float] | None = None,
 ):
-    """(pass-cost seconds, drafted, accepted) of the decoder's chain drafts over greedy's answer."""
+    """(pass-cost seconds, drafted, accepted) of the decoder's chain drafts over greedy's answer;
+    `saved` gathers, per situation, the seconds its passes save over plain ones."""
     drafter = decoder.drafter
     drafter.reset(list(prompt), sources)
     context, i, seconds, drafted, accepted = list(prompt), 0, 0.0, 0, 0
@@ -93,6 +141,10 @@ def replay(
         while n < len(chain) and chain[n] == answer[i + n]:
             n += 1
         seconds += backend.block_cost(len(draft.tokens))
+        if saved is not None:
+            saved[situation(plan.key)] += (n + 1) * backend.block_cost(1) - backend.block_cost(
+                len(draft.tokens)
+            )
         if draft.drafted:
             policy.update(plan, draft.drafted, n)
         drafter.observe(draft, None, n)
@@ -115,6 +167,9 @@ def main() -> None:
     parser.add_argument("-d", "--decoder", default="pld")
     parser.add_argument("-p", "--param", action="append", default=[])
     parser.add_argument("--history", action="store_true", help="earlier questions as saved chats")
+    parser.add_argument(
+        "--by-situation", action="store_true", help="where the oracle and the policy save time"
+    )
     args = parser.parse_args()
     backend = load_model(None, LoadOptions(backend=args.backend), lambda *a: None)
     # One thread generates the answers (a 2-thread pool collapses when anything else runs);
@@ -131,6 +186,9 @@ def main() -> None:
     policy = DraftLengthPolicy()  # from the priors, learning over the whole run (not the user's)
     by_category: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     drafted = accepted = 0
+    policy_saved: dict[tuple, float] = defaultdict(float)
+    oracle_saved: dict[tuple, float] = defaultdict(float)
+    plain_total = 0.0
     saved = BenchHistory(backend) if args.history else None
     conversation: list[ChatMessage] = []
     for number, turn in enumerate(turns):
@@ -147,13 +205,17 @@ def main() -> None:
         conversation.append(ChatMessage("assistant", turn["text"]))
         if not answer:
             continue
-        seconds, d, a = replay(decoder, policy, backend, prompt, answer, sources)
+        split = policy_saved if args.by_situation else None
+        seconds, d, a = replay(decoder, policy, backend, prompt, answer, sources, split)
+        if args.by_situation:
+            oracle_savings(decoder, backend, prompt, answer, sources, oracle_saved)
         drafted, accepted = drafted + d, accepted + a
         decoder.drafter.reset(list(prompt), sources)
         oracle = oracle_speedup(
             accepted_lengths(decoder.drafter.proposal, prompt, answer), backend.block_cost
         )
         plain = len(answer) * backend.block_cost(1)
+        plain_total += plain
         by_category[turn["category"]].append((plain / seconds, oracle.speedup, oracle.copyable))
         by_category["overall"].append(by_category[turn["category"]][-1])
     if saved is not None:
@@ -166,6 +228,17 @@ def main() -> None:
         eff = (speed - 1) / (oracle - 1) if oracle > 1 else float("nan")
         print(f"{category:<16} {speed:>7.3f}× {oracle:>6.3f}× {eff:>6.2f} {copyable:>8.0%}")
     print(f"drafted {drafted}, accepted {accepted} ({accepted / max(drafted, 1):.0%})")
+    if args.by_situation:
+        print("\nshare of plain decoding time saved, by the situation drafted in")
+        print(f"{'situation':<20} {'oracle':>7} {'policy':>7}")
+        for key in sorted(set(oracle_saved) | set(policy_saved)):
+            oracle_share, policy_share = oracle_saved[key], policy_saved[key]
+            name = situation_name(*key)
+            print(
+                f"{name:<20} {oracle_share / plain_total:>7.1%} {policy_share / plain_total:>7.1%}"
+            )
+        total_o, total_p = sum(oracle_saved.values()), sum(policy_saved.values())
+        print(f"{'all':<20} {total_o / plain_total:>7.1%} {total_p / plain_total:>7.1%}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, Speculative
 from specchat.errors import SpecchatError
 
 # Match lengths share statistics in buckets: 1, 2, 3, 4-5, 6-8, 9-12, 13-16, 17-24, 25-32, 33+.
-_MATCH_EDGES = (1, 2, 3, 4, 6, 9, 13, 17, 25, 33)
+MATCH_EDGES = (1, 2, 3, 4, 6, 9, 13, 17, 25, 33)
 # Per-token acceptance before any evidence, per bucket: measured on Spec-Bench dev answers of the
 # bundled model (docs/benchmarks.md: 28% for a 1-token match, 54% for 2, 62% for 3, higher for the
 # long matches of text being copied); a fully accepted previous draft raises it.
@@ -29,7 +29,7 @@ _COPY_PRIORS = (0.28, 0.5, 0.6, 0.68, 0.75, 0.8, 0.85, 0.88, 0.9, 0.92)
 
 
 def match_bucket(length: int) -> int:
-    return max((i for i, edge in enumerate(_MATCH_EDGES) if length >= edge), default=0)
+    return max((i for i, edge in enumerate(MATCH_EDGES) if length >= edge), default=0)
 
 
 def copy_prior(bucket: int, streak: bool) -> float:
