@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 PROMPT = "Write a long story about a dragon who learns to bake bread. Use many details."
@@ -48,11 +47,12 @@ def headless_run(args: argparse.Namespace, env: dict[str, str]) -> dict:
 
 
 class Terminal:
-    """A tmux server of our own (its own socket, so it starts with our environment) holding one
-    session of the given size."""
+    """A tmux server of our own (its own socket in a private folder, so it starts with our
+    environment and leaves nothing behind) holding one session of the given size."""
 
     def __init__(self, command: str, size: tuple[int, int]) -> None:
-        self.socket = f"specchat-ui-cost-{uuid.uuid4().hex[:8]}"
+        self._folder = tempfile.TemporaryDirectory(prefix="specchat-ui-cost-")
+        self.socket = os.path.join(self._folder.name, "tmux")
         self.session = "chat"
         width, height = size
         self._tmux(
@@ -61,7 +61,7 @@ class Terminal:
 
     def _tmux(self, *args: str) -> str:
         result = subprocess.run(
-            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=False
+            ["tmux", "-S", self.socket, *args], capture_output=True, text=True, check=False
         )
         return result.stdout
 
@@ -88,6 +88,7 @@ class Terminal:
         self.press("C-q")
         time.sleep(0.5)
         self._tmux("kill-server")
+        self._folder.cleanup()
 
 
 def chat_run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, str]:

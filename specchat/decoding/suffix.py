@@ -179,8 +179,7 @@ class SuffixDecoder(SpeculativeDecoder):
     name = "suffix"
     key = "f8"
     description = (
-        "SuffixDecoding: drafts from this chat, the answer being regenerated and every saved "
-        "chat"
+        "SuffixDecoding: drafts from this chat, the answer being regenerated and every saved chat"
     )
     params = (
         Param("num_pred_tokens", int, 64, "most tokens drafted in one step", 1, 256),

@@ -1,6 +1,6 @@
 """How an answer's steps reach the screen without costing the engine: the worker drops each step
-event into a `StepBuffer` and goes on at once; the screen takes everything buffered at most
-`FLUSH_SECONDS` apart and repaints once for the lot.
+event into a `StepBuffer` and goes on at once; the screen takes everything buffered at each flush
+and repaints once for the lot, at a pace `FlushPacer` sets.
 
 A message per step would wake the event loop on every step (hundreds of times a second with a
 speculative decoder), and each wake takes the GIL and a core from the model; a repaint per step
@@ -10,14 +10,47 @@ flush rate, whatever the decoder's speed, and the worker never waits on the UI.
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 
 from specchat.decoding.events import StepEvent
 
-# 20 repaints a second: smooth to the eye. Each costs the UI thread about 2–4 ms on a 2-core
-# machine (one frame of the answer's live tail and the status bar), so the UI takes well under a
-# tenth of one core while the model streams, whatever the model's pace.
-FLUSH_SECONDS = 1 / 20
+# Flushes come at most 20 a second (smooth to the eye) and at least 4 (never looks stalled).
+FASTEST_FLUSH = 1 / 20
+SLOWEST_FLUSH = 1 / 4
+# The UI thread's share of one core while an answer streams. Measured on the 2-core machine with
+# py-spy (scripts/measure_ui_cost.py, a 120x40 terminal): a flush and the repaint it causes cost
+# about 9-13 ms of the UI thread once the answer scrolls the transcript, so 20 flushes a second
+# kept it 25% busy and the chat ran at 0.73-0.85 of `specchat ask`; every point the UI takes
+# comes out of the model's spinning threads and more (their barriers stall when one is preempted).
+UI_SHARE = 0.05
+
+
+class FlushPacer:
+    """How long to wait before the next flush: long enough that the UI thread's own CPU time
+    since the last flush (the flush, its repaint, whatever else the loop did) stays within
+    `share` of a core — so a terminal or machine where repaints are dear gets fewer of them,
+    and one where they are cheap gets 20 a second."""
+
+    def __init__(
+        self,
+        share: float = UI_SHARE,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
+        self._share = share
+        self._clock = cpu_clock
+        self._last = cpu_clock()
+        self.interval = FASTEST_FLUSH
+
+    def next_interval(self) -> float:
+        """Call from the UI thread at each flush: the seconds until the next one."""
+        now = self._clock()
+        used, self._last = now - self._last, now
+        wanted = used / self._share
+        # halfway towards what the last flush asked for: one slow repaint does not stall the text
+        self.interval = min(SLOWEST_FLUSH, max(FASTEST_FLUSH, (self.interval + wanted) / 2))
+        return self.interval
 
 
 class StepBuffer:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from specchat.app.tui.figures import Figures, status_text
 from specchat.app.tui.replay import Timeline, finishing_places
 from specchat.app.tui.runs import RunText, coloured
@@ -155,3 +157,30 @@ def test_replay_timeline_places_steps_at_their_measured_moments():
     assert [timeline.shown_at(t) for t in moments] == [0, 0, 1, 1, 2, 4, 4]
     assert Timeline.of_run([], 0.2).end == 0.0
     assert finishing_places([0.9, None, 0.4, 0.6]) == [3, None, 1, 2]
+
+
+class _CpuClock:
+    """The UI thread's CPU time, moved by the test: what each flush and its repaint cost."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_flushes_slow_down_where_repaints_are_dear_and_not_where_they_are_cheap():
+    from specchat.app.tui.streaming import FASTEST_FLUSH, SLOWEST_FLUSH, FlushPacer
+
+    cheap_clock, dear_clock = _CpuClock(), _CpuClock()
+    cheap = FlushPacer(share=0.05, cpu_clock=cheap_clock)
+    dear = FlushPacer(share=0.05, cpu_clock=dear_clock)
+    for _ in range(20):
+        cheap_clock.now += 0.001  # 1 ms of UI work per flush: 20 flushes a second stay well in
+        dear_clock.now += 0.010  # 10 ms: 20 a second would take a fifth of a core
+        cheap_interval, dear_interval = cheap.next_interval(), dear.next_interval()
+    assert cheap_interval == FASTEST_FLUSH
+    assert 0.010 / dear_interval == pytest.approx(0.05, rel=0.01)  # the UI's share, held
+    # a terminal so slow that even the slowest pace costs more still shows text 4 times a second
+    dear_clock.now += 1.0
+    assert dear.next_interval() == SLOWEST_FLUSH

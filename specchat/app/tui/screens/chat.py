@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from textual import on
@@ -39,7 +40,7 @@ from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.screens.search import SearchScreen
 from specchat.app.tui.session import ChatSession
-from specchat.app.tui.streaming import FLUSH_SECONDS, StepBuffer
+from specchat.app.tui.streaming import FlushPacer, StepBuffer
 from specchat.app.tui.widgets.legend import Legend
 from specchat.app.tui.widgets.message import AssistantMessage, Turn, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
@@ -105,6 +106,7 @@ class ChatScreen(Screen):
         self._answer_started = 0.0
         self._steps: StepBuffer | None = None  # the running answer's steps, not yet shown
         self._flush_timer: Timer | None = None
+        self._pacer = FlushPacer()  # a new one per answer
         self._editing: StoredMessage | None = None  # the question being edited (a fork on send)
         self._code_block = 0  # which code block `y` copies next from the focused message
 
@@ -299,8 +301,22 @@ class ChatScreen(Screen):
         self.figures = Figures(decoder=name, params=session.params_label(name), streaming=True)
         self._answer_started = time.monotonic()
         self._steps = session.answer(self._answer_id, self.messages, cancel, previous_answer)
-        self._flush_timer = self.set_interval(FLUSH_SECONDS, self._flush_steps)
+        self._pacer = FlushPacer()
+        self._flush_timer = self.set_timer(
+            self._pacer.interval, partial(self._paced_flush, self._answer_id)
+        )
         self._show_status()
+
+    async def _paced_flush(self, answer_id: int) -> None:
+        """A flush, and the next one at the pacer's interval (see `streaming.py`), while answer
+        `answer_id` streams."""
+        if self._steps is None or answer_id != self._answer_id:
+            return
+        await self._flush_steps()
+        if self._steps is not None and answer_id == self._answer_id:
+            self._flush_timer = self.set_timer(
+                self._pacer.next_interval(), partial(self._paced_flush, answer_id)
+            )
 
     async def _flush_steps(self) -> None:
         """Show every step the worker buffered since the last flush: one repaint of the answer
