@@ -34,7 +34,7 @@ from specchat.backends.base import ChatMessage
 from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
 from specchat.decoding.draft_policy import DraftLengthPolicy
-from specchat.decoding.oracle import accepted_lengths, oracle_speedup
+from specchat.decoding.oracle import accepted_lengths, oracle_passes, oracle_speedup
 from specchat.decoding.prompt_lookup import MATCH_EDGES
 from specchat.decoding.race import run_decoder
 from specchat.decoding.registry import build_decoder, scoped_params
@@ -100,18 +100,9 @@ def oracle_savings(decoder, backend, prompt, answer, sources, saved: dict[tuple,
     for i, token in enumerate(answer):
         keys.append(situation(drafter.plan(context, len(answer) - i).key))
         context.append(token)
-    costs = [backend.block_cost(k) for k in range(1, max(lengths, default=0) + 2)]
-    n = len(answer)
-    best, choice = [0.0] * (n + 1), [0] * n
-    for i in range(n - 1, -1, -1):
-        best[i], choice[i] = min(
-            (costs[k] + best[i + k + 1], k) for k in range(min(lengths[i], n - i - 1) + 1)
-        )
-    i = 0
-    while i < n:
-        k = choice[i]
-        saved[keys[i]] += (k + 1) * costs[0] - costs[k]
-        i += k + 1
+    cost = backend.block_cost
+    for i, k in oracle_passes(lengths, cost)[1]:
+        saved[keys[i]] += (k + 1) * cost(1) - cost(k + 1)
 
 
 def replay(

@@ -48,18 +48,34 @@ def accepted_lengths(
     return lengths
 
 
+def oracle_passes(
+    lengths: Sequence[int], pass_cost: Callable[[int], float]
+) -> tuple[float, list[tuple[int, int]]]:
+    """The least total pass cost over draft-length choices (`pass_cost(k)`: a k-token pass's
+    seconds), and the oracle's passes as (answer position, tokens drafted there)."""
+    n = len(lengths)
+    if n == 0:
+        return 0.0, []
+    costs = [pass_cost(k) for k in range(1, max(lengths) + 2)]
+    best, choice = [0.0] * (n + 1), [0] * n
+    for i in range(n - 1, -1, -1):
+        top = min(lengths[i], n - i - 1)
+        best[i], choice[i] = min((costs[k] + best[i + k + 1], k) for k in range(top + 1))
+    passes, i = [], 0
+    while i < n:
+        passes.append((i, choice[i]))
+        i += choice[i] + 1
+    return best[0], passes
+
+
 def oracle_speedup(lengths: Sequence[int], pass_cost: Callable[[int], float]) -> OracleFigures:
     """Best total cost over draft-length choices; `pass_cost(k)` is a k-token pass's seconds."""
     n = len(lengths)
     if n == 0:
         return OracleFigures(0.0, 0.0, 0.0)
-    costs = [pass_cost(k) for k in range(1, max(lengths) + 2)]
-    best = [0.0] * (n + 1)
-    for i in range(n - 1, -1, -1):
-        top = min(lengths[i], n - i - 1)
-        best[i] = min(costs[k] + best[i + k + 1] for k in range(top + 1))
+    seconds, _ = oracle_passes(lengths, pass_cost)
     reach, copyable = 0, 0
     for i, m in enumerate(lengths):
         reach = max(reach, i + m)
         copyable += i < reach
-    return OracleFigures(best[0], n * costs[0], copyable / n)
+    return OracleFigures(seconds, n * pass_cost(1), copyable / n)
