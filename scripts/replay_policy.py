@@ -9,7 +9,7 @@ be compared before a real benchmark confirms them. The oracle (decoding.oracle) 
 
     .venv/bin/python scripts/replay_policy.py [--backend llama|hf] [--per-category 4]
         [--max-tokens 128] [-p pld.fixed_draft=10] [-d pld] [--costs hf] [--history]
-        [--by-situation]
+        [--by-situation] [--data FILE]
 
 With --by-situation it also says where the time is saved: per situation the drafter plans in
 (for pld and suffix, how long the context's match is), the share of plain decoding time the
@@ -44,15 +44,20 @@ from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, turn_start
 
 
-def greedy_answers(backend, per_category: int, max_tokens: int) -> list[dict]:
-    """[{question, category, turn, prompt, answer, text}] per turn, cached per model and length."""
+def greedy_answers(
+    backend, per_category: int, max_tokens: int, data: str | None = None
+) -> list[dict]:
+    """[{question, category, turn, prompt, answer, text}] per turn, cached per model, length and
+    question file."""
+    questions_name = f"-{Path(data).stem}" if data else ""
     cache = locations.cache_dir() / (
-        f"greedy-answers-v2-{backend.name}-{backend.model_name}-{per_category}-{max_tokens}.json"
+        f"greedy-answers-v2-{backend.name}-{backend.model_name}-{per_category}-{max_tokens}"
+        f"{questions_name}.json"
     )
     if cache.exists():
         return json.loads(cache.read_text())
     turns = []
-    questions = load_questions(None, limit_per_category=per_category)
+    questions = load_questions(data, limit_per_category=per_category)
     for number, question in enumerate(questions, 1):
         history: list[ChatMessage] = []
         for turn in question.turns:
@@ -159,6 +164,9 @@ def main() -> None:
     parser.add_argument("-p", "--param", action="append", default=[])
     parser.add_argument("--history", action="store_true", help="earlier questions as saved chats")
     parser.add_argument(
+        "--data", help="Spec-Bench JSON Lines (default: the bundled dev half; see asked_twice.py)"
+    )
+    parser.add_argument(
         "--by-situation", action="store_true", help="where the oracle and the policy save time"
     )
     args = parser.parse_args()
@@ -166,7 +174,7 @@ def main() -> None:
     # One thread generates the answers (a 2-thread pool collapses when anything else runs);
     # the replay charges the default backend's measured costs.
     generator = load_model(None, LoadOptions(backend=args.backend, threads=1), lambda *a: None)
-    turns = greedy_answers(generator, args.per_category, args.max_tokens)
+    turns = greedy_answers(generator, args.per_category, args.max_tokens, args.data)
     generator.close()
     if args.costs:
         backend = load_model(None, LoadOptions(backend=args.costs), lambda *a: None)

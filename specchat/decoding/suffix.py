@@ -1,7 +1,8 @@
 """SuffixDecoding (Oliaro et al., arXiv 2411.04975): draft from everything the chat has seen —
 this conversation, the answer being regenerated, every saved chat.
 
-Each source proposes its best continuation of the context's tail. Saved chats and the regenerated
+Each source proposes its best continuation of the context's tail (a saved chat only after a
+long match: `SAVED_MIN_MATCH`). Saved chats and the regenerated
 answer are suffix trees whose continuations are the most frequent ones, scored by the summed
 probability of their tokens, as ArcticInference does. This conversation proposes what followed
 the latest earlier occurrence of its tail, as prompt lookup does: replayed on Spec-Bench dev
@@ -45,6 +46,12 @@ from specchat.decoding.suffix_tree import DEPTH, SequenceTrees, unavailable_reas
 
 # When sources score alike, the most specific wins.
 _PREFERENCE = (PREVIOUS, PROMPT, CHAT, SAVED)
+# A saved chat proposes only after a match this long, and longer than this conversation's own:
+# replayed on the dev half with earlier questions saved (scripts/replay_policy.py --history), short
+# saved matches displaced the conversation's better short matches and lost to prompt lookup
+# (2.37x against 2.45x at transformers' pass costs, 1.085x against 1.102x at llama.cpp's); from
+# 12 tokens on they never did, and a question asked again still drafts its old answer whole.
+SAVED_MIN_MATCH = 16
 # An extra branch joins the pass while the pass costs at most this much more than the best
 # candidate's chain alone.
 _BRANCH_SLACK = 0.05
@@ -101,7 +108,8 @@ class SuffixDrafter:
         saved = self._sources.saved
         if saved is not None:
             cont = saved.continuation(context, limit, self.factor, self.min_prob)
-            if cont is not None:
+            own = latest.length if latest.continuation else 0
+            if cont is not None and cont.match_length >= max(SAVED_MIN_MATCH, own + 1):
                 found.append((cont, SAVED))
         found.sort(key=lambda item: (-item[0].score, _PREFERENCE.index(item[1])))
         return found

@@ -14,6 +14,7 @@ from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.events import StepEvent
 from specchat.decoding.registry import DECODERS, build_decoder
 from specchat.decoding.sources import CHAT, PREVIOUS, PROMPT, SAVED, DraftSources
+from specchat.decoding.suffix import SAVED_MIN_MATCH, SuffixDrafter
 from specchat.decoding.suffix_array import DEPTH, TokenSuffixArray
 from specchat.decoding.suffix_tree import SharedTree
 from specchat.errors import SpecchatError
@@ -127,6 +128,24 @@ def test_the_same_question_again_drafts_the_saved_answer(fresh_llama, store_with
     assert done.stats.generated_tokens / done.stats.steps >= 4
     sources = {s.source for s in steps if s.accepted}
     assert sources == {SAVED}
+
+
+def test_a_saved_chat_drafts_only_after_a_long_match(fresh_llama, store_with_answer):
+    """A few words in common with an old answer are no reason to draft it: its proposal counts
+    only after SAVED_MIN_MATCH tokens matched (short ones lost to the chat's own on the dev half)."""
+    _, greedy, _, index = store_with_answer
+    answer = list(greedy.token_ids)
+    assert len(answer) > 40
+    unrelated = fresh_llama.tokenize("Zebras hum quietly in violet rain.")
+    drafter = SuffixDrafter(num_pred_tokens=16, candidates=3, factor=4.0, min_prob=0.1)
+
+    def sources_after(shared: int) -> set[str]:
+        context = unrelated + answer[10 : 10 + shared]
+        drafter.reset(context, DraftSources(saved=index))
+        return {source for _, source in drafter.proposals(context, 16)}
+
+    assert SAVED not in sources_after(5)
+    assert SAVED in sources_after(SAVED_MIN_MATCH + 4)
 
 
 def test_without_the_store_nothing_comes_from_it(fresh_llama, store_with_answer):
