@@ -2,9 +2,9 @@
 this conversation, the answer being regenerated, every saved chat.
 
 Each source proposes its best continuation of the context's tail (a saved chat only after a
-long match: `SAVED_MIN_MATCH`). Saved chats and the regenerated
-answer are suffix trees whose continuations are the most frequent ones, scored by the summed
-probability of their tokens, as ArcticInference does. This conversation proposes what followed
+long match: `SAVED_MIN_MATCH`). Saved chats and the regenerated answer are suffix trees whose
+continuations are the most frequent ones, scored by the summed probability of their tokens, as
+ArcticInference does. This conversation proposes what followed
 the latest earlier occurrence of its tail, as prompt lookup does: replayed on Spec-Bench dev
 answers with earlier questions saved (scripts/replay_policy.py --history), recency beat frequency
 for the conversation's own text (oracle 1.34× against 1.29× at llama.cpp's pass costs, 3.0× against
