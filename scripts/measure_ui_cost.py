@@ -160,12 +160,11 @@ def main() -> None:
         if not sep:
             raise SystemExit(f"--env takes KEY=VALUE, got {item!r}")
         env[key] = value
-    headless_home = tempfile.mkdtemp(prefix="specchat-ui-cost-ask-")
-    ask_env = {**env, "SPECCHAT_CONFIG_DIR": headless_home, "SPECCHAT_DATA_DIR": headless_home}
-
     ratios, asked, chatted = [], [], []
     for run in range(1, args.repeats + 1):
-        ask_stats = headless_run(args, ask_env)
+        with tempfile.TemporaryDirectory(prefix="specchat-ui-cost-ask-") as home:
+            ask_env = {**env, "SPECCHAT_CONFIG_DIR": home, "SPECCHAT_DATA_DIR": home}
+            ask_stats = headless_run(args, ask_env)
         chat_stats, status = chat_run(args, env)
         asked.append(ask_stats["tokens_per_second"])
         chatted.append(chat_stats["tokens_per_second"])
