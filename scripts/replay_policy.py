@@ -24,6 +24,7 @@ saved chats.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 from collections import defaultdict
@@ -49,7 +50,8 @@ def greedy_answers(
 ) -> list[dict]:
     """[{question, category, turn, prompt, answer, text}] per turn, cached per model, length and
     question file."""
-    questions_name = f"-{Path(data).stem}" if data else ""
+    # a question file is named by its content: two files of one name never share answers
+    questions_name = f"-{hashlib.sha1(Path(data).read_bytes()).hexdigest()[:12]}" if data else ""
     cache = locations.cache_dir() / (
         f"greedy-answers-v2-{backend.name}-{backend.model_name}-{per_category}-{max_tokens}"
         f"{questions_name}.json"

@@ -1,18 +1,17 @@
 """SuffixDecoding (Oliaro et al., arXiv 2411.04975): draft from everything the chat has seen —
 this conversation, the answer being regenerated, every saved chat.
 
-Each source proposes its best continuation of the context's tail (a saved chat only after a
-long match: `SAVED_MIN_MATCH`). Saved chats and the regenerated answer are suffix trees whose
+Each source proposes its best continuation of the context's tail (a saved chat only after a long
+match: `SAVED_MIN_MATCH`). Saved chats and the regenerated answer are suffix trees whose
 continuations are the most frequent ones, scored by the summed probability of their tokens, as
-ArcticInference does. This conversation proposes what followed
-the latest earlier occurrence of its tail, as prompt lookup does: replayed on Spec-Bench dev
-answers with earlier questions saved (scripts/replay_policy.py --history), recency beat frequency
-for the conversation's own text (oracle 1.34× against 1.29× at llama.cpp's pass costs, 3.0× against
-2.2× at transformers'). The best-scored proposal is the draft, its length chosen by the shared
-draft-length policy from the match length and how sure the counts are. Other sources' proposals
-join it as extra branches of one tree-shaped pass while they cost next to nothing (on backends
-where a few more tokens per pass are free), so the target verifies the best few together.
-"""
+ArcticInference does. This conversation proposes what followed the latest earlier occurrence of its
+tail, as prompt lookup does: replayed on Spec-Bench dev answers with earlier questions saved
+(scripts/replay_policy.py --history), recency beat frequency for the conversation's own text (oracle
+1.34× against 1.29× at llama.cpp's pass costs, 3.0× against 2.2× at transformers'). The best-scored
+proposal is the draft, its length chosen by the shared draft-length policy from the match length and
+how sure the counts are. Other sources' proposals join it as extra branches of one tree-shaped pass
+while they cost next to nothing (on backends where a few more tokens per pass are free), so the
+target verifies the best few together."""
 
 from __future__ import annotations
 
