@@ -190,6 +190,7 @@ def main() -> None:
     policy_saved: dict[tuple, float] = defaultdict(float)
     oracle_saved: dict[tuple, float] = defaultdict(float)
     plain_total = 0.0
+    by_question: dict[int, list[float]] = defaultdict(lambda: [0.0] * 4)
     saved = BenchHistory(backend) if args.history else None
     conversation: list[ChatMessage] = []
     for number, turn in enumerate(turns):
@@ -219,6 +220,9 @@ def main() -> None:
         plain_total += plain
         by_category[turn["category"]].append((plain / seconds, oracle.speedup, oracle.copyable))
         by_category["overall"].append(by_category[turn["category"]][-1])
+        question = by_question[turn["question"]]
+        for k, value in enumerate((len(answer), plain, seconds, oracle.seconds)):
+            question[k] += value
     if saved is not None:
         saved.close()
     print(f"{'category':<16} {'replayed':>8} {'oracle':>7} {'eff.':>6} {'copyable':>8}")
@@ -229,6 +233,11 @@ def main() -> None:
         eff = (speed - 1) / (oracle - 1) if oracle > 1 else float("nan")
         print(f"{category:<16} {speed:>7.3f}× {oracle:>6.3f}× {eff:>6.2f} {copyable:>8.0%}")
     print(f"drafted {drafted}, accepted {accepted} ({accepted / max(drafted, 1):.0%})")
+    # bench's figure (bench.summary): the mean of per-question speeds over greedy's
+    base = statistics.mean(q[0] / q[1] for q in by_question.values())
+    speed = statistics.mean(q[0] / q[2] for q in by_question.values()) / base
+    oracle = statistics.mean(q[0] / q[3] for q in by_question.values()) / base
+    print(f"per question, as bench reports: replayed {speed:.3f}×, oracle {oracle:.3f}×")
     if args.by_situation:
         print("\nshare of plain decoding time saved, by the situation drafted in")
         print(f"{'situation':<20} {'oracle':>7} {'policy':>7}")

@@ -21,6 +21,7 @@ import numpy as np
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable
 from specchat.backends.chat_template import CHATML_TEMPLATE
+from specchat.backends.hf_packed import pack_linears
 from specchat.backends.token_bytes import token_bytes_table
 from specchat.errors import SpecchatError, first_line
 
@@ -77,7 +78,10 @@ class HFBackend:
         self._n_committed = 0
         self._pending: Block | None = None
         self.threads = torch.get_num_threads()
-        self._costs = BlockCostTable(self, key=f"hf|{self._source_key}|{self._dtype}")
+        # float32 on the CPU: weights prepacked once, so drafted tokens cost little (hf_packed)
+        self.packed = pack_linears(model)
+        layout = "|packed" if self.packed else ""
+        self._costs = BlockCostTable(self, key=f"hf|{self._source_key}|{self._dtype}{layout}")
 
     # -- tokenizer -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from specchat.backends.base import Backend
+from specchat.backends.hf_packed import stock_linears
 from specchat.bench.runner import Outcome
 from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.errors import SpecchatError
@@ -116,7 +117,8 @@ class TransformersPeer:
         model = self._backend.model
         input_ids = torch.tensor([prompt], device=model.device)
         clock = _FirstTokenClock()
-        with torch.no_grad():
+        # transformers as it ships: its own nn.Linear, not our prepacked weights (hf_packed)
+        with torch.no_grad(), stock_linears(model):
             out = model.generate(
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),

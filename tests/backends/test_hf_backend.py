@@ -21,6 +21,7 @@ from specchat.backends import hf_loading
 from specchat.backends.base import Backend, Block, ChatMessage
 from specchat.backends.hf import HFBackend
 from specchat.backends.hf_loading import load_hf_backend
+from specchat.backends.hf_packed import stock_linears
 from specchat.backends.token_bytes import byte_level_bytes, sentencepiece_bytes
 from specchat.errors import SpecchatError
 from tests.tiny_models import tiny_model, tiny_tokenizer
@@ -187,8 +188,9 @@ def greedy(backend: HFBackend, prompt_ids: list[int], max_new_tokens: int) -> li
 
 
 def generate(backend: HFBackend, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """transformers' own greedy, with its own nn.Linear (not our prepacked weights)."""
     input_ids = torch.tensor([prompt_ids])
-    with torch.inference_mode():
+    with torch.inference_mode(), stock_linears(backend.model):
         output = backend.model.generate(
             input_ids,
             attention_mask=torch.ones_like(input_ids),
@@ -210,6 +212,26 @@ def test_greedy_loop_equals_generate(smol: HFBackend) -> None:
         ours = greedy(smol, prompt_ids, 36)
         assert ours == generate(smol, prompt_ids, 36)
         assert len(ours) >= 8
+
+
+def test_float32_runs_prepacked_and_a_block_equals_one_token_passes() -> None:
+    """A float32 model on the CPU runs its linear layers from oneDNN-prepacked weights (drafted
+    tokens cost little), its logits match transformers' own to float32 rounding, and each block
+    row agrees with the one-token pass greedy would have made as closely as unpacked ones do."""
+    model = tiny_model(dtype=torch.float32, peaked=4.0)
+    backend = HFBackend(model, tiny_tokenizer(), model_name="tiny32", device="cpu")
+    assert backend.packed
+    prompt, chain = [5, 17, 33, 2, 90], [7, 8, 9, 10, 11, 12]
+    backend.prefill(prompt)
+    block = logits_of(backend, Block(tuple(chain), tuple(range(-1, len(chain) - 1))))
+    with stock_linears(model):
+        stock = logits_of(backend, Block(tuple(chain), tuple(range(-1, len(chain) - 1))))
+    np.testing.assert_allclose(block, stock, atol=1e-4)
+    backend.rollback(len(prompt))
+    for i, token in enumerate(chain):
+        single = logits_of(backend, Block((token,), (-1,)))
+        backend.commit([0])
+        np.testing.assert_allclose(single[0], block[i], rtol=0, atol=2e-6)
 
 
 def test_greedy_loop_equals_generate_tiny(tiny: HFBackend) -> None:
