@@ -55,10 +55,11 @@ def main() -> None:
         inputs = {n: torch.randn(rows, n) for n in (HIDDEN, INTERMEDIATE)}
         with torch.inference_mode():
             stock = median_ms(
-                lambda: [linear(inputs[w.shape[1]], w) for w in weights], args.repeats
+                lambda inputs=inputs: [linear(inputs[w.shape[1]], w) for w in weights],
+                args.repeats,
             )
             fast = median_ms(
-                lambda: [
+                lambda inputs=inputs: [
                     pointwise(inputs[w.shape[1]], p, None, "none", [], "")
                     for w, p in zip(weights, packed)
                 ],
