@@ -1,11 +1,11 @@
 """Linear layers with oneDNN-prepacked weights, for float32 models on the CPU.
 
 Speculative decoding lives on what a pass of k tokens costs against a pass of one. With stock
-`nn.Linear` (MKL sgemm, which repacks the weight on every call) the bundled model's matrices cost
-39 ms for 1 row, 65 ms for 2 and 66 ms for 8 per pass; with the weights reordered once into
-oneDNN's blocked layout they cost 27, 27 and 39 ms (scripts/measure_packed_linear.py): a single
-token gets faster and a drafted one almost free. A row's result does not depend on how many rows
-the call carries, so a block's logits equal one-token passes' as before.
+`nn.Linear` (MKL's sgemm, which packs its operands anew on every call) the bundled model's linear
+layers cost 36 ms for 1 row, 61 ms for 2 and 63 ms for 8 per pass; with the weights reordered once
+into oneDNN's blocked layout they cost 25, 26 and 38 ms (scripts/measure_packed_linear.py): a single
+token gets faster and a drafted one almost free. A row's result is the same, bit for bit, whatever
+the number of rows in the call, so a block agrees with one-token passes as closely as before.
 
 The original weights stay in place (tied embeddings read them, and `stock_linears` gives the
 library's own code paths — the bench's transformers peers — the model exactly as transformers
