@@ -24,9 +24,18 @@ _MEMORY_SHARE = 0.5  # pack only while the copy takes at most this share of avai
 
 
 def _available_bytes() -> int:
+    """Memory available without swapping: Linux's MemAvailable (free pages plus the page cache
+    it can drop; free pages alone are often small on a busy machine), else the free pages."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
+    except (ValueError, OSError, AttributeError):
         return 0
 
 
