@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from specchat import hardware
-from specchat.backends import hf_loading
+from specchat.backends import hf_loading, hf_packed
 from specchat.backends.base import Backend, Block, ChatMessage
 from specchat.backends.hf import HFBackend
 from specchat.backends.hf_loading import load_hf_backend
@@ -232,6 +232,20 @@ def test_float32_runs_prepacked_and_a_block_equals_one_token_passes() -> None:
         single = logits_of(backend, Block((token,), (-1,)))
         backend.commit([0])
         np.testing.assert_allclose(single[0], block[i], rtol=0, atol=2e-6)
+
+
+def test_float32_without_room_for_the_packed_copy_runs_stock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the copy would not fit in half the free memory the model is left as it is, and
+    greedy still equals transformers' own."""
+    monkeypatch.setattr(hf_packed, "_available_bytes", lambda: 0)
+    backend = HFBackend(
+        tiny_model(dtype=torch.float32), tiny_tokenizer(), model_name="tiny32", device="cpu"
+    )
+    assert not backend.packed
+    prompt_ids = [5, 17, 33, 2, 90]
+    assert greedy(backend, prompt_ids, 20) == generate(backend, prompt_ids, 20)
 
 
 def test_greedy_loop_equals_generate_tiny(tiny: HFBackend) -> None:
