@@ -40,14 +40,14 @@ async def chat_shots() -> None:
     from specchat.app.tui.screens.race import RaceScreen
     from specchat.decoding.registry import DECODERS
     from specchat.models import LoadOptions, load_model
-    from specchat.settings import Settings
+    from specchat.options import RunConfig
 
     backend = load_model(None, LoadOptions(threads=1, n_ctx=2048))
     speculative = next(
         (n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"), "greedy"
     )
     app = SpecchatApp(
-        settings=Settings(decoder=speculative, max_tokens=160),
+        settings=RunConfig(decoder=speculative, max_tokens=160),
         backend=backend,
         save_settings_file=False,
     )
@@ -82,7 +82,7 @@ async def chat_shots() -> None:
         app.save_screenshot("search.svg", str(HERE))
         await pilot.press("escape", "escape")  # back to the words, then out
         await pilot.pause(0.3)
-        from specchat.decoding.variants import LIBRARY_FIXED_DRAFT
+        from specchat.evaluation.variants import LIBRARY_FIXED_DRAFT
 
         # greedy, a speculative decoder with its learned draft lengths, and the same drafting a
         # fixed number of tokens as llama-cpp-python does

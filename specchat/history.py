@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specchat.decoding.stats import GenerationStats
+from specchat.engine.stats import GenerationStats
 from specchat.errors import HistoryError
 from specchat.locations import data_dir
 

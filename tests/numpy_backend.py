@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specchat.backends.base import Block, ChatMessage
+from specchat.backends.base import LOCAL, Block, ChatMessage
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
 from specchat.errors import SpecchatError
 
@@ -112,6 +112,7 @@ class NumpyBackend:
     """
 
     name = "numpy"
+    capabilities = LOCAL
     device = "cpu"
 
     def __init__(

@@ -77,8 +77,30 @@ def test_screens_and_widgets_reach_the_model_only_through_the_session():
         "specchat.backends",
         "specchat.models",
         "specchat.prompting",
-        "specchat.decoding.engine",
+        "specchat.engine.local",
     )
     for name, targets in _graph().items():
         if name.startswith(("specchat.app.tui.screens", "specchat.app.tui.widgets")):
             assert not [t for t in targets if t.startswith(model_side)], name
+
+
+def _imports_textual(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        found += [name for name in names if name.split(".")[0] == "textual"]
+    return found
+
+
+def test_the_chat_session_and_conversation_know_nothing_of_textual():
+    """The chat's core is plain Python: the CLI can use it and tests need no terminal."""
+    for module in ("session", "conversation"):
+        path = ROOT / "app" / f"{module}.py"
+        assert not _imports_textual(path), module
+        for name, targets in _graph().items():
+            if name == f"specchat.app.{module}":
+                assert not [t for t in targets if t.startswith("specchat.app.tui")], name

@@ -13,27 +13,21 @@ import threading
 from collections.abc import Callable
 
 from specchat.app.tui.runs import RunText
-from specchat.backends.base import Backend, ChatMessage
-from specchat.decoding.engine import GenerationRequest
-from specchat.decoding.engines import engine_for
-from specchat.decoding.events import DoneEvent, StepEvent
+from specchat.backends.base import Backend
 from specchat.decoding.registry import (
     build_decoder,
-    checked_params,
     decoder_class,
     default_decoder,
+    run_params,
     sampling_for,
-    scoped_params,
 )
-from specchat.decoding.remote_engine import RemoteEngine
-from specchat.decoding.sampling import SamplingParams
-from specchat.decoding.sources import DraftSources
-from specchat.errors import SpecchatError
+from specchat.engine.choice import engine_for
+from specchat.engine.events import DoneEvent, StepEvent
 from specchat.history import HistoryStore, StoredMessage
 from specchat.models import LoadOptions, load_model
-from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids, turn_start
-from specchat.saved_chats import open_saved_chats
-from specchat.settings import load_settings
+from specchat.options import RunConfig
+from specchat.prompting import messages_for
+from specchat.saved_chats import SavedChatsIndex, open_saved_chats
 from specchat.themes.palette import COLOUR_BLIND_SAFE, ansi
 
 
@@ -84,28 +78,22 @@ def _record(store: HistoryStore, prompt: str, done: DoneEvent, runs: RunText, de
     )
 
 
-def _sources(
-    loaded: Backend, decoder: str, messages: list[ChatMessage], ids: list[int], raw: bool, log: bool
-) -> tuple[DraftSources, HistoryStore | None]:
-    """What the decoder may draft from besides the prompt, and the store to record into."""
-    settings, _ = load_settings()
-    reads = decoder_class(decoder).reads_saved_chats and settings.draft_from_saved_chats
-    store = HistoryStore() if log or reads else None
-    saved = open_saved_chats(store, loaded) if reads else None
-    start = 0 if raw else turn_start(loaded, messages, ids)
-    return DraftSources(turn_start=start, saved=saved), store
+def _saved_chats(
+    loaded: Backend, decoder: str, config: RunConfig, store: HistoryStore | None
+) -> SavedChatsIndex | None:
+    """The saved chats' index, when the decoder drafts from them and the settings allow it."""
+    if store is None or not (
+        decoder_class(decoder).reads_saved_chats and config.draft_from_saved_chats
+    ):
+        return None
+    return open_saved_chats(store, loaded)
 
 
 def run_ask(
     prompt: str,
+    config: RunConfig,
     *,
-    decoder: str | None,
     raw_params: dict[str, object],
-    model: str | None,
-    load_options: LoadOptions,
-    max_tokens: int,
-    temperature: float | None,
-    sampling: SamplingParams,
     system: str | None,
     stop: tuple[str, ...],
     raw: bool,
@@ -113,32 +101,31 @@ def run_ask(
     progress: Callable[[str], None],
     progress_done: Callable[[], None],
     log: bool = True,
-    colour_by: str = "length",
 ) -> int:
     """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 2 when a remote server
-    broke the answer off (what arrived is printed first). `decoder` None: the backend's default
-    (the baseline; a remote server's own method); `raw_params` as `--param` gave them."""
+    broke the answer off (what arrived is printed first). No decoder in `config`: the backend's
+    default (the baseline; a remote server's own method); `raw_params` as `--param` gave them."""
+    decoder = config.decoder
     if decoder is not None:  # bad parameters fail before the model loads
-        checked_params([decoder], raw_params)
-        sampling_for(decoder, temperature, sampling)
-    loaded = load_model(model, load_options, progress)
+        run_params([decoder], config, raw_params)
+        sampling_for(decoder, config)
+    loaded = load_model(config.model, LoadOptions.of(config), progress)
     progress_done()
     decoder = decoder or default_decoder(loaded)
-    decoder_params = scoped_params([decoder], raw_params)[decoder]
-    chosen_sampling = sampling_for(decoder, temperature, sampling)
+    decoder_params = run_params([decoder], config, raw_params)[decoder]
+    chosen_sampling = sampling_for(decoder, config)
     engine = engine_for(loaded, build_decoder(decoder, decoder_params, loaded))
-    remote = isinstance(engine, RemoteEngine)
-    messages = messages_for(prompt, system)
-    if raw and remote:
-        raise SpecchatError("--raw: a remote server answers chat messages, not raw text")
-    ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, messages)
-    if remote:  # the server drafts from what it keeps; the exchange is still recorded
-        sources, store = DraftSources(), (HistoryStore() if log else None)
-    else:
-        sources, store = _sources(loaded, decoder, messages, ids, raw, log)
-    request = GenerationRequest(
-        tuple(ids), max_tokens, stop, chosen_sampling, sources, () if raw else tuple(messages)
+    store = HistoryStore() if log or decoder_class(decoder).reads_saved_chats else None
+    saved = _saved_chats(loaded, decoder, config, store)
+    request = engine.request(
+        messages_for(prompt, system),
+        max_tokens=config.max_tokens,
+        sampling=chosen_sampling,
+        stop=stop,
+        raw=raw,
+        saved=saved,
     )
+    colour_by = config.colour_by
     colour = sys.stdout.isatty() and not as_json
     handle = engine.start(request)
     interrupted = threading.Event()
@@ -176,7 +163,7 @@ def run_ask(
                     sys.stdout.write("\n")
                     if event.finish_reason == "cancelled":
                         sys.stderr.write("[stopped]\n")
-                if remote and not as_json:
+                if engine.note and not as_json:  # what a remote server reported
                     sys.stderr.write(f"[{server_summary(event, engine.note)}]\n")
                 if event.error:
                     sys.stderr.write(f"specchat: error: {event.error}\n")
@@ -185,11 +172,11 @@ def run_ask(
                     _record(store, prompt, event, runs, decoder)
     finally:
         signal.signal(signal.SIGINT, previous)
-        if sources.saved is not None:
+        if saved is not None:
             if not interrupted.is_set():
                 # a first build finishes (and is saved) after the answer, not at every ask
-                sources.saved.wait_idle()
-            sources.saved.close()
+                saved.wait_idle()
+            saved.close()
         if store is not None:
             store.close()
     if interrupted.is_set():

@@ -17,16 +17,13 @@ from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
 from specchat.bench.peers import peers_for
 from specchat.bench.report import markdown, print_report
-from specchat.bench.runner import DecoderMethod, run_benchmark
+from specchat.bench.runner import run_benchmark
 from specchat.bench.summary import summarize
-from specchat.decoding.registry import (
-    baseline_name,
-    build_decoder,
-    checked_params,
-    default_race,
-)
+from specchat.decoding.registry import baseline_name, build_decoder, default_race, run_params
 from specchat.errors import SpecchatError
-from specchat.models import REMOTE_BACKEND, LoadOptions, load_model
+from specchat.evaluation.race import DecoderEntrant
+from specchat.models import LoadOptions, load_model
+from specchat.options import REMOTE_BACKEND, RunConfig
 
 
 def _versions() -> dict[str, str]:
@@ -52,39 +49,35 @@ def _cpu_name() -> str:
 
 
 def run_bench(
+    config: RunConfig,
     *,
     data: str | None,
-    decoders: list[str],
     params: dict[str, object],
-    model: str | None,
-    load_options: LoadOptions,
     categories: list[str] | None,
     limit_per_category: int | None,
-    max_tokens: int,
-    repeats: int,
     json_out: str | None,
     markdown_out: str | None,
     peers: bool,
     command: str,
     history: bool = False,
 ) -> None:
-    if load_options.backend == REMOTE_BACKEND:
+    if config.backend == REMOTE_BACKEND or config.base_url:
         raise SpecchatError(
             "bench measures decoders on a model specchat runs (its baseline and exactness need "
-            "logits): race a remote server with `compare --base-url URL`, and llama.cpp's own "
+            "logits): race a remote server with `compare --race-server URL`, and llama.cpp's own "
             "speculation with `bench --peers`"
         )
     questions = load_questions(data, categories, limit_per_category)
-    names = list(dict.fromkeys([baseline_name(), *(decoders or default_race())]))
-    per = checked_params(names, params)
+    names = list(dict.fromkeys([baseline_name(), *(config.race or default_race())]))
+    per = run_params(names, config, params)
+    max_tokens, repeats = config.max_tokens, config.repeats
     console = Console(file=sys.stderr)
     with console.status("loading the model…"):
-        loaded = load_model(model, load_options)
+        loaded = load_model(config.model, LoadOptions.of(config))
     for name in names:  # unavailable decoders stop here, before any run
         build_decoder(name, per[name], loaded)
-    methods = [DecoderMethod(loaded, name, per[name]) for name in names]
-    if peers:
-        methods += peers_for(loaded)
+    library_peers = peers_for(loaded, config.llama_server) if peers else []
+    methods = [*(DecoderEntrant(loaded, name, per[name]) for name in names), *library_peers]
     total = sum(len(q.turns) for q in questions) * len(methods) * repeats
     try:
         with Progress(
@@ -101,16 +94,15 @@ def run_bench(
                     loaded,
                     questions,
                     methods,
+                    baseline=baseline_name(),
                     max_tokens=max_tokens,
                     repeats=repeats,
                     on_run=lambda: progress.advance(task),
                     saved=saved,
                 )
     finally:
-        for method in methods:  # peers that run a server stop it
-            close = getattr(method, "close", None)
-            if close is not None:
-                close()
+        for peer in library_peers:  # peers that run a server stop it
+            peer.close()
     summary = summarize(rows, baseline_name())
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {
@@ -123,7 +115,7 @@ def run_bench(
         "repeats": repeats,
         "history": history,  # earlier questions saved as chats, a draft source
         "versions": _versions(),
-        "decoder_params": {m.name: getattr(m, "params", {}) for m in methods},
+        "decoder_params": per,
     }
     print_report(Console(file=sys.stdout), summary, ordered_categories, rows)
     if json_out:

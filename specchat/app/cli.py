@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
 from typing import Annotated
@@ -10,7 +12,8 @@ import typer
 
 from specchat import __version__
 from specchat.errors import SpecchatError
-from specchat.models import LoadOptions
+from specchat.options import ASK, BENCH, CHAT, COMPARE, RunConfig, cli_parameters, resolve
+from specchat.settings import load_settings
 
 app = typer.Typer(
     add_completion=False,
@@ -20,50 +23,47 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="bundled (default), a .gguf path, an HF dir or id"),
-]
-BackendOpt = Annotated[
-    str | None, typer.Option("--backend", help="llama, hf, or openai (a remote server)")
-]
-BaseUrlOpt = Annotated[
-    str | None,
-    typer.Option("--base-url", help="openai backend: the server, e.g. http://127.0.0.1:8080/v1"),
-]
-ApiKeyEnvOpt = Annotated[
-    str | None,
-    typer.Option("--api-key-env", help="openai backend: environment variable with the API key"),
-]
-TimeoutOpt = Annotated[
-    float | None,
-    typer.Option("--timeout", help="openai backend: seconds of server silence before giving up"),
-]
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda")]
-ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: cores)")]
-CtxOpt = Annotated[int, typer.Option("--n-ctx", help="context window in tokens")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="hf backend: float32, bfloat16, float16")]
-TemperatureOpt = Annotated[float | None, typer.Option("--temperature")]
-TopKOpt = Annotated[int, typer.Option("--top-k")]
-TopPOpt = Annotated[float, typer.Option("--top-p")]
-SeedOpt = Annotated[int | None, typer.Option("--seed")]
 ParamOpt = Annotated[
     list[str], typer.Option("--param", "-p", help="name=value or decoder.name=value (repeatable)")
 ]
-AllowPickleOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-pickle",
-        help="hf backend: load pickle (.bin) weights, which can run code; only ones you trust",
-    ),
-]
-TrustCodeOpt = Annotated[
-    bool,
-    typer.Option("--trust-remote-code", help="hf backend: run Python code shipped with the model"),
-]
-DraftOpt = Annotated[
-    str | None, typer.Option("--draft", help="draft model: the same as --param draft=SPEC")
-]
+
+
+def run_command(name: str, target: typer.Typer | None = None):
+    """Register `func` as command `name` with every run option `name` takes (`options.py`)
+    added as flags; `func` gets them as `flags`, a dict of what was given (None: not given)."""
+
+    def decorate(func):
+        own = [
+            p
+            for p in inspect.signature(func, eval_str=True).parameters.values()
+            if p.name != "flags"
+        ]
+        added = cli_parameters(name)
+
+        @functools.wraps(func)
+        def command(**kwargs):
+            flags = {p.name: kwargs.pop(p.name) for p in added}
+            return func(**kwargs, flags=flags)
+
+        command.__signature__ = inspect.Signature([*own, *added])
+        if target is None:
+            app.command(name)(command)
+        else:
+            target.callback()(command)
+        return func
+
+    return decorate
+
+
+def run_config(command: str, flags: dict[str, object]) -> tuple[RunConfig, RunConfig, str | None]:
+    """(the settings file's values, this run's configuration, why the file was not usable)."""
+    settings, broken = load_settings()
+    return settings, resolve(settings, flags, command), broken
+
+
+def _warn(broken: str | None) -> None:
+    if broken:  # a broken settings file never stops an answer; the defaults are used
+        typer.echo(f"specchat: warning: {broken}", err=True)
 
 
 def _progress(message: str) -> None:
@@ -84,52 +84,25 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def main_callback(
     ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version")
     ] = False,
-    model: ModelOpt = None,
-    backend: BackendOpt = None,
-    # None: the settings file decides (a "cpu" default would always override it)
-    device: Annotated[str | None, typer.Option("--device", help="cpu or cuda")] = None,
-    draft: Annotated[str | None, typer.Option("--draft", help="draft model spec")] = None,
-    base_url: BaseUrlOpt = None,
-    api_key_env: ApiKeyEnvOpt = None,
-    race_server: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--race-server",
-            help="a server the race screen (Ctrl+B) offers beside the local decoders, "
-            "e.g. 127.0.0.1:8080 (repeatable)",
-        ),
-    ] = None,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustCodeOpt = False,
+    flags: dict[str, object] | None = None,
 ) -> None:
     """Without a command: open the chat."""
     if ctx.invoked_subcommand is not None:
         return
     from specchat.app.tui import open_chat
-    from specchat.decoding.variants import server_url
 
-    open_chat(
-        race_servers=[server_url(url) for url in race_server] if race_server else None,
-        model=model,
-        backend=backend,
-        device=device,
-        draft=draft,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        allow_pickle=allow_pickle,
-        trust_remote_code=trust_remote_code,
-    )
+    settings, config, broken = run_config(CHAT, flags or {})
+    open_chat(settings, config, broken)
 
 
-def _parse_params(values: list[str], draft: str | None = None) -> dict[str, object]:
-    """`--param` items as {[decoder.]name: value}; `--draft X` is `--param draft=X`."""
-    params: dict[str, object] = {} if draft is None else {"draft": draft}
+def _parse_params(values: list[str]) -> dict[str, object]:
+    """`--param` items as {[decoder.]name: value}."""
+    params: dict[str, object] = {}
     for item in values:
         name, sep, raw = item.partition("=")
         if not sep or not name:
@@ -142,25 +115,8 @@ def _parse_params(values: list[str], draft: str | None = None) -> dict[str, obje
     return params
 
 
-@app.command()
 def ask(
     prompt: Annotated[str, typer.Argument(help="the question (or text to continue with --raw)")],
-    decoder: Annotated[
-        str | None,
-        typer.Option("--decoder", "-d", help="decoder name (default: greedy; remote: server)"),
-    ] = None,
-    model: ModelOpt = None,
-    backend: BackendOpt = None,
-    device: DeviceOpt = "cpu",
-    threads: ThreadsOpt = None,
-    n_ctx: CtxOpt = 4096,
-    dtype: DtypeOpt = "float32",
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="answer length limit")] = 512,
-    temperature: TemperatureOpt = None,
-    top_k: TopKOpt = 0,
-    top_p: TopPOpt = 1.0,
-    seed: SeedOpt = None,
-    draft: DraftOpt = None,
     param: ParamOpt = [],  # noqa: B006 - typer reads the default
     system: Annotated[str | None, typer.Option("--system", help="system prompt")] = None,
     stop: Annotated[list[str], typer.Option("--stop", help="stop string (repeatable)")] = [],  # noqa: B006
@@ -169,57 +125,20 @@ def ask(
     no_log: Annotated[
         bool, typer.Option("--no-log", help="do not record the exchange in the chat store")
     ] = False,
-    colour_by: Annotated[
-        str | None,
-        typer.Option("--colour-by", help="colour runs by length or source (default: settings)"),
-    ] = None,
-    base_url: BaseUrlOpt = None,
-    api_key_env: ApiKeyEnvOpt = None,
-    timeout: TimeoutOpt = None,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustCodeOpt = False,
+    flags: dict[str, object] | None = None,
 ) -> None:
     """Stream one answer to stdout; multi-token speculative steps are coloured. The exchange is
     recorded in the chat store (a draft source for later answers) unless --no-log."""
     from specchat.app.ask import run_ask
-    from specchat.decoding.registry import decoder_class
-    from specchat.decoding.sampling import SamplingParams
     from specchat.prompting import checked_prompt
 
     checked_prompt(prompt)
-    if decoder is not None:
-        decoder_class(decoder)
-    if max_tokens < 1:
-        raise SpecchatError("--max-tokens must be at least 1")
-    from specchat.settings import COLOUR_MODES, load_settings
-
-    settings, broken = load_settings()
-    if broken:  # a broken settings file never stops an answer; the defaults are used
-        typer.echo(f"specchat: warning: {broken}", err=True)
-    if colour_by is None:
-        colour_by = settings.colour_by
-    if colour_by not in COLOUR_MODES:
-        raise SpecchatError(f"--colour-by takes {' or '.join(COLOUR_MODES)}")
+    settings, config, broken = run_config(ASK, flags or {})
+    _warn(broken)
     code = run_ask(
         prompt,
-        decoder=decoder,
-        raw_params=_parse_params(param, draft),
-        model=model,
-        load_options=LoadOptions(
-            backend,
-            device,
-            threads,
-            n_ctx,
-            dtype,
-            base_url,
-            api_key_env,
-            timeout,
-            allow_pickle,
-            trust_remote_code,
-        ),
-        max_tokens=max_tokens,
-        temperature=temperature,
-        sampling=SamplingParams(top_k=top_k, top_p=top_p, seed=seed),
+        config,
+        raw_params=_parse_params(param),
         system=system,
         stop=tuple(stop),
         raw=raw,
@@ -227,111 +146,45 @@ def ask(
         progress=_progress,
         progress_done=_progress_done,
         log=not no_log,
-        colour_by=colour_by,
     )
     raise typer.Exit(code)
 
 
-@app.command()
 def compare(
     prompt: Annotated[str, typer.Argument(help="the question raced through every decoder")],
-    decoder: Annotated[
-        list[str],
-        typer.Option(
-            "--decoder",
-            "-d",
-            help="decoder to race, a variant of one (pld:fixed_draft=10), or a server with "
-            "its own method (server@HOST:PORT) (repeatable)",
-        ),
-    ] = [],  # noqa: B006
-    model: ModelOpt = None,
-    backend: BackendOpt = None,
-    device: DeviceOpt = "cpu",
-    threads: ThreadsOpt = None,
-    n_ctx: CtxOpt = 4096,
-    dtype: DtypeOpt = "float32",
-    max_tokens: Annotated[int, typer.Option("--max-tokens")] = 256,
-    repeats: Annotated[int, typer.Option("--repeats", help="runs per decoder (median)")] = 3,
-    temperature: TemperatureOpt = None,
-    top_k: TopKOpt = 0,
-    top_p: TopPOpt = 1.0,
-    seed: SeedOpt = None,
     param: ParamOpt = [],  # noqa: B006
-    draft: DraftOpt = None,
     raw: Annotated[bool, typer.Option("--raw", help="no chat template")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
-    base_url: Annotated[
-        list[str],
-        typer.Option(
-            "--base-url",
-            help="a remote server to race with its own method (repeatable); with --backend "
-            "openai the first one is the race's backend",
-        ),
-    ] = [],  # noqa: B006
-    api_key_env: ApiKeyEnvOpt = None,
-    timeout: TimeoutOpt = None,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustCodeOpt = False,
+    flags: dict[str, object] | None = None,
 ) -> None:
     """Race decoders on one prompt: tok/s, speedup vs greedy, tokens/step, acceptance, exactness."""
     from specchat.app.compare import run_compare
-    from specchat.decoding.sampling import SamplingParams
     from specchat.prompting import checked_prompt
 
     checked_prompt(prompt)
-    if repeats < 1 or max_tokens < 1:
-        raise SpecchatError("--repeats and --max-tokens must be at least 1")
-    params = _parse_params(param, draft)
+    _, config, broken = run_config(COMPARE, flags or {})
+    _warn(broken)
     run_compare(
         prompt,
-        decoders=decoder,
-        params=params,
-        model=model,
-        load_options=LoadOptions(
-            backend,
-            device,
-            threads,
-            n_ctx,
-            dtype,
-            api_key_env=api_key_env,
-            timeout=timeout,
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-        ),
-        max_tokens=max_tokens,
-        repeats=repeats,
-        temperature=temperature,
-        sampling=SamplingParams(top_k=top_k, top_p=top_p, seed=seed),
+        config,
+        params=_parse_params(param),
         raw=raw,
         as_json=as_json,
         progress=_progress,
         progress_done=_progress_done,
-        server_urls=tuple(base_url),
     )
 
 
-@app.command()
 def bench(
     data: Annotated[
         str | None,
         typer.Option("--data", help="Spec-Bench JSON Lines file (default: the bundled dev half)"),
     ] = None,
-    decoder: Annotated[
-        list[str], typer.Option("--decoder", "-d", help="decoder to measure (repeatable)")
-    ] = [],  # noqa: B006
-    model: ModelOpt = None,
-    backend: BackendOpt = None,
-    device: DeviceOpt = "cpu",
-    threads: ThreadsOpt = None,
-    dtype: DtypeOpt = "float32",
     categories: Annotated[
         str | None, typer.Option("--categories", help="comma-separated categories")
     ] = None,
     limit_per_category: Annotated[int | None, typer.Option("--limit-per-category")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="per turn")] = 256,
-    repeats: Annotated[int, typer.Option("--repeats", help="runs per answer (median)")] = 1,
     param: ParamOpt = [],  # noqa: B006
-    draft: DraftOpt = None,
     json_out: Annotated[
         str | None, typer.Option("--json", help="write results to this file")
     ] = None,
@@ -347,40 +200,33 @@ def bench(
             "store) for decoders that draft from saved chats",
         ),
     ] = False,
-    allow_pickle: AllowPickleOpt = False,
-    trust_remote_code: TrustCodeOpt = False,
+    flags: dict[str, object] | None = None,
 ) -> None:
     """Speedup of decoders over greedy per category, as Spec-Bench measures it."""
     from specchat.app.bench import run_bench
 
-    if repeats < 1 or max_tokens < 1:
-        raise SpecchatError("--repeats and --max-tokens must be at least 1")
     if limit_per_category is not None and limit_per_category < 1:
         raise SpecchatError("--limit-per-category must be at least 1")
-    params = _parse_params(param, draft)
+    _, config, broken = run_config(BENCH, flags or {})
+    _warn(broken)
     run_bench(
+        config,
         data=data,
-        decoders=decoder,
-        params=params,
-        model=model,
-        load_options=LoadOptions(
-            backend,
-            device,
-            threads,
-            dtype=dtype,
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-        ),
+        params=_parse_params(param),
         categories=[c.strip() for c in categories.split(",")] if categories else None,
         limit_per_category=limit_per_category,
-        max_tokens=max_tokens,
-        repeats=repeats,
         json_out=json_out,
         markdown_out=markdown_out,
         peers=peers,
         command="specchat bench " + " ".join(sys.argv[2:]),
         history=history,
     )
+
+
+run_command(CHAT, app)(main_callback)
+run_command(ASK)(ask)
+run_command(COMPARE)(compare)
+run_command(BENCH)(bench)
 
 
 @app.command()

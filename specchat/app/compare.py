@@ -4,114 +4,145 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
-from specchat.decoding.figures import RaceRow, race_rows
-from specchat.decoding.oracle import efficiency
-from specchat.decoding.race import DecoderRuns, race
 from specchat.decoding.registry import (
-    checked_params,
+    baseline_name,
     default_race,
+    run_params,
     sampling_for,
-    scoped_params,
+    unavailable_reason,
 )
-from specchat.decoding.sampling import SamplingParams
-from specchat.decoding.variants import parse_variant
+from specchat.engine.choice import prompt_ids
 from specchat.errors import SpecchatError
-from specchat.models import REMOTE_BACKEND, LoadOptions, load_model
-from specchat.prompting import chat_prompt_ids, messages_for, raw_prompt_ids
+from specchat.evaluation.figures import RaceRow, race_rows
+from specchat.evaluation.oracle import efficiency
+from specchat.evaluation.race import DecoderEntrant, Lane, RaceTurn, RunFailed, RunFinished, race
+from specchat.evaluation.variants import DecoderVariant, parse_variant, server_name
+from specchat.models import LoadOptions, load_model, server_options
+from specchat.options import RunConfig
+from specchat.prompting import messages_for
+from specchat.tables import Column, print_table
 
 
-def _row_json(row: RaceRow, result: DecoderRuns) -> dict[str, object]:
+def _row_json(row: RaceRow, lane: Lane) -> dict[str, object]:
     """One decoder's line of `compare --json`; `oracle` is the speedup its drafter's proposals
     would allow with perfect draft lengths, `efficiency` the share of that it realised."""
-    eff = efficiency(row.speedup, result.oracle.speedup if result.oracle else None)
+    eff = efficiency(row.speedup, lane.oracle.speedup if lane.oracle else None)
     return {
         "decoder": row.decoder,
-        "params": result.params,
+        "params": getattr(lane.entrant, "params", {}),
         "tokens": row.tokens,
         "tokens_per_second": round(row.tokens_per_second, 2),
         "speedup": None if row.speedup is None else round(row.speedup, 3),
         "tokens_per_step": round(row.tokens_per_step, 3),
         "acceptance_rate": round(row.acceptance_rate, 3),
-        "identical_to_greedy": result.identical,
-        "first_divergence": result.divergence.as_dict() if result.divergence else None,
-        "oracle": None if result.oracle is None else round(result.oracle.speedup, 3),
+        "identical_to_greedy": lane.identical,
+        "first_divergence": lane.divergence.as_dict() if lane.divergence else None,
+        "oracle": None if lane.oracle is None else round(lane.oracle.speedup, 3),
         "efficiency": None if eff is None else round(eff, 3),
     }
 
 
+def _exact_cell(row: dict[str, object]) -> str:
+    same = row["identical_to_greedy"]
+    if same is None:
+        return "—"
+    if same:
+        return "yes"
+    div = row["first_divergence"]
+    if div is None:
+        return "no (text)"
+    if div["margin"] is None:
+        return f"no @ {div['index']} (length)"
+    return f"no @ {div['index']} (margin {div['margin']:.2g})"
+
+
+COLUMNS = (
+    Column("decoder", numeric=False),
+    Column("tok/s"),
+    Column("speedup"),
+    Column("oracle"),
+    Column("eff."),
+    Column("tok/step"),
+    Column("accept"),
+    Column("tokens"),
+    Column("exact", numeric=False),
+)
+
+
+def _cells(row: dict[str, object]) -> list[str]:
+    def times(value) -> str:
+        return "—" if value is None else f"{value:.2f}×"
+
+    return [
+        str(row["decoder"]),
+        f"{row['tokens_per_second']:.1f}",
+        times(row["speedup"]),
+        times(row["oracle"]),
+        "—" if row["efficiency"] is None else f"{row['efficiency']:.2f}",
+        f"{row['tokens_per_step']:.2f}",
+        f"{row['acceptance_rate']:.0%}",
+        str(row["tokens"]),
+        _exact_cell(row),
+    ]
+
+
 def run_compare(
     prompt: str,
+    config: RunConfig,
     *,
-    decoders: list[str],
     params: dict[str, object],
-    model: str | None,
-    load_options: LoadOptions,
-    max_tokens: int,
-    repeats: int,
-    temperature: float | None,
-    sampling: SamplingParams,
     raw: bool,
     as_json: bool,
     progress,
     progress_done,
-    server_urls: tuple[str, ...] = (),
 ) -> None:
-    """Race `decoders` (or variants of them, `pld:fixed_draft=10`) on the model `load_options`
-    names, and each server of `server_urls` with its own method. With `--backend openai` the
-    first URL is the race's own backend."""
-    parsed = [parse_variant(name) for name in decoders]
-    # `-d server@URL` is `--base-url URL`: that server races with its own method
-    server_urls += tuple(v.server for v in parsed if v.server is not None)
+    """Race the decoders `config.race` names (or variants of them, `pld:fixed_draft=10`) on the
+    run's model, and each server of `--race-server` (or `-d server@URL`) with its own method; the
+    baseline joins when it can judge the others (greedy sampling, and it runs there)."""
+    parsed = [parse_variant(name) for name in config.race]
+    server_urls = tuple(config.race_servers) + tuple(
+        v.server for v in parsed if v.server is not None
+    )
     requested = [v for v in parsed if v.server is None]
-    remote = load_options.backend == REMOTE_BACKEND
-    if remote and not server_urls:
-        raise SpecchatError(f"--backend {REMOTE_BACKEND} needs --base-url URL")
-    if raw and server_urls:
-        raise SpecchatError("--raw: a remote server answers chat messages, not raw text")
-    chosen = sampling_for(None, temperature, sampling)
+    sampling = sampling_for(None, config)
     if requested:  # bad parameters fail before the model loads
-        checked_params(list(dict.fromkeys(v.name for v in requested)), params)
-    if remote:
-        load_options = replace(load_options, base_url=server_urls[0])
-        server_urls = server_urls[1:]
-    loaded = load_model(model, load_options, progress)
-    servers = tuple(
-        load_model(
-            model if remote else None,
-            replace(load_options, backend=REMOTE_BACKEND, base_url=url),
-        )
-        for url in server_urls
-    )
-    # --param pld.x=… reaches every pld variant
-    chosen_variants = requested or [parse_variant(n) for n in default_race(loaded)]
-    variants = list({v.label: v for v in chosen_variants}.values())
-    per = scoped_params(list(dict.fromkeys(v.name for v in variants)), params)
+        run_params(list(dict.fromkeys(v.name for v in requested)), config, params)
+    options = LoadOptions.of(config)
+    loaded = load_model(config.model, options, progress)
+    servers = [
+        load_model(config.model if options.base_url else None, server_options(options, url))
+        for url in dict.fromkeys(server_urls)
+    ]
+    variants = requested or [parse_variant(n) for n in default_race(loaded)]
+    base = baseline_name()
+    if sampling.greedy and unavailable_reason(base, loaded) is None:
+        variants = [DecoderVariant(base), *variants]
+    variants = list({v.label: v for v in variants}.values())
+    per = run_params(list(dict.fromkeys(v.name for v in variants)), config, params)
+    entrants = [
+        DecoderEntrant(loaded, v.name, v.with_params(per[v.name]), v.label) for v in variants
+    ]
+    entrants += [DecoderEntrant(s, server_name(), {}, s.label) for s in servers]
     messages = tuple(messages_for(prompt))
-    ids = raw_prompt_ids(loaded, prompt) if raw else chat_prompt_ids(loaded, list(messages))
+    turn = RaceTurn(messages, prompt_ids(loaded, messages, raw), config.max_tokens, sampling, raw)
+    total, done = config.repeats * len(entrants), 0
 
-    def on_progress(done: int, total: int, name: str) -> None:
-        progress(f"run {done}/{total} ({name})")
+    def on_event(event) -> None:
+        nonlocal done
+        if isinstance(event, RunFinished | RunFailed):
+            done += 1
+            progress(f"run {done}/{total} ({entrants[event.lane].label})")
 
-    results = race(
-        loaded,
-        ids,
-        [(v, v.with_params(per[v.name])) for v in variants],
-        max_tokens=max_tokens,
-        repeats=repeats,
-        sampling=chosen,
-        on_progress=on_progress,
-        messages=messages,
-        servers=servers,
-    )
+    lanes = race(loaded, turn, entrants, baseline=base, repeats=config.repeats, on_event=on_event)
     progress_done()
-    figures = race_rows([(r.label, [run.stats for run in r.runs]) for r in results])
-    rows = [_row_json(row, result) for row, result in zip(figures, results)]
+    failed = next((lane for lane in lanes if lane.error), None)
+    if failed is not None:
+        raise SpecchatError(f"{failed.label}: {failed.error}")
+    figures = race_rows([(lane.label, [run.stats for run in lane.runs]) for lane in lanes], base)
+    rows = [_row_json(row, lane) for row, lane in zip(figures, lanes)]
     if as_json:
         print(
             json.dumps(
@@ -119,54 +150,18 @@ def run_compare(
                     "backend": loaded.name,
                     "device": loaded.device,
                     "model": loaded.model_name,
-                    "prompt_tokens": len(ids),
-                    "max_tokens": max_tokens,
-                    "repeats": repeats,
-                    "sampling": chosen.__dict__,
+                    "prompt_tokens": len(turn.prompt_ids),
+                    "max_tokens": config.max_tokens,
+                    "repeats": config.repeats,
+                    "sampling": sampling.__dict__,
                     "decoders": rows,
                 },
                 ensure_ascii=False,
             )
         )
         return
-    table = Table(
-        title=f"{loaded.model_name} on {loaded.name}/{loaded.device} — "
-        f"median of {repeats}, decoders run one after another",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        collapse_padding=True,
+    title = (
+        f"{loaded.model_name} on {loaded.name}/{loaded.device} — median of {config.repeats}, "
+        "decoders run one after another"
     )
-    labels = [str(row["decoder"]) for row in rows]
-    columns = ("decoder", "tok/s", "speedup", "oracle", "eff.", "tok/step", "accept")
-    for column in (*columns, "tokens", "exact"):
-        if column == "decoder":  # a variant's spelling is read whole
-            table.add_column(column, no_wrap=True, min_width=len(max(labels, key=len)))
-        else:
-            table.add_column(column, justify="right")
-    for row in rows:
-        same = row["identical_to_greedy"]
-        if same is None:
-            same_text = "—"
-        elif same:
-            same_text = "yes"
-        elif row["first_divergence"] is None:
-            same_text = "no (text)"
-        else:
-            div = row["first_divergence"]
-            same_text = (
-                f"no @ {div['index']} (margin {div['margin']:.2g})"
-                if div["margin"] is not None
-                else f"no @ {div['index']} (length)"
-            )
-        table.add_row(
-            row["decoder"],
-            f"{row['tokens_per_second']:.1f}",
-            "—" if row["speedup"] is None else f"{row['speedup']:.2f}×",
-            "—" if row["oracle"] is None else f"{row['oracle']:.2f}×",
-            "—" if row["efficiency"] is None else f"{row['efficiency']:.2f}",
-            f"{row['tokens_per_step']:.2f}",
-            f"{row['acceptance_rate']:.0%}",
-            str(row["tokens"]),
-            same_text,
-        )
-    Console(file=sys.stdout).print(table)
+    print_table(Console(file=sys.stdout), title, COLUMNS, [_cells(row) for row in rows])

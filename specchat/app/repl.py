@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import GenerationRequest
-from specchat.decoding.engines import engine_for
-from specchat.decoding.events import DoneEvent, StepEvent
-from specchat.decoding.registry import build_decoder, default_decoder
+from specchat.decoding.registry import build_decoder, default_decoder, run_params, sampling_for
+from specchat.engine.choice import engine_for
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.protocol import GenerationRequest
 from specchat.errors import SpecchatError
 from specchat.models import LoadOptions, load_model
+from specchat.options import RunConfig
 from specchat.prompting import chat_prompt_ids, checked_prompt
 
 
@@ -30,25 +31,13 @@ def _read_line() -> str | None:
     return line
 
 
-def run_repl(
-    model: str | None,
-    backend: str | None,
-    device: str,
-    base_url: str | None = None,
-    api_key_env: str | None = None,
-    allow_pickle: bool = False,
-    trust_remote_code: bool = False,
-) -> None:
-    options = LoadOptions(
-        backend=backend,
-        device=device,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        allow_pickle=allow_pickle,
-        trust_remote_code=trust_remote_code,
-    )
-    loaded = load_model(model, options)
-    engine = engine_for(loaded, build_decoder(default_decoder(loaded), {}, loaded))
+def run_repl(config: RunConfig) -> None:
+    """The chat, a line at a time, with the run's model, decoder, sampling and answer length."""
+    loaded = load_model(config.model, LoadOptions.of(config))
+    name = config.decoder or default_decoder(loaded)
+    params = run_params([name], config)[name]
+    sampling = sampling_for(name, config)
+    engine = engine_for(loaded, build_decoder(name, params, loaded))
     history: list[ChatMessage] = []
     print(f"specchat on {loaded.model_name} ({loaded.name}, {loaded.device}); Ctrl+D quits.")
     while True:
@@ -59,7 +48,9 @@ def run_repl(
             continue
         history.append(ChatMessage("user", line))
         prompt = tuple(chat_prompt_ids(loaded, history))
-        request = GenerationRequest(prompt, 512, messages=tuple(history))
+        request = GenerationRequest(
+            prompt, config.max_tokens, sampling=sampling, messages=tuple(history)
+        )
         handle = engine.start(request)
         events = iter(handle)
         answer = ""

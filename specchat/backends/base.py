@@ -68,6 +68,19 @@ class Block:
         return tuple(i for i in range(len(self.tokens)) if i not in has_child)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a model runtime does for specchat, declared by each backend. `engine.choice` reads
+    it to pick the engine, the decoder registry to say which decoders can run."""
+
+    logits: bool = True  # it evaluates blocks and returns logits: specchat decodes on it
+    tokenizer: bool = True  # it tokenizes and applies the chat template here
+
+
+LOCAL = Capabilities()
+SERVER = Capabilities(logits=False, tokenizer=False)  # a remote server decodes by itself
+
+
 @dataclass
 class ChatMessage:
     role: str
@@ -79,6 +92,7 @@ class Backend(Protocol):
     """What a decoder may ask of a model runtime. See DESIGN.md, "Backend"."""
 
     name: str  # "llama" or "hf"
+    capabilities: Capabilities
     device: str
     model_name: str
     vocab_size: int

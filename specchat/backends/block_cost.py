@@ -19,7 +19,7 @@ _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
 # Passes are timed behind this many cached tokens: a pass attends to the whole context, and on
 # llama.cpp a 2-token pass costs 1.59x one behind 30 tokens but 1.69-1.77x behind 200-1000
-# (scripts/measure_context_cost.py). A chat answer runs behind a few hundred tokens.
+# (benchmarks/measure_context_cost.py). A chat answer runs behind a few hundred tokens.
 CONTEXT = 256
 
 

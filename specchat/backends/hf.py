@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specchat.backends.base import Block, ChatMessage
+from specchat.backends.base import LOCAL, Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable
 from specchat.backends.chat_template import CHATML_TEMPLATE
 from specchat.backends.hf_packed import pack_linears
@@ -40,6 +40,7 @@ class HFBackend:
     """
 
     name = "hf"
+    capabilities = LOCAL
 
     def __init__(
         self,

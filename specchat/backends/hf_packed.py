@@ -3,7 +3,7 @@
 Speculative decoding lives on what a pass of k tokens costs against a pass of one. With stock
 `nn.Linear` (MKL's sgemm, which packs its operands anew on every call) the bundled model's linear
 layers cost 36 ms for 1 row, 61 ms for 2 and 63 ms for 8 per pass; with the weights reordered once
-into oneDNN's blocked layout they cost 25, 26 and 38 ms (scripts/measure_packed_linear.py): a single
+into oneDNN's blocked layout they cost 25, 26 and 38 ms (benchmarks/measure_packed_linear.py): a single
 token gets faster and a drafted one almost free. A row's result is the same, bit for bit, whatever
 the number of rows in the call, so a block agrees with one-token passes as closely as before.
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.backends.base import Block, ChatMessage
+from specchat.backends.base import LOCAL, Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
 from specchat.errors import SpecchatError
@@ -45,6 +45,7 @@ class LlamaBackend:
     """One GGUF model with a multi-stream KV cache; see the module docstring for the layout."""
 
     name = "llama"
+    capabilities = LOCAL
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 specchat does not serve models that outgrow this machine: it becomes a client of an engine that
 does. The server applies its own chat template and runs its own decoding (and speculation), so this
-is not a `Backend` in the logits sense: `has_logits` is False, and the registry offers only the
+is not a `Backend` in the logits sense: its `capabilities` say so, and the registry offers only the
 server's own method on it. It streams `/v1/chat/completions` through the `openai` client and reads
 each chunk into a `ServerChunk`: the text and whatever figures the server put on it —
 llama-server's per-token `timings` (asked for with `timings_per_token`), the final `usage`, vLLM's
@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from specchat.backends.base import ChatMessage
+from specchat.backends.base import SERVER, ChatMessage
 from specchat.errors import SpecchatError
 
 DEFAULT_TIMEOUT = 60.0  # seconds without a byte from the server before a stream counts as stalled
 _CONNECT_TIMEOUT = 10.0
+SERVER_PREFIX = "server@"  # how a race names a server: server@HOST:PORT
 
 
 class RemoteError(SpecchatError):
@@ -161,7 +162,7 @@ class RemoteBackend:
     """
 
     name = "openai"
-    has_logits = False  # decoders that need the model's logits cannot run here
+    capabilities = SERVER  # decoders that need the model's logits cannot run here
     eos_ids: frozenset[int] = frozenset()
     vocab_size = 0
     n_ctx = 0  # the server's own limit applies; it answers an error status past it
@@ -266,3 +267,25 @@ class RemoteBackend:
 
     def close(self) -> None:
         self._client.close()
+
+
+def server_url(spelling: str) -> str:
+    """`127.0.0.1:8080` → http://127.0.0.1:8080/v1; a URL with a scheme keeps it, and a path of
+    its own (else /v1). A one-line SpecchatError for what is no server address."""
+    text = spelling.strip().rstrip("/")
+    url = text if "://" in text else f"http://{text}"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or " " in text:
+        raise SpecchatError(
+            f"{SERVER_PREFIX}{spelling}: write {SERVER_PREFIX}HOST:PORT or "
+            f"{SERVER_PREFIX}http(s)://HOST:PORT/v1"
+        )
+    return url if parts.path else f"{url}/v1"
+
+
+def server_spelling(url: str) -> str:
+    """The shortest spelling that `server_url` reads back as `url`."""
+    short = url.removesuffix("/v1")
+    if short.startswith("http://"):
+        short = short[len("http://") :]
+    return short if server_url(short) == url else url

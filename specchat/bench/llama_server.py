@@ -2,7 +2,8 @@
 llama.cpp's speculation, and for the tests that check specchat's remote backend against it.
 
 The binary comes from `scripts/llama-server`, which builds it once from the llama.cpp source that
-llama-cpp-python vendors, with the wheel's flags, and caches it (or from $SPECCHAT_LLAMA_SERVER).
+llama-cpp-python vendors, with the wheel's flags, into the user's cache; a setting
+(`llama_server` in settings.toml) or $SPECCHAT_LLAMA_SERVER names another.
 It runs with flash attention off and one slot, like specchat's own llama.cpp backend, so its
 greedy answers are specchat's greedy answers.
 """
@@ -10,10 +11,11 @@ greedy answers are specchat's greedy answers.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
+import platform
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -21,36 +23,50 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "llama-server"
 _READY_SECONDS = 300.0  # loading the model; generous for a loaded machine, never a result
+DEFAULT_FLAGS = "-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF"  # as scripts/setup builds the wheel
 
 
-def find_llama_server(build: bool = True) -> Path:
-    """The llama-server binary: $SPECCHAT_LLAMA_SERVER, or the one scripts/llama-server built
-    (building it now, with progress on stderr, when `build` and it is missing)."""
-    given = os.environ.get("SPECCHAT_LLAMA_SERVER")
-    if given:
-        if not Path(given).is_file():
-            raise SpecchatError(f"SPECCHAT_LLAMA_SERVER={given} is not a file")
-        return Path(given)
-    if not SCRIPT.is_file():
-        raise SpecchatError(
-            "llama-server is not available: set SPECCHAT_LLAMA_SERVER to its path "
-            "(scripts/llama-server in a specchat checkout builds it)"
-        )
-    if not build:
-        raise SpecchatError("llama-server is not built: run scripts/llama-server --build-only")
-    result = subprocess.run(
-        ["bash", str(SCRIPT), "--path"],
-        stdout=subprocess.PIPE,
-        stderr=None,  # the build's progress goes to the user's terminal
-        text=True,
-        env={**os.environ, "SPECCHAT_PYTHON": sys.executable},
+def build_dir() -> Path:
+    """Where scripts/llama-server keeps its builds: the user's cache, one folder per llama.cpp
+    version, flags and machine (not SPECCHAT_CACHE_DIR, which tests point elsewhere)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("specchat")) / "llama-server"
+
+
+def build_key() -> str:
+    """The build folder scripts/llama-server names for the installed llama-cpp-python and the
+    flags it was built with (the same key the script computes)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        llama = version("llama-cpp-python")
+    except PackageNotFoundError:
+        llama = "?"
+    flags = os.environ.get("SPECCHAT_LLAMA_CMAKE_ARGS") or DEFAULT_FLAGS
+    text = f"{llama}|{flags}|{platform.machine()}|server"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def find_llama_server(setting: str | None = None) -> Path:
+    """The llama-server binary: `setting` (the run's llama_server: settings.toml or
+    $SPECCHAT_LLAMA_SERVER), or the build scripts/llama-server made for this llama-cpp-python
+    (else its newest build); a one-line SpecchatError saying how to get one when there is none."""
+    if setting:
+        if not Path(setting).is_file():
+            raise SpecchatError(f"llama_server = {setting} is not a file")
+        return Path(setting)
+    matching = build_dir() / build_key() / "llama-server"
+    if matching.is_file():
+        return matching
+    built = sorted(build_dir().glob("*/llama-server"), key=lambda p: p.stat().st_mtime)
+    if built:
+        return built[-1]
+    raise SpecchatError(
+        "llama-server is not built: run scripts/llama-server --build-only in a specchat "
+        "checkout, or name a binary with llama_server in settings.toml"
     )
-    path = Path(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
-    if result.returncode != 0 or path is None or not path.is_file():
-        raise SpecchatError("llama-server could not be built (see the messages above)")
-    return path
 
 
 def free_port() -> int:

@@ -11,12 +11,59 @@ because running the library is its whole job.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from specchat.backends.base import Backend
 from specchat.backends.hf_packed import stock_linears
-from specchat.bench.runner import Outcome
-from specchat.decoding.sources import NO_SOURCES, DraftSources
+from specchat.engine.events import DoneEvent
+from specchat.engine.protocol import Cancel
+from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
+from specchat.evaluation.race import IDS, RaceTurn
+
+
+class Peer:
+    """A library's own method as a race entrant: it answers the race's prompt ids greedily and
+    reports only its end (no steps), with the decode time the library's own clock gives."""
+
+    label: str
+    compared_by = IDS
+    _backend: Backend
+
+    def run(self, turn: RaceTurn, cancel: Cancel = None) -> Iterator[DoneEvent]:
+        """Peers draft from the prompt alone: the race's draft sources are not theirs to use."""
+        yield self.answer(list(turn.prompt_ids), turn.max_tokens)
+
+    def answer(self, prompt: list[int], max_tokens: int) -> DoneEvent:
+        raise NotImplementedError
+
+    def oracle(self, turn: RaceTurn, answer: Sequence[int]) -> None:
+        return None  # a library's drafts are not ours to replay
+
+    def _done(
+        self,
+        prompt: list[int],
+        tokens: Sequence[int],
+        seconds: float,
+        steps: int = 0,
+        drafted: int = 0,
+        accepted: int = 0,
+    ) -> DoneEvent:
+        """The peer's answer as a done event; `steps` 0 where the library reports no passes."""
+        text = b"".join(self._backend.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+        stats = GenerationStats(
+            prompt_tokens=len(prompt),
+            generated_tokens=len(tokens),
+            steps=steps,
+            drafted=drafted,
+            accepted=accepted,
+            decode_seconds=max(seconds, 1e-9),
+        )
+        return DoneEvent("eos", tuple(prompt), tuple(tokens), text, stats)
+
+    def close(self) -> None:
+        """Free what the peer started."""
 
 
 def _decode_seconds(first_token_at: float | None, end: float, tokens: int) -> float:
@@ -27,9 +74,7 @@ def _decode_seconds(first_token_at: float | None, end: float, tokens: int) -> fl
     return (end - first_token_at) * tokens / (tokens - 1)
 
 
-class LlamaCppPeer:
-    greedy_family = True
-
+class LlamaCppPeer(Peer):
     def __init__(self, backend: Backend, prompt_lookup: bool, num_pred_tokens: int = 10) -> None:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -37,7 +82,7 @@ class LlamaCppPeer:
         path = getattr(backend, "model_path", None)
         if backend.name != "llama" or path is None:
             raise SpecchatError("llama-cpp-python peers need the llama backend")
-        self.name = f"peer:llama-cpp-python:{'pld' if prompt_lookup else 'greedy'}"
+        self.label = f"peer:llama-cpp-python:{'pld' if prompt_lookup else 'greedy'}"
         self._eos = backend.eos_ids
         draft = (
             LlamaPromptLookupDecoding(num_pred_tokens=num_pred_tokens) if prompt_lookup else None
@@ -56,10 +101,7 @@ class LlamaCppPeer:
         )
         self._backend = backend
 
-    def run(
-        self, prompt: list[int], max_tokens: int, sources: DraftSources = NO_SOURCES
-    ) -> Outcome:
-        """Peers draft from the prompt alone: `sources` is not theirs to use."""
+    def answer(self, prompt: list[int], max_tokens: int) -> DoneEvent:
         tokens: list[int] = []
         self._llm.reset()
         first = None
@@ -72,8 +114,7 @@ class LlamaCppPeer:
             if len(tokens) >= max_tokens:
                 break
         end = time.perf_counter()
-        text = b"".join(self._backend.token_bytes(t) for t in tokens).decode("utf-8", "replace")
-        return Outcome(tuple(tokens), text, _decode_seconds(first, end, len(tokens)), 0, 0, 0)
+        return self._done(prompt, tokens, _decode_seconds(first, end, len(tokens)))
 
 
 class _FirstTokenClock:
@@ -92,13 +133,11 @@ class _FirstTokenClock:
         pass
 
 
-class TransformersPeer:
-    greedy_family = True
-
+class TransformersPeer(Peer):
     def __init__(self, backend: Backend, mode: str, num_pred_tokens: int = 10) -> None:
         if backend.name != "hf":
             raise SpecchatError("transformers peers need the hf backend")
-        self.name = f"peer:transformers:{mode}"
+        self.label = f"peer:transformers:{mode}"
         self._backend = backend
         self._kwargs: dict[str, object] = {}
         if mode == "pld":
@@ -108,10 +147,7 @@ class TransformersPeer:
             # drafts for itself, which shows the machinery's own cost.
             self._kwargs["assistant_model"] = backend.model
 
-    def run(
-        self, prompt: list[int], max_tokens: int, sources: DraftSources = NO_SOURCES
-    ) -> Outcome:
-        """Peers draft from the prompt alone: `sources` is not theirs to use."""
+    def answer(self, prompt: list[int], max_tokens: int) -> DoneEvent:
         import torch
 
         model = self._backend.model
@@ -132,24 +168,20 @@ class TransformersPeer:
         generated = out[0, len(prompt) :].tolist()
         cut = next((i for i, t in enumerate(generated) if t in self._backend.eos_ids), None)
         tokens = generated[:cut] if cut is not None else generated
-        text = b"".join(self._backend.token_bytes(t) for t in tokens).decode("utf-8", "replace")
-        return Outcome(tuple(tokens), text, _decode_seconds(clock.first, end, len(tokens)), 0, 0, 0)
+        return self._done(prompt, tokens, _decode_seconds(clock.first, end, len(tokens)))
 
 
-class LlamaServerPeer:
+class LlamaServerPeer(Peer):
     """llama.cpp's llama-server with its own speculation (`spec_type`, "none" for plain; lengths
     as in LLAMA_SERVER_SPECS), started on 127.0.0.1 on the same GGUF file, threads and context,
     with flash attention off like our backend; timed by the server's own figures. It gets our prompt's token ids (one template for
     all) and returns its token ids, so its exactness is judged as ours is."""
 
-    greedy_family = True
-
-    def __init__(self, backend: Backend, spec: str) -> None:
+    def __init__(self, backend: Backend, spec: str, binary: Path) -> None:
         import openai
 
         from specchat.bench.llama_server import (
             LlamaServerProcess,
-            find_llama_server,
             free_port,
             server_command,
         )
@@ -157,12 +189,12 @@ class LlamaServerPeer:
         path = getattr(backend, "model_path", None)
         if backend.name != "llama" or path is None:
             raise SpecchatError("llama-server peers need the llama backend")
-        self.name = f"peer:llama-server:{spec}"
+        self.label = f"peer:llama-server:{spec}"
         spec_type, flags = LLAMA_SERVER_SPECS[spec]
         self._backend = backend
         port = free_port()
         command = server_command(
-            find_llama_server(),
+            binary,
             path,
             port,
             spec_type=spec_type,
@@ -175,10 +207,7 @@ class LlamaServerPeer:
             base_url=self._server.base_url, api_key="none", max_retries=0, timeout=600
         )
 
-    def run(
-        self, prompt: list[int], max_tokens: int, sources: DraftSources = NO_SOURCES
-    ) -> Outcome:
-        """llama-server drafts from what it keeps itself: `sources` is not its to use."""
+    def answer(self, prompt: list[int], max_tokens: int) -> DoneEvent:
         response = self._client.completions.create(
             model="smollm2",
             prompt=prompt,
@@ -199,11 +228,10 @@ class LlamaServerPeer:
         seconds = float(timings.get("predicted_ms", 0.0)) / 1000.0
         if generated > 1:
             seconds *= generated / (generated - 1)
-        text = b"".join(self._backend.token_bytes(t) for t in tokens).decode("utf-8", "replace")
-        return Outcome(
-            tuple(tokens),
-            text,
-            max(seconds, 1e-9),
+        return self._done(
+            prompt,
+            tokens,
+            seconds,
             generated - accepted,  # passes: each yields the server's own token plus accepted drafts
             int(timings.get("draft_n", 0)),
             accepted,
@@ -239,15 +267,18 @@ LLAMA_SERVER_SPECS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def llama_server_peers(backend: Backend) -> list:
+def llama_server_peers(backend: Backend, binary: str | None = None) -> list[Peer]:
     """llama-server with each of its speculation types; none (with the reason on stderr) where
-    llama-server cannot be built or started here."""
+    llama-server is not built (`binary`: the settings' llama_server) or cannot start here."""
     import sys
 
-    peers: list = []
+    from specchat.bench.llama_server import find_llama_server
+
+    peers: list[Peer] = []
     try:
+        found = find_llama_server(binary)
         for spec in LLAMA_SERVER_SPECS:
-            peers.append(LlamaServerPeer(backend, spec))
+            peers.append(LlamaServerPeer(backend, spec, found))
     except SpecchatError as exc:
         for peer in peers:
             peer.close()
@@ -256,12 +287,13 @@ def llama_server_peers(backend: Backend) -> list:
     return peers
 
 
-def peers_for(backend: Backend) -> list:
+def peers_for(backend: Backend, llama_server: str | None = None) -> list[Peer]:
+    """The libraries' own methods on `backend`'s runtime (`llama_server`: the settings' binary)."""
     if backend.name == "llama":
         return [
             LlamaCppPeer(backend, False),
             LlamaCppPeer(backend, True),
-            *llama_server_peers(backend),
+            *llama_server_peers(backend, llama_server),
         ]
     return [
         TransformersPeer(backend, "greedy"),

@@ -3,40 +3,48 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from specchat.bench.peers import MATCHING_PEER
 from specchat.bench.summary import OVERALL, QuestionRow
+from specchat.tables import Column, print_table
 
 _BAR = 30  # characters for the longest bar
 
 
-def summary_table(summary: dict, categories: list[str]) -> Table:
+SUMMARY_TITLE = "speedup vs greedy (Spec-Bench: mean tok/s ÷ greedy's, same run)"
+DETAIL_TITLE = "overall figures"
+DETAIL_COLUMNS = (
+    Column("method", numeric=False),
+    Column("tok/s"),
+    Column("speedup"),
+    Column("tok/step"),
+    Column("accept"),
+    Column("exact"),
+    Column("oracle"),
+    Column("effic."),
+    Column("questions"),
+)
+
+
+def summary_columns(summary: dict) -> list[Column]:
     """Categories down, methods across: stays readable with a dozen categories."""
-    table = Table(title="speedup vs greedy (Spec-Bench: mean tok/s ÷ greedy's, same run)")
-    table.add_column("category")
-    for method in summary:
-        table.add_column(method.replace("peer:", "peer: "), justify="right", overflow="fold")
+    return [Column("category", numeric=False), *(Column(method) for method in summary)]
+
+
+def summary_rows(summary: dict, categories: list[str]) -> list[list[str]]:
+    rows = []
     for cat in [*categories, OVERALL]:
         cells = []
         for per in summary.values():
             fig = per.get(cat)
             cells.append("—" if not fig or fig["speedup"] is None else f"{fig['speedup']:.2f}×")
-        table.add_row(cat, *cells, end_section=cat == categories[-1] if categories else False)
-    return table
+        rows.append([cat, *cells])
+    return rows
 
 
-def detail_table(summary: dict) -> Table:
-    table = Table(title="overall figures")
-    columns = ("method", "tok/s", "speedup", "tok/step", "accept", "exact", "oracle", "effic.")
-    for column in (*columns, "questions"):
-        table.add_column(
-            column, justify="left" if column == "method" else "right", no_wrap=column == "method"
-        )
-    for method, per in summary.items():
-        table.add_row(method, *_figure_cells(per[OVERALL]))
-    return table
+def detail_rows(summary: dict) -> list[list[str]]:
+    return [[method, *_figure_cells(per[OVERALL])] for method, per in summary.items()]
 
 
 def _figure_cells(fig: dict) -> list[str]:
@@ -84,33 +92,35 @@ def chart_lines(summary: dict, categories: list[str]) -> list[tuple[str, str, fl
     return lines
 
 
-def chart_text(summary: dict, categories: list[str], colour: bool = True) -> Text:
-    """Bars of speedup; where an oracle is known, ░ extends the bar to what the drafts allow."""
+def chart_text(summary: dict, categories: list[str], colour: bool = True, width: int = 0) -> Text:
+    """Bars of speedup; where an oracle is known, ░ extends the bar to what the drafts allow.
+    With a `width`, bars are shortened so that every line fits it."""
     lines = chart_lines(summary, categories)
     top = max((max(s, o or 0.0) for _, _, s, o in lines), default=1.0)
-    width = max((len(m) for _, m, _, _ in lines), default=6)
+    label = max((len(m) for _, m, _, _ in lines), default=6)
+    longest = _BAR if not width else max(5, min(_BAR, width - label - 26))
     out = Text()
     current = None
     for cat, method, speedup, oracle in lines:
         if cat != current:
             out.append(f"{cat}\n", style="bold" if colour else "")
             current = cat
-        filled = max(1, round(_BAR * speedup / top))
+        filled = max(1, round(longest * speedup / top))
         bar = "█" * filled
         style = ("green" if speedup >= 1.0 else "red") if colour else ""
-        out.append(f"  {method:<{width}} ")
+        out.append(f"  {method:<{label}} ")
         out.append(bar, style=style)
         if oracle is not None:
-            out.append("░" * max(0, round(_BAR * oracle / top) - filled), style="dim")
+            out.append("░" * max(0, round(longest * oracle / top) - filled), style="dim")
         out.append(f" {speedup:.2f}×")
         out.append(f" (oracle {oracle:.2f}×)\n" if oracle is not None else "\n")
     return out
 
 
 def print_report(console: Console, summary: dict, categories: list[str], rows: list[QuestionRow]):
-    console.print(summary_table(summary, categories))
-    console.print(detail_table(summary))
-    console.print(chart_text(summary, categories))
+    print_table(console, SUMMARY_TITLE, summary_columns(summary), summary_rows(summary, categories))
+    print_table(console, DETAIL_TITLE, DETAIL_COLUMNS, detail_rows(summary))
+    console.print(chart_text(summary, categories, width=console.width))
     for ours, peer, ratio in ours_over_peers(summary):
         console.print(f"{ours} ÷ {peer}: {ratio:.2f}×")
     differing = [r for r in rows if r.identical_to_greedy is False]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specchat.decoding.oracle import efficiency
+from specchat.evaluation import figures
+from specchat.evaluation.oracle import efficiency
 
 OVERALL = "overall"
 
@@ -32,7 +33,7 @@ class QuestionRow:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+        return figures.tokens_per_second(self.tokens, self.seconds)
 
 
 def summarize(rows: list[QuestionRow], baseline: str) -> dict[str, dict[str, dict[str, object]]]:
@@ -51,25 +52,29 @@ def summarize(rows: list[QuestionRow], baseline: str) -> dict[str, dict[str, dic
             if not mine:
                 continue
             speed = _mean_speed(mine)
+            ratio = figures.speedup(speed, base_speed[cat])
             steps = sum(r.steps for r in mine)
             drafted = sum(r.drafted for r in mine)
+            accepted = sum(r.accepted for r in mine)
             judged = [r for r in mine if r.identical_to_greedy is not None]
             summary[decoder][cat] = {
                 "tokens_per_second": round(speed, 3),
-                "speedup": round(speed / base_speed[cat], 4) if base_speed[cat] else None,
+                "speedup": None if ratio is None else round(ratio, 4),
                 # None where a method reports no steps (a library's own generate)
-                "mean_accepted_tokens": round(sum(r.tokens for r in mine) / steps, 4)
+                "mean_accepted_tokens": round(
+                    figures.tokens_per_step(sum(r.tokens for r in mine), steps), 4
+                )
                 if steps
                 else None,
-                "acceptance_rate": round(sum(r.accepted for r in mine) / drafted, 4)
-                if drafted
-                else (0.0 if steps else None),
+                "acceptance_rate": round(figures.acceptance_rate(accepted, drafted), 4)
+                if steps
+                else None,
                 "exact_rate": round(
                     sum(bool(r.identical_to_greedy) for r in judged) / len(judged), 4
                 )
                 if judged
                 else None,
-                **_oracle(mine, speed / base_speed[cat] if base_speed[cat] else None),
+                **_oracle(mine, ratio),
                 "questions": len(mine),
             }
     return summary
@@ -81,8 +86,9 @@ def _oracle(rows: list[QuestionRow], speedup: float | None) -> dict[str, object]
     judged = [r for r in rows if r.oracle_seconds and r.plain_seconds]
     if not judged:
         return {"oracle": None, "efficiency": None}
-    oracle = sum(r.tokens / r.oracle_seconds for r in judged) / sum(
-        r.tokens / r.plain_seconds for r in judged
+    oracle = figures.speedup(
+        sum(figures.tokens_per_second(r.tokens, r.oracle_seconds) for r in judged),
+        sum(figures.tokens_per_second(r.tokens, r.plain_seconds) for r in judged),
     )
     share = efficiency(speedup, oracle)
     return {"oracle": round(oracle, 4), "efficiency": None if share is None else round(share, 4)}

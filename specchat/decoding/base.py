@@ -78,11 +78,8 @@ class Decoder:
 
     @classmethod
     def unavailable(cls, backend: Backend, values: Mapping[str, object]) -> str | None:
-        """Why it cannot run on `backend` with these parameters (None: it can)."""
-        if cls.needs_logits and not getattr(backend, "has_logits", True):
-            return "it needs the model's logits, which this backend does not expose"
-        if cls.needs_server and getattr(backend, "has_logits", True):
-            return "it is a remote server's own method: use --backend openai --base-url URL"
+        """Why it cannot run on `backend` with these parameters (None: it can), beyond what the
+        backend's capabilities say (the registry checks those)."""
         return None
 
     # -- the work -------------------------------------------------------------------------

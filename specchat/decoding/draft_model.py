@@ -24,6 +24,12 @@ _PRIOR = 0.8  # a draft of the same family agrees most of the time
 
 
 class DraftModelDrafter:
+    replayable = False
+
+    def proposal(self, context: list[int]) -> list[int]:
+        """Its drafts depend on more than the context: nothing to replay."""
+        return []
+
     def __init__(self, draft: Backend, k: int, k_max: int, threshold: float) -> None:
         self.model = draft
         self.k, self.k_max, self.threshold = k, k_max, threshold

@@ -14,7 +14,7 @@ model across runs, like the pass costs. Exploration is bounded by what it costs:
 depth is taken only while, by the rates as known, it keeps `_EXPLORE_BUDGET` of the best depth's
 speed. Where long drafts are nearly free (transformers on CPU: 24 tokens cost about 2.3 single
 passes) it drafts boldly; where a failed draft is dear (llama.cpp: 8 tokens cost 4.75) it probes
-only cheaply. Replayed on Spec-Bench dev answers (scripts/replay_policy.py), this one rule beat
+only cheaply. Replayed on Spec-Bench dev answers (benchmarks/replay_policy.py), this one rule beat
 every fixed optimism on both backends' measured costs.
 """
 

@@ -28,6 +28,12 @@ from specchat.decoding.speculative import (
 
 
 class LookaheadDrafter:
+    replayable = False
+
+    def proposal(self, context: list[int]) -> list[int]:
+        """Its drafts depend on more than the context: nothing to replay."""
+        return []
+
     def __init__(
         self, window: int, ngram: int, candidates: int, max_cost_ratio: float, seed: bool
     ) -> None:

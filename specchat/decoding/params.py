@@ -29,14 +29,16 @@ class Param:
     maximum: float | None = None
     choices: tuple[str, ...] = ()
     optional: bool = False
+    above: float | None = None  # an exclusive lower bound (top-p > 0)
 
     @property
     def type_name(self) -> str:
         return {int: "integer", float: "number", bool: "true/false", str: "text"}[self.kind]
 
-    def parse(self, value: object, owner: str) -> object:
-        """The checked value of `value` (text or an already typed value) for decoder `owner`."""
-        label = f"{owner}.{self.name}"
+    def parse(self, value: object, owner: str = "", *, label: str = "") -> object:
+        """The checked value of `value` (text or an already typed value) for decoder `owner`;
+        messages name it `owner.name`, or `label` when given (a flag, a settings key)."""
+        label = label or (f"{owner}.{self.name}" if owner else self.name)
         if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
             if self.optional:
                 return None
@@ -44,6 +46,8 @@ class Param:
         typed = self._convert(value, label)
         if self.choices and typed not in self.choices:
             raise SpecchatError(f"{label} must be one of {', '.join(self.choices)}, not {typed!r}")
+        if self.above is not None and typed <= self.above:
+            raise SpecchatError(f"{label} must be > {_number(self.above)}")
         if self.minimum is not None and typed < self.minimum:
             raise SpecchatError(f"{label} must be ≥ {_number(self.minimum)}")
         if self.maximum is not None and typed > self.maximum:

@@ -38,6 +38,8 @@ def copy_prior(bucket: int, streak: bool) -> float:
 
 
 class PromptLookupDrafter:
+    replayable = True
+
     def __init__(self, max_ngram: int, min_ngram: int, num_pred_tokens: int) -> None:
         self.num_pred_tokens = num_pred_tokens
         self._index = NgramIndex(min_ngram, max_ngram)

@@ -20,6 +20,7 @@ from specchat.decoding.server import ServerDecoder
 from specchat.decoding.suffix import SuffixDecoder
 from specchat.errors import SpecchatError
 from specchat.models import LoadOptions, default_draft_reason, load_draft
+from specchat.options import RunConfig
 
 DECODERS: dict[str, type[Decoder]] = {}
 
@@ -61,7 +62,7 @@ def default_race(backend: Backend | None = None) -> list[str]:
     """What `compare`, `bench` and the race screen run when not told: the baseline and every
     speculative decoder that needs nothing more than the model; on a remote server, the server's
     own method."""
-    if backend is not None and not getattr(backend, "has_logits", True):
+    if backend is not None and not backend.capabilities.logits:
         return [n for n, cls in DECODERS.items() if cls.needs_server]
     return [baseline_name()] + [
         cls.name for cls in DECODERS.values() if cls.speculative and not cls.needs_draft_model
@@ -83,6 +84,11 @@ def unavailable_reason(
     """Why decoder `name` cannot run on `backend` with these parameters (None: it can)."""
     cls = decoder_class(name)
     values = values or {}
+    local = backend.capabilities.logits
+    if cls.needs_logits and not local:
+        return "it needs the model's logits, which this backend does not expose"
+    if cls.needs_server and local:
+        return "it is a remote server's own method: use --backend openai --base-url URL"
     reason = cls.unavailable(backend, values)
     if reason is None and cls.needs_draft_model and not values.get("draft"):
         reason = default_draft_reason(backend)
@@ -123,30 +129,33 @@ def scoped_params(names: list[str], raw: Mapping[str, object]) -> dict[str, dict
     return per
 
 
-def checked_params(names: list[str], raw: Mapping[str, object]) -> dict[str, dict[str, object]]:
-    """`scoped_params` with every decoder's values checked against its declaration (types,
-    ranges, choices, rules between parameters): what a command runs before it loads a model, so
-    an out-of-range `-p` of any decoder is one line at once instead of after the load."""
-    per = scoped_params(names, raw)
+def run_params(
+    names: list[str], config: RunConfig, raw: Mapping[str, object] | None = None
+) -> dict[str, dict[str, object]]:
+    """Each decoder's parameters in a run: its defaults, the settings' [decoders.NAME], then
+    `--param` (`raw`), and --draft for a decoder that drafts with a model; checked against each
+    declaration, so a bad value is one line before any model loads."""
+    per = scoped_params(names, raw or {})
+    result = {}
     for name in names:
-        decoder_class(name).validate(per[name])
-    return per
+        cls = decoder_class(name)
+        values = {**config.decoder_params(name), **per[name]}
+        if config.draft and cls.needs_draft_model and "draft" not in per[name]:
+            values["draft"] = config.draft
+        result[name] = cls.validate(values)
+    return result
 
 
-def sampling_for(
-    name: str | None, temperature: float | None, base: SamplingParams
-) -> SamplingParams:
-    """The sampling settings a decoder runs with: its default temperature unless one is given.
-    With no decoder (a race of several), the temperature given or greedy."""
+def sampling_for(name: str | None, config: RunConfig) -> SamplingParams:
+    """The sampling decoder `name` runs with: its temperature from --temperature or the
+    settings, else the decoder's own default; top-k, top-p and seed from the run. With no decoder
+    (a race of several), the temperature given or greedy."""
     cls = decoder_class(name) if name is not None else None
+    temperature = config.temperature_for(name) if name is not None else config.temperature
     if cls is not None and temperature and not cls.takes_temperature:
         raise SpecchatError(f"{name} never samples: drop --temperature")
     default = cls.default_temperature if cls is not None else 0.0
     chosen = default if temperature is None else temperature
-    if chosen < 0:
-        raise SpecchatError("--temperature must be ≥ 0")
-    if not 0 < base.top_p <= 1:
-        raise SpecchatError("--top-p must be in (0, 1]")
-    if base.top_k < 0:
-        raise SpecchatError("--top-k must be ≥ 0")
-    return SamplingParams(temperature=chosen, top_k=base.top_k, top_p=base.top_p, seed=base.seed)
+    return SamplingParams(
+        temperature=chosen, top_k=config.top_k, top_p=config.top_p, seed=config.seed
+    )

@@ -10,6 +10,7 @@ guard and the draft-length policy are the two visible decisions around the pass.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -95,9 +96,16 @@ def insert_branch(
 
 
 class Drafter(Protocol):
-    """Proposes drafts; hears back what the target accepted."""
+    """Proposes drafts; hears back what the target accepted. A `replayable` drafter's proposals
+    are a function of the context alone (`proposal`), so the oracle and the policy replay can
+    ask for them without running the target."""
+
+    replayable: bool
 
     def prepare(self, target: Backend) -> None: ...
+
+    def proposal(self, context: list[int]) -> Sequence[int]:
+        """What it would propose after `context`, at most (replayable drafters)."""
 
     def reset(self, context: list[int], sources: DraftSources) -> None: ...
 
@@ -107,7 +115,9 @@ class Drafter(Protocol):
         self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
     ) -> Draft: ...
 
-    def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None: ...
+    def observe(self, draft: Draft, logits: np.ndarray | None, accepted: int) -> None:
+        """The target kept `accepted` drafted tokens; `logits` are the pass's (None in a
+        replay, which has none: a replayable drafter must not need them)."""
 
 
 SPECULATIVE_PARAMS = (
@@ -166,14 +176,18 @@ class SpeculativeDecoder(Decoder):
         self.guard.record(speculate, len(step.tokens), time.perf_counter() - start)
         return step
 
+    def choose_depth(self, target: Backend, plan: Plan, room: int) -> int:
+        """How many tokens to draft: the fixed length, or the policy's choice. The live step and
+        the policy replay both ask this."""
+        if self.fixed_draft:
+            return max(0, min(self.fixed_draft, plan.available, room - 1))
+        return self.policy.depth(target, plan, room)
+
     def speculative_step(
         self, target: Backend, context: list[int], sampler: Sampler, room: int
     ) -> Step:
         plan = self.drafter.plan(context, room)
-        if self.fixed_draft:
-            depth = max(0, min(self.fixed_draft, plan.available, room - 1))
-        else:
-            depth = self.policy.depth(target, plan, room)
+        depth = self.choose_depth(target, plan, room)
         draft = self.drafter.draft(target, context, sampler, plan, depth)
         block = draft.block
         logits = target.evaluate(block)

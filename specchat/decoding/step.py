@@ -1,8 +1,5 @@
-"""What one decoding step produced: the unit every decoder returns and every event reports.
-
-`StepEvent` lives here beside `Step`, not in `events`, so that `stats` can count step events while
-`events` carries the stats in its done event.
-"""
+"""What one decoding step produced: the unit every decoder returns (the engine reports it as a
+`StepEvent`)."""
 
 from __future__ import annotations
 
@@ -27,24 +24,3 @@ class Step:
     seconds: float = 0.0
     final: bool = False
     source: str = ""
-
-
-@dataclass(frozen=True)
-class StepEvent:
-    """One decoding step as the engine reports it: the tokens it appended (after EOS and limits
-    were applied: possibly none) and the text that became final, with the step's counts and time.
-
-    The engine sends one per decoder step, also a step that only produced EOS, so figures summed
-    from the events equal the engine's own. The one exception is `tail`: text the detokenizer held
-    back (a possible stop string, a split character) and released when the answer ended; it is no
-    step and carries no tokens.
-    """
-
-    tokens: tuple[int, ...]
-    text: str
-    drafted: int
-    accepted: int
-    decoder: str
-    seconds: float
-    tail: bool = False
-    source: str = ""  # where the step's accepted draft came from (Step.source)

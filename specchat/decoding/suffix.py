@@ -6,7 +6,7 @@ match: `SAVED_MIN_MATCH`). Saved chats and the regenerated answer are suffix tre
 continuations are the most frequent ones, scored by the summed probability of their tokens, as
 ArcticInference does. This conversation proposes what followed the latest earlier occurrence of its
 tail, as prompt lookup does: replayed on Spec-Bench dev answers with earlier questions saved
-(scripts/replay_policy.py --history), recency beat frequency for the conversation's own text (oracle
+(benchmarks/replay_policy.py --history), recency beat frequency for the conversation's own text (oracle
 1.34× against 1.29× at llama.cpp's pass costs, 3.0× against 2.2× at transformers'). The best-scored
 proposal is the draft, its length chosen by the shared draft-length policy from the match length and
 how sure the counts are. Other sources' proposals join it as extra branches of one tree-shaped pass
@@ -46,7 +46,7 @@ from specchat.decoding.suffix_tree import DEPTH, SequenceTrees, unavailable_reas
 # When sources score alike, the most specific wins.
 _PREFERENCE = (PREVIOUS, PROMPT, CHAT, SAVED)
 # A saved chat proposes only after a match this long, and longer than this conversation's own:
-# replayed on the dev half with earlier questions saved (scripts/replay_policy.py --history), short
+# replayed on the dev half with earlier questions saved (benchmarks/replay_policy.py --history), short
 # saved matches displaced the conversation's better short matches and lost to prompt lookup
 # (2.37x against 2.45x at transformers' pass costs, 1.085x against 1.102x at llama.cpp's); from
 # 12 tokens on they never did, and a question asked again still drafts its old answer whole.
@@ -68,6 +68,8 @@ _CONFIDENCE_SCALE = (0.6, 0.85, 1.0)
 
 
 class SuffixDrafter:
+    replayable = True
+
     def __init__(self, num_pred_tokens: int, candidates: int, factor: float, min_prob: float):
         self.num_pred_tokens = num_pred_tokens
         self.max_candidates = candidates

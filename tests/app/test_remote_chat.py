@@ -9,7 +9,7 @@ import pytest
 
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.status_bar import StatusBar
-from specchat.settings import Settings
+from specchat.options import RunConfig
 from tests.servers import REPEATING_PROMPT, FaultServer, server_metrics
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +30,7 @@ def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def remote_app(base_url: str) -> SpecchatApp:
-    settings = Settings(backend="openai", base_url=base_url, max_tokens=96)
+    settings = RunConfig(backend="openai", base_url=base_url, max_tokens=96)
     return SpecchatApp(settings=settings, save_settings_file=False)
 
 

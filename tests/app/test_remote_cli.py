@@ -133,7 +133,7 @@ def test_compare_races_local_decoders_and_servers_on_one_prompt(llama_server, ll
         "greedy",
         "-d",
         "pld",
-        "--base-url",
+        "--race-server",
         llama_server.base_url,
         "-d",  # a server spelled as a race entry, as the race screen's picker takes it
         f"server@127.0.0.1:{llama_server_ngram.port}",

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from specchat.backends.base import Backend, Block, ChatMessage, sync_cache
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.plain import GreedyDecoder
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent
 from specchat.decoding.plain import GreedyDecoder
+from specchat.engine.events import DoneEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import chat_prompt_ids, raw_prompt_ids
 
 PROMPTS = [

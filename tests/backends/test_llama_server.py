@@ -9,16 +9,19 @@ counts add up to the server's own totals (its /metrics, read apart from the stre
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import openai
 import pytest
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import GenerationRequest
-from specchat.decoding.engines import engine_for
-from specchat.decoding.events import DoneEvent, StepEvent
-from specchat.decoding.race import run_decoder
 from specchat.decoding.registry import build_decoder, default_decoder, unavailable_reason
 from specchat.decoding.sampling import SamplingParams
+from specchat.engine.choice import engine_for
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.protocol import GenerationRequest
+from specchat.evaluation.race import run_decoder
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids
 from tests.servers import REPEATING_PROMPT, server_metrics
@@ -132,17 +135,18 @@ def test_the_bench_peer_is_llama_servers_own_speculation_on_the_same_model(
     from specchat.bench.peers import LlamaServerPeer
 
     prompt = chat_prompt_ids(fresh_llama, REPEAT)
-    peer = LlamaServerPeer(fresh_llama, "ngram-mod-3")
+    peer = LlamaServerPeer(fresh_llama, "ngram-mod-3", Path(llama_server_binary))
     try:
-        outcome = peer.run(prompt, 48)
+        outcome = peer.answer(prompt, 48)
     finally:
         peer.close()
     local = run_decoder(fresh_llama, "greedy", {}, prompt, 48, SamplingParams())
     # greedy under the server's speculation is greedy: the same ids as ours
     assert outcome.token_ids == local.token_ids
     assert outcome.text == local.text
-    assert 0 < outcome.accepted <= outcome.drafted and outcome.seconds > 0
-    assert peer.name == "peer:llama-server:ngram-mod-3"
+    stats = outcome.stats
+    assert 0 < stats.accepted <= stats.drafted and stats.decode_seconds > 0
+    assert peer.label == "peer:llama-server:ngram-mod-3"
 
 
 def test_bench_peers_include_llama_servers_own_speculation(llama_server_binary, tmp_path):
@@ -160,6 +164,7 @@ def test_bench_peers_include_llama_servers_own_speculation(llama_server_binary, 
         capture_output=True,
         text=True,
         timeout=900,
+        env={**os.environ, "SPECCHAT_LLAMA_SERVER": llama_server_binary},
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(out.read_text())["summary"]

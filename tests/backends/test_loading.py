@@ -16,9 +16,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from specchat.backends.hf import HFBackend
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent
 from specchat.decoding.plain import GreedyDecoder
+from specchat.engine.events import DoneEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 from specchat.models import LoadOptions, check_same_vocabulary, load_draft, load_model

@@ -13,12 +13,12 @@ import pytest
 
 from specchat.backends.base import ChatMessage
 from specchat.backends.remote import RemoteError
-from specchat.decoding.engine import GenerationRequest
-from specchat.decoding.engines import engine_for
-from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.registry import build_decoder, default_decoder
 from specchat.decoding.sampling import SamplingParams
-from specchat.decoding.server_steps import NONE, NOTES, TOTALS
+from specchat.engine.choice import engine_for
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.protocol import GenerationRequest
+from specchat.engine.server_steps import NONE, NOTES, TOTALS
 from specchat.models import LoadOptions, load_model
 from tests.servers import FaultServer, free_port
 

@@ -7,7 +7,7 @@ import random
 
 from specchat.decoding.draft_policy import DraftLengthPolicy, Plan, expected_from_rates
 from specchat.decoding.ngram_index import MATCH_CAP, NgramIndex
-from specchat.decoding.oracle import accepted_lengths, efficiency, oracle_speedup
+from specchat.evaluation.oracle import accepted_lengths, efficiency, oracle_speedup
 
 
 class _Costs:

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.race import first_divergence, greedy_margin, run_decoder
 from specchat.decoding.sampling import SamplingParams
+from specchat.evaluation.race import first_divergence, greedy_margin, run_decoder
 from specchat.prompting import chat_prompt_ids
 
 # float32 logits of a block and of one token differ by ~1e-5; a flip needs a margin that small.

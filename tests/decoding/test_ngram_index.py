@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.decoding.engine import Engine, GenerationRequest
 from specchat.decoding.ngram_index import NgramIndex
 from specchat.decoding.plain import GreedyDecoder
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import raw_prompt_ids
 
 

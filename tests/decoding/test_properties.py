@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specchat.backends.base import Block
-from specchat.decoding.detokenizer import Detokenizer
 from specchat.decoding.ngram_index import MATCH_CAP, NgramIndex
 from specchat.decoding.sampling import Sampler, SamplingParams, verify_chain, verify_tree
 from specchat.decoding.speculative import insert_branch
 from specchat.decoding.suffix_array import DEPTH, TokenSuffixArray
 from specchat.decoding.suffix_tree import SharedTree, unavailable_reason
+from specchat.engine.detokenizer import Detokenizer
 from tests.numpy_backend import CORPUS, CharNgramModel, NumpyBackend
 
 REPRODUCIBLE = settings(

@@ -75,21 +75,17 @@ def test_toy_decoder_runs_in_ask_with_checked_params(toy):
 
 def test_toy_decoder_is_benchmarked(toy, tmp_path):
     from specchat.app.bench import run_bench
-    from specchat.models import LoadOptions
+    from specchat.options import RunConfig
 
     data = tmp_path / "q.jsonl"
     data.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["Hi"]}) + "\n")
     out = tmp_path / "r.json"
     run_bench(
+        RunConfig(race=["toy"], n_ctx=2048, max_tokens=4, repeats=1),
         data=str(data),
-        decoders=["toy"],
         params={"width": 4},
-        model=None,
-        load_options=LoadOptions(n_ctx=2048),
         categories=None,
         limit_per_category=None,
-        max_tokens=4,
-        repeats=1,
         json_out=str(out),
         markdown_out=None,
         peers=False,
@@ -108,9 +104,9 @@ def anyio_backend() -> str:
 async def test_toy_decoder_has_a_key_and_a_settings_form(toy, fresh_llama):
     from specchat.app.tui.app import SpecchatApp
     from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
-    from specchat.settings import Settings
+    from specchat.options import RunConfig
 
-    app = SpecchatApp(settings=Settings(), backend=fresh_llama)
+    app = SpecchatApp(settings=RunConfig(), backend=fresh_llama)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("f9")
         await pilot.pause()

@@ -13,11 +13,12 @@ import torch
 
 from specchat.backends.base import Block, ChatMessage
 from specchat.decoding.draft_model import DraftModelDecoder
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent
 from specchat.decoding.registry import DECODERS
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES
+from specchat.engine.events import DoneEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import chat_prompt_ids
 from tests.tiny_models import tiny_backend
 
@@ -259,7 +260,7 @@ del np, torch
 
 
 def test_divergence_reports_index_and_greedy_margin(tiny_pair):
-    from specchat.decoding.race import find_divergence
+    from specchat.evaluation.race import find_divergence
 
     target, _ = tiny_pair
     prompt = TINY_PROMPTS[0]

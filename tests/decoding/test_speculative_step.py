@@ -13,13 +13,14 @@ from specchat.backends.base import Backend
 from specchat.decoding import speculative
 from specchat.decoding.draft_model import DraftModelDecoder
 from specchat.decoding.draft_policy import Plan
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.payoff import PayoffGuard
 from specchat.decoding.plain import GreedyDecoder
 from specchat.decoding.registry import DECODERS
 from specchat.decoding.sampling import Sampler, SamplingParams
 from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import raw_prompt_ids
 from tests.numpy_backend import CharNgramModel, NumpyBackend
 

@@ -10,13 +10,14 @@ import random
 import pytest
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import StepEvent
 from specchat.decoding.registry import DECODERS, build_decoder
 from specchat.decoding.sources import CHAT, PREVIOUS, PROMPT, SAVED, DraftSources
 from specchat.decoding.suffix import SAVED_MIN_MATCH, SuffixDrafter
 from specchat.decoding.suffix_array import DEPTH, TokenSuffixArray
 from specchat.decoding.suffix_tree import SharedTree
+from specchat.engine.events import StepEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.errors import SpecchatError
 from specchat.history import HistoryStore, StoredMessage
 from specchat.prompting import chat_prompt_ids, turn_start

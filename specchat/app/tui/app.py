@@ -1,6 +1,6 @@
 """The chat app: themes, the chat session and the screens' shared actions.
 
-The session (session.py) owns the model, the engine, settings, history and the decoder choice;
+The session (`app/session.py`) owns the model, the engine, settings, history and the decoder choice;
 screens talk to it and never touch a backend. The model loads in a thread worker so the window
 (and its progress line) appears at once.
 """
@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from textual.app import App, SystemCommand
-from textual.binding import Binding
 from textual.screen import Screen
 
+from specchat.app.session import ChatSession
+from specchat.app.tui.keys import APP_KEYS, bindings
 from specchat.app.tui.screens.chat import ChatScreen
 from specchat.app.tui.screens.help import HelpScreen
-from specchat.app.tui.session import ChatSession
 from specchat.backends.base import Backend
-from specchat.decoding.registry import DECODERS
 from specchat.history import HistoryStore
-from specchat.settings import DEFAULT_THEME, Settings, load_settings
+from specchat.options import CHAT, DEFAULT_THEME, RunConfig, resolve
+from specchat.settings import load_settings
 from specchat.themes.app_themes import APP_THEMES, palette_for
 from specchat.themes.palette import RunPalette
 
@@ -38,49 +38,32 @@ class SpecchatApp(App):
         "screens/search.tcss",
         "screens/confirm.tcss",
     ]
-    BINDINGS = [
-        Binding("f1", "help", "help", key_display="F1", priority=True),
-        Binding("ctrl+p", "command_palette", "commands", priority=True, show=False),
-    ]
+    BINDINGS = bindings(APP_KEYS)
 
     def __init__(
         self,
         *,
-        settings: Settings | None = None,
+        settings: RunConfig | None = None,
+        config: RunConfig | None = None,
         settings_error: str | None = None,
-        model: str | None = None,
-        backend_name: str | None = None,
-        device: str | None = None,
-        draft: str | None = None,
-        base_url: str | None = None,
-        api_key_env: str | None = None,
-        race_servers: list[str] | None = None,
-        allow_pickle: bool = False,
-        trust_remote_code: bool = False,
         backend: Backend | None = None,
         history: HistoryStore | None = None,
         chat_id: int | None = None,
         save_settings_file: bool = True,
     ) -> None:
+        """`settings`: what the settings file holds (read from it when not given), where the
+        chat saves what the user changes; `config`: this run's configuration (the settings with
+        the command line applied; the settings alone when not given)."""
         super().__init__()
         if settings is None:
             settings, settings_error = load_settings()
         self.settings_error = settings_error
         self.session = ChatSession(
-            settings.with_overrides(
-                model=model,
-                backend=backend_name,
-                device=device,
-                base_url=base_url,
-                api_key_env=api_key_env,
-                race_servers=race_servers,
-            ),
+            settings,
+            config or resolve(settings, {}, CHAT),
             history or HistoryStore(),
-            draft=draft,
             backend=backend,
             save_settings_file=save_settings_file,
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
         )
         self.initial_chat_id = chat_id
         self.chat: ChatScreen | None = None
@@ -94,7 +77,7 @@ class SpecchatApp(App):
         return self.chat
 
     def on_mount(self) -> None:
-        theme = self.session.settings.theme
+        theme = self.session.config.theme
         if theme not in self.available_themes:
             self.notify(f"unknown theme {theme!r}; using {DEFAULT_THEME}", severity="warning")
             theme = DEFAULT_THEME
@@ -132,9 +115,3 @@ class SpecchatApp(App):
             return
         for title, help_text, callback in chat.palette_commands():
             yield SystemCommand(title, help_text, callback)
-        for info in DECODERS.values():
-            yield SystemCommand(
-                f"Decoder: {info.name}",
-                f"{info.key.upper()} — {info.description}",
-                lambda name=info.name: chat.action_decoder(name),
-            )

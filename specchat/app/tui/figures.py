@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from rich.text import Text
 
-from specchat.decoding.events import StepEvent
-from specchat.decoding.stats import GenerationStats
+from specchat.engine.events import StepEvent
+from specchat.engine.stats import GenerationStats
 from specchat.history import StoredMessage
 
 FINISH_LABELS = {

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from specchat.decoding.events import DoneEvent, StepEvent
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.evaluation.race import Lane
 
 
 @dataclass
@@ -27,8 +28,11 @@ class LoadProgress(Message):
 
 @dataclass
 class ModelLoaded(Message):
-    backend: object
+    """The session loaded the model and made its engine, in `seconds`; `warning`: why the chosen
+    decoder could not be built (the backend's default runs)."""
+
     seconds: float
+    warning: str | None = None
 
 
 @dataclass
@@ -61,7 +65,8 @@ class TurnsLeftOut(Message):
 @dataclass
 class DecoderSwitched(Message):
     """The session's decoder is `name`: built off the event loop and handed to the engine, or
-    kept for when the model is loaded, or its settings changed; mid-answer, from the next step."""
+    chosen for when the model is loaded, or its settings changed; mid-answer, from the next
+    step."""
 
     name: str
     mid_answer: bool
@@ -106,4 +111,6 @@ class RaceFailed(Message):
 
 @dataclass
 class RaceFinished(Message):
-    """All panes ran (or the race was stopped)."""
+    """All panes ran (or the race was stopped): every lane, judged against the baseline's."""
+
+    lanes: tuple[Lane, ...] = ()

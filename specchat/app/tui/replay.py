@@ -14,7 +14,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specchat.decoding.events import StepEvent
+from specchat.engine.events import StepEvent
 
 REPLAY_FRAME_SECONDS = 1 / 30
 

@@ -1,6 +1,6 @@
 """How an answer's steps reach the screen without costing the engine: the worker drops each step
-event into a `StepBuffer` and goes on at once; the screen takes everything buffered at each flush
-and repaints once for the lot, at a pace `FlushPacer` sets.
+event into the `AnswerStream` and goes on at once; the screen takes everything put since the last
+flush and repaints once for the lot, at a pace its `FlushPacer` sets.
 
 A message per step would wake the event loop on every step (hundreds of times a second with a
 speculative decoder), and each wake takes the GIL and a core from the model; a repaint per step
@@ -14,13 +14,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from specchat.decoding.events import StepEvent
+from specchat.engine.events import StepEvent
 
 # Flushes come at most 20 a second (smooth to the eye) and at least 4 (never looks stalled).
 FASTEST_FLUSH = 1 / 20
 SLOWEST_FLUSH = 1 / 4
 # The UI thread's share of one core while an answer streams. Measured on the 2-core machine with
-# py-spy (scripts/measure_ui_cost.py, a 120x40 terminal): a flush and the repaint it causes cost
+# py-spy (benchmarks/measure_ui_cost.py, a 120x40 terminal): a flush and the repaint it causes cost
 # about 9-13 ms of the UI thread once the answer scrolls the transcript, so 20 flushes a second
 # kept it 25% busy and the chat ran at 0.73-0.85 of `specchat ask`; every point the UI takes
 # comes out of the model's spinning threads and more (their barriers stall when one is preempted).
@@ -53,12 +53,14 @@ class FlushPacer:
         return self.interval
 
 
-class StepBuffer:
-    """Step events handed from one worker thread to the event loop. `put` and `take` may run
-    at the same time from the two threads (deque appends and pops are atomic)."""
+class AnswerStream:
+    """One answer's step events handed from the worker thread to the event loop, and the pace at
+    which the screen flushes them. `put` and `take` may run at the same time from the two
+    threads (deque appends and pops are atomic)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pacer: FlushPacer | None = None) -> None:
         self._events: deque[StepEvent] = deque()
+        self.pacer = pacer or FlushPacer()
 
     def put(self, event: StepEvent) -> None:
         self._events.append(event)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specchat.decoding.events import StepEvent
-from specchat.decoding.stats import GenerationStats
+from specchat.engine.events import StepEvent
+from specchat.engine.stats import GenerationStats
 from specchat.history import HistoryStore, StoredMessage
 
 

@@ -12,7 +12,7 @@ from specchat.app.tui.screens.search import SearchScreen
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.history import HistoryStore, StoredMessage
-from specchat.settings import Settings
+from specchat.options import RunConfig
 
 from .conftest import wait_until
 
@@ -34,7 +34,7 @@ async def answered(pilot) -> None:
 
 
 async def test_up_edits_the_last_question_and_left_switches_back(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=8), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=8), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.screen
         prompt = chat.query_one(PromptInput)
@@ -71,7 +71,7 @@ async def test_up_edits_the_last_question_and_left_switches_back(backend):
 
 
 async def test_escape_cancels_an_edit(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=4), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=4), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         prompt = app.screen.query_one(PromptInput)
         prompt.insert("Hi")
@@ -89,7 +89,7 @@ async def test_escape_cancels_an_edit(backend):
 
 
 async def test_regenerate_adds_a_sibling_answer(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=12), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=12), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         app.screen.query_one(PromptInput).insert("Say hello.")
         await pilot.press("enter")
@@ -124,7 +124,7 @@ def code_chat(private_dirs) -> tuple[HistoryStore, int]:
 
 async def test_copy_a_code_block_and_a_message_from_the_keyboard(backend, code_chat):
     store, chat = code_chat
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store, chat_id=chat)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+up")
         assert isinstance(app.focused, AssistantMessage)
@@ -157,7 +157,7 @@ def two_chats(private_dirs) -> tuple[HistoryStore, int, int]:
 
 async def test_search_opens_the_chat_at_the_message_in_its_branch(backend, two_chats):
     store, keeper, question = two_chats
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+k")
         await pilot.pause()
@@ -178,7 +178,7 @@ async def test_search_opens_the_chat_at_the_message_in_its_branch(backend, two_c
 
 async def test_search_says_when_nothing_is_found(backend, two_chats):
     store, *_ = two_chats
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+k")
         await pilot.pause()
@@ -193,7 +193,7 @@ async def test_search_says_when_nothing_is_found(backend, two_chats):
 
 async def test_chat_list_delete_asks_first(backend, two_chats):
     store, keeper, _ = two_chats
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=keeper)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store, chat_id=keeper)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+l")
         await pilot.pause()

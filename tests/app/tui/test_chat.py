@@ -10,9 +10,9 @@ from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.decoding.base import Decoder
-from specchat.decoding.events import StepEvent
 from specchat.decoding.registry import DECODERS
-from specchat.settings import Settings
+from specchat.engine.events import StepEvent
+from specchat.options import RunConfig
 
 from .conftest import StepGate, wait_until
 
@@ -45,7 +45,7 @@ async def type_and_send(pilot, text: str) -> None:
 
 
 async def test_answer_streams_and_status_updates(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=40), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.screen
         with StepGate(app.session.engine, after=2) as gate:
@@ -81,7 +81,7 @@ async def test_answer_streams_and_status_updates(backend):
 async def test_a_burst_of_steps_costs_one_repaint(backend):
     """However many steps the engine made since the last flush, the answer and the status bar
     repaint once for all of them: the UI's work follows the clock, not the model's pace."""
-    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=40), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.screen
         with StepGate(app.session.engine, after=0) as gate:
@@ -92,7 +92,7 @@ async def test_a_burst_of_steps_costs_one_repaint(backend):
             status_repaints = count_updates(chat.query_one(StatusBar))
             words = [f" w{i}" for i in range(200)]
             for word in words:  # as a fast decoder would, between two flushes
-                chat._steps.put(StepEvent((7,), word, 0, 0, "greedy", 0.001))
+                chat._stream.put(StepEvent((7,), word, 0, 0, "greedy", 0.001))
             await chat._flush_steps()
             assert len(repaints) == 1 and len(status_repaints) == 1
             assert answer.text == "".join(words)
@@ -106,7 +106,7 @@ async def test_a_burst_of_steps_costs_one_repaint(backend):
 async def test_streamed_answer_looks_as_the_finished_one(backend):
     """While streaming, finished lines move out of the live tail into static pieces; the
     transcript shows the same lines (and colours) before and after the answer ends."""
-    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=40), backend=backend)
     async with app.run_test(size=(100, 60)) as pilot:
         chat = app.screen
         with StepGate(app.session.engine, after=0) as gate:
@@ -116,7 +116,7 @@ async def test_streamed_answer_looks_as_the_finished_one(backend):
             for line in range(14):
                 for word in ("Line", f" {line}", " has a few words", " and a run", "\n"):
                     n_tokens = 3 if word == " and a run" else 1
-                    chat._steps.put(StepEvent((7,) * n_tokens, word, 2, 2, "pld", 0.001))
+                    chat._stream.put(StepEvent((7,) * n_tokens, word, 2, 2, "pld", 0.001))
                 await chat._flush_steps()
                 await pilot.pause()
             assert len(answer.query_one(".settled").children) >= 1, "lines were settled"
@@ -153,7 +153,7 @@ async def test_decoder_key_mid_answer_switches(backend):
         next((i for i in DECODERS.values() if i.name != "greedy" and i.greedy_family), None)
         or DECODERS["sample"]
     )
-    app = SpecchatApp(settings=Settings(max_tokens=40), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=40), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         with StepGate(app.session.engine, after=2) as gate:
             await type_and_send(pilot, LONG_PROMPT)
@@ -177,7 +177,7 @@ async def test_decoder_key_mid_answer_switches(backend):
 async def test_two_quick_decoder_keys_land_in_the_order_pressed(backend, monkeypatch):
     """The first key's decoder is still being built (a draft model loading, say) when the second
     key is pressed and its decoder is ready: the second key wins, whenever the first build ends."""
-    app = SpecchatApp(settings=Settings(max_tokens=8), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=8), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         session = app.session
         build, slow_started, release = session._build, threading.Event(), threading.Event()
@@ -205,7 +205,7 @@ async def test_two_quick_decoder_keys_land_in_the_order_pressed(backend, monkeyp
 
 
 async def test_decoder_key_when_idle_sets_next_answer(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=8), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=8), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(DECODERS["beam"].key)
         await app.workers.wait_for_complete()
@@ -227,7 +227,7 @@ async def test_unavailable_decoder_says_why(backend, monkeypatch):
             return "needs a GPU"
 
     monkeypatch.setitem(DECODERS, NeedsGpu.name, NeedsGpu)
-    app = SpecchatApp(settings=Settings(), backend=backend)
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f12")
         await pilot.pause()
@@ -237,7 +237,7 @@ async def test_unavailable_decoder_says_why(backend, monkeypatch):
 
 async def test_escape_cancels_and_keeps_text(backend):
     """Esc while the worker is parked after step 3: the engine stops before step 4."""
-    app = SpecchatApp(settings=Settings(max_tokens=400), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=400), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         with StepGate(app.session.engine, after=3) as gate:
             await type_and_send(pilot, LONG_PROMPT)
@@ -260,7 +260,7 @@ async def test_escape_cancels_and_keeps_text(backend):
 async def test_escape_before_the_engine_starts_stops_the_answer(backend):
     """Esc while the worker has built the prompt but not yet called the engine is kept: the
     answer stops before its first step (it used to be lost and the answer ran to the end)."""
-    app = SpecchatApp(settings=Settings(max_tokens=400), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=400), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         with StepGate(app.session.engine, after=0) as gate:
             await type_and_send(pilot, LONG_PROMPT)
@@ -296,7 +296,7 @@ async def test_escape_before_the_engine_starts_stops_the_answer(backend):
 async def test_regenerate_shows_the_new_version_in_place_of_the_old(backend):
     """The transcript shows one answer, the new version (the old one is its sibling: see
     test_branches.py); greedy regenerates the same text."""
-    app = SpecchatApp(settings=Settings(max_tokens=12), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=12), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Say hello.")
         await app.workers.wait_for_complete()
@@ -314,13 +314,13 @@ async def test_regenerate_shows_the_new_version_in_place_of_the_old(backend):
 
 
 async def test_chat_persists_across_restart(backend, private_dirs):
-    app = SpecchatApp(settings=Settings(max_tokens=16), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=16), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Say hi.")
         await app.workers.wait_for_complete()
         await pilot.pause()
         before = [(m.role, m.content, m.runs) for m in app.screen.messages]
-    again = SpecchatApp(settings=Settings(), backend=backend)
+    again = SpecchatApp(settings=RunConfig(), backend=backend)
     async with again.run_test(size=SIZE) as pilot:
         assert again.screen.messages == []
         await pilot.press("ctrl+l")
@@ -336,7 +336,7 @@ async def test_chat_persists_across_restart(backend, private_dirs):
 
 async def test_colour_toggle_renders_markdown_and_persists(backend, fixed_chat):
     store, chat = fixed_chat
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store, chat_id=chat)
     async with app.run_test(size=SIZE) as pilot:
         first = app.screen.query(AssistantMessage).first()
         assert first.query_one(".runs").display and not first.query_one(".markdown").display
@@ -352,7 +352,7 @@ async def test_colour_toggle_renders_markdown_and_persists(backend, fixed_chat):
 
 async def test_export_and_copy(backend, fixed_chat, private_dirs):
     store, chat = fixed_chat
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store, chat_id=chat)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+o")
         assert app.clipboard.startswith("Sure:")
@@ -375,7 +375,7 @@ async def test_broken_settings_file_gives_message(backend, private_dirs, content
 
 
 async def test_model_loads_in_the_background_with_progress():
-    app = SpecchatApp(settings=Settings(max_tokens=4))
+    app = SpecchatApp(settings=RunConfig(max_tokens=4))
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.session.engine is not None)
         await pilot.pause()
@@ -385,7 +385,7 @@ async def test_model_loads_in_the_background_with_progress():
 
 
 async def test_streams_into_markdown_when_colours_are_off(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=40, colour_runs=False), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=40, colour_runs=False), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Give a short list of two fruits.")
         await app.workers.wait_for_complete()
@@ -396,11 +396,16 @@ async def test_streams_into_markdown_when_colours_are_off(backend):
 
 
 async def test_transcript_follows_the_bottom_until_the_user_scrolls_up(backend):
+    """While an answer streams the transcript follows its end, until the user scrolls up: then
+    it stays where they scrolled to. The second answer's worker is parked before its first step
+    and its text is handed to the screen by the test, so the answer is still streaming whatever
+    the machine's speed."""
     from textual.containers import VerticalScroll
 
-    app = SpecchatApp(settings=Settings(max_tokens=160), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=160), backend=backend)
     async with app.run_test(size=(60, 16)) as pilot:
-        transcript = app.screen.query_one("#transcript", VerticalScroll)
+        chat = app.screen
+        transcript = chat.query_one("#transcript", VerticalScroll)
         await type_and_send(pilot, LONG_PROMPT)
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -408,23 +413,39 @@ async def test_transcript_follows_the_bottom_until_the_user_scrolls_up(backend):
         assert transcript.scroll_y == transcript.max_scroll_y, "followed the answer down"
 
         first_answer_end = transcript.max_scroll_y
-        await type_and_send(pilot, LONG_PROMPT)
-        await wait_until(pilot, lambda: transcript.max_scroll_y > first_answer_end + 4, limit=60)
-        assert app.session.busy, "the second answer is still streaming"
-        for _ in range(6):  # what six notches of a mouse wheel do
-            transcript._scroll_up_for_pointer(animate=False)
-        await pilot.pause()
-        held = transcript.scroll_y
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        assert transcript.max_scroll_y > held
-        assert transcript.scroll_y == held, "stayed where the user scrolled to"
+        with StepGate(app.session.engine, after=0) as gate:
+            await type_and_send(pilot, LONG_PROMPT)
+            await wait_until(pilot, gate.held.is_set)
+
+            async def stream(lines: int) -> None:
+                for line in range(lines):
+                    chat._stream.put(
+                        StepEvent((7,), f"line {line} of the story\n", 0, 0, "greedy", 0)
+                    )
+                await chat._flush_steps()
+                await pilot.pause()
+
+            await stream(12)
+            assert transcript.max_scroll_y > first_answer_end + 4
+            assert transcript.scroll_y == transcript.max_scroll_y, "followed the new lines"
+            for _ in range(6):  # what six notches of a mouse wheel do
+                transcript._scroll_up_for_pointer(animate=False)
+            await pilot.pause()
+            held = transcript.scroll_y
+            await stream(12)
+            assert transcript.max_scroll_y > held
+            assert transcript.scroll_y == held, "stayed where the user scrolled to"
+            assert app.session.busy, "the answer is still streaming"
+            await pilot.press("escape")
+            gate.release()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
 
 
 async def test_regenerate_drafts_from_the_old_answer(backend):
     """Ctrl+R offers the answer it replaces as a draft source: greedy verifies it again in long
     passes, and the runs say where their drafts came from."""
-    app = SpecchatApp(settings=Settings(max_tokens=40, decoder="suffix"), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=40, decoder="suffix"), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Name three colours of the rainbow.")
         await app.workers.wait_for_complete()
@@ -441,7 +462,7 @@ async def test_regenerate_drafts_from_the_old_answer(backend):
 
 async def test_colour_by_source_key_switches_the_legend_and_persists(backend, fixed_chat):
     store, chat = fixed_chat
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store, chat_id=chat)
     async with app.run_test(size=SIZE) as pilot:
         legend = app.screen.query_one("#legend")
         assert "tokens per step" in str(legend.render())
@@ -461,7 +482,7 @@ async def test_answers_draft_from_saved_chats_unless_the_setting_is_off(backend)
     """The same question in a new chat: with the saved chats as a source, suffix copies the
     earlier answer; with the setting off it never reads them."""
     for allowed in (True, False):
-        settings = Settings(max_tokens=40, decoder="suffix", draft_from_saved_chats=allowed)
+        settings = RunConfig(max_tokens=40, decoder="suffix", draft_from_saved_chats=allowed)
         app = SpecchatApp(settings=settings, backend=backend)
         async with app.run_test(size=SIZE) as pilot:
             await type_and_send(pilot, "Name three colours of the rainbow.")

@@ -8,7 +8,7 @@ import pytest
 
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
-from specchat.settings import Settings
+from specchat.options import RunConfig
 
 from .conftest import StepGate, wait_until
 
@@ -29,7 +29,7 @@ def shown_equals_stored(app) -> None:
 
 
 async def test_a_resize_while_streaming_loses_nothing(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=60), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=60), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         with StepGate(app.session.engine, after=3) as gate:
             await type_and_send(pilot, "Tell me a story about a lighthouse keeper.")
@@ -55,7 +55,7 @@ async def test_an_answer_of_thousands_of_tokens_keeps_the_ui_responsive(char_ngr
 
     endless = NumpyBackend(char_ngram_model, n_ctx=10_000)
     endless.eos_ids = frozenset()
-    app = SpecchatApp(settings=Settings(max_tokens=5_000), backend=endless)
+    app = SpecchatApp(settings=RunConfig(max_tokens=5_000), backend=endless)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Row, row, row your boat. Merrily, merrily,")
         chat = app.screen
@@ -71,7 +71,7 @@ async def test_an_answer_of_thousands_of_tokens_keeps_the_ui_responsive(char_ngr
 
 
 async def test_a_prompt_past_the_context_window_is_a_notification_and_the_app_goes_on(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=8), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=8), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         too_long = "word " * (backend.n_ctx + 10)
         await type_and_send(pilot, too_long)
@@ -96,7 +96,7 @@ async def test_a_prompt_past_the_context_window_is_a_notification_and_the_app_go
 
 
 async def test_an_empty_prompt_sends_nothing(backend):
-    app = SpecchatApp(settings=Settings(max_tokens=8), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=8), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "   ")
         await pilot.press("enter")

@@ -9,7 +9,7 @@ import pytest
 
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.status_bar import StatusBar
-from specchat.settings import Settings
+from specchat.options import CHAT, RunConfig, resolve
 
 from .conftest import wait_until
 
@@ -34,8 +34,9 @@ def pickled_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def consenting_app(folder: Path, allow_pickle: bool) -> SpecchatApp:
-    settings = Settings(model=str(folder), backend="hf", max_tokens=4)
-    return SpecchatApp(settings=settings, save_settings_file=False, allow_pickle=allow_pickle)
+    settings = RunConfig(model=str(folder), backend="hf", max_tokens=4)
+    config = resolve(settings, {"allow_pickle": allow_pickle}, CHAT)
+    return SpecchatApp(settings=settings, config=config, save_settings_file=False)
 
 
 def errors(app: SpecchatApp) -> list[str]:

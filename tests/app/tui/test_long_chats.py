@@ -9,7 +9,7 @@ import pytest
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.message import AssistantMessage
 from specchat.history import HistoryStore, StoredMessage
-from specchat.settings import Settings
+from specchat.options import RunConfig
 
 from .conftest import wait_until
 
@@ -54,7 +54,7 @@ async def test_a_chat_longer_than_the_window_leaves_out_its_oldest_turns(small_w
     store, chat = long_chat
     small_window.rollback(0)
     app = SpecchatApp(
-        settings=Settings(max_tokens=16), backend=small_window, history=store, chat_id=chat
+        settings=RunConfig(max_tokens=16), backend=small_window, history=store, chat_id=chat
     )
     async with app.run_test(size=SIZE) as pilot:
         app.screen.query_one("#prompt").insert("And one last fact, please.")
@@ -75,7 +75,7 @@ async def test_a_chat_longer_than_the_window_leaves_out_its_oldest_turns(small_w
 
 async def test_a_message_too_long_for_the_window_is_refused_clearly(small_window):
     small_window.rollback(0)
-    app = SpecchatApp(settings=Settings(max_tokens=16), backend=small_window)
+    app = SpecchatApp(settings=RunConfig(max_tokens=16), backend=small_window)
     async with app.run_test(size=SIZE) as pilot:
         app.screen.query_one("#prompt").insert("word " * 400)
         await pilot.press("enter")

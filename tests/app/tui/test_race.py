@@ -14,8 +14,8 @@ import pytest
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.bench.llama_server import free_port
-from specchat.decoding.figures import speedup, tokens_per_second
-from specchat.settings import Settings
+from specchat.evaluation.figures import speedup, tokens_per_second
+from specchat.options import RunConfig
 from tests.servers import REPEATING_PROMPT, server_metrics
 
 from .conftest import wait_until
@@ -63,7 +63,7 @@ async def measured_race(pilot, names: list[str]) -> tuple[RaceScreen, VirtualClo
 
 
 async def test_race_measures_then_replays_at_the_measured_pace(backend):
-    app = SpecchatApp(settings=Settings(), backend=backend)
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         screen, clock = await measured_race(pilot, ["greedy", VARIANT])
         assert not app.session.busy and not app.session.racing
@@ -118,7 +118,7 @@ async def test_race_figures_agree_with_compare(backend):
     """The same prompt and decoders through `specchat compare --json` (one thread, as the
     suite's model) and the race screen: the same tokens, steps, acceptance and exactness; and
     the speedup the table shows is the one computed from the replay's own step times."""
-    app = SpecchatApp(settings=Settings(), backend=backend)
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         screen, clock = await measured_race(pilot, ["greedy", VARIANT])
         clock.now = 1e6
@@ -159,7 +159,7 @@ async def test_race_figures_agree_with_compare(backend):
 async def test_the_chat_answers_as_before_after_a_race(backend):
     """The race's runs fill the model's cache with their own tokens; the chat's next answer must
     not take them for its conversation: regenerating after a race gives the same greedy answer."""
-    app = SpecchatApp(settings=Settings(max_tokens=16), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=16), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         app.screen.query_one("#prompt").insert("Say hi to the cat.")
         await pilot.press("enter")
@@ -213,7 +213,7 @@ async def test_the_race_sets_a_servers_own_speculation_beside_a_local_decoder(
     races the local greedy on one prompt: its pane colours exactly the runs its own counters
     accepted, and its greedy text is ours (the same model and kernels)."""
     label = f"server@127.0.0.1:{llama_server_ngram.port}"
-    settings = Settings(race_servers=[llama_server_ngram.base_url])
+    settings = RunConfig(race_servers=[llama_server_ngram.base_url])
     app = SpecchatApp(settings=settings, backend=backend, save_settings_file=False)
     async with app.run_test(size=SIZE) as pilot:
         before = server_metrics(llama_server_ngram)
@@ -238,7 +238,7 @@ async def test_a_race_server_that_refuses_fails_its_pane_alone(backend):
     """A server typed into the picker that nothing answers: its pane says failed with one line,
     and the local decoder's pane runs as usual."""
     label = f"server@127.0.0.1:{free_port()}"
-    app = SpecchatApp(settings=Settings(), backend=backend, save_settings_file=False)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, save_settings_file=False)
     async with app.run_test(size=SIZE) as pilot:
         screen = await race_with_picker(pilot, PROMPT, ["greedy"], label)
         greedy, server = screen.panes
@@ -247,3 +247,28 @@ async def test_a_race_server_that_refuses_fails_its_pane_alone(backend):
         assert greedy.done is not None and pane_text(greedy) == greedy.done.text
         assert list(summary(screen)) == ["greedy"]
         assert not app.session.busy and not app.session.racing
+
+
+@pytest.mark.slow
+async def test_a_chat_on_a_server_answers_after_a_race_of_servers(llama_server, llama_server_ngram):
+    """A chat on a remote server races its own server's method against another server, then
+    answers the next question (a race once left the chat with a local engine over the remote
+    backend, and the question failed with "the prompt is empty")."""
+    label = f"server@127.0.0.1:{llama_server_ngram.port}"
+    settings = RunConfig(backend="openai", base_url=llama_server.base_url, max_tokens=24)
+    app = SpecchatApp(settings=settings, save_settings_file=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.session.ready)
+        screen = await race_with_picker(pilot, REPEATING_PROMPT, ["server"], label)
+        assert [pane.label for pane in screen.panes] == ["server", label]
+        assert all(pane.done is not None for pane in screen.panes)
+        await pilot.press("escape")  # back to the chat
+        await wait_until(pilot, lambda: not isinstance(app.screen, RaceScreen))
+        app.screen.query_one("#prompt").insert("Say hello.")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(app.screen.messages) == 2 and not app.session.busy)
+        await pilot.pause()
+        answer = app.screen.messages[-1]
+        assert answer.role == "assistant" and answer.content.strip()
+        assert answer.finish_reason in ("eos", "max_tokens") and answer.decoder == "server"
+        assert not [n for n in app._notifications if n.severity == "error"]

@@ -6,14 +6,15 @@ import pytest
 
 from specchat.app.tui.app import SpecchatApp
 from specchat.decoding.registry import DECODERS
-from specchat.settings import Settings, load_settings
+from specchat.options import RunConfig
+from specchat.settings import load_settings
 
 pytestmark = pytest.mark.anyio
 SIZE = (120, 36)
 
 
 async def test_decoder_settings_dialog_saves_params(backend):
-    app = SpecchatApp(settings=Settings(), backend=backend)
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 
@@ -31,7 +32,7 @@ async def test_decoder_settings_dialog_saves_params(backend):
 
 
 async def test_decoder_settings_rejects_bad_value(backend):
-    app = SpecchatApp(settings=Settings(), backend=backend)
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 
@@ -46,7 +47,7 @@ async def test_decoder_settings_rejects_bad_value(backend):
 
 async def test_theme_switch_persists_and_recolours(backend, fixed_chat):
     store, chat = fixed_chat
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store, chat_id=chat)
     async with app.run_test(size=SIZE) as pilot:
         app.theme = "specchat-light"
         await pilot.pause()
@@ -61,7 +62,7 @@ async def test_theme_switch_persists_and_recolours(backend, fixed_chat):
 
 async def test_chat_list_rename_delete_new(backend, fixed_chat):
     store, chat = fixed_chat
-    app = SpecchatApp(settings=Settings(), backend=backend, history=store, chat_id=chat)
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store, chat_id=chat)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+l")
         await pilot.pause()
@@ -81,7 +82,7 @@ async def test_chat_list_rename_delete_new(backend, fixed_chat):
 
 
 async def test_command_palette_lists_actions(backend):
-    app = SpecchatApp(settings=Settings(), backend=backend)
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=SIZE):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         for wanted in ("Stop the answer", "Regenerate the last answer", "Race decoders"):

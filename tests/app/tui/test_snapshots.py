@@ -12,9 +12,10 @@ from specchat.app.tui.messages import RaceDone, RaceFinished, RaceStarted
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.widgets.prompt_input import PromptInput
-from specchat.decoding.events import DoneEvent, StepEvent
-from specchat.decoding.stats import GenerationStats
-from specchat.settings import Settings
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.stats import GenerationStats
+from specchat.evaluation.race import DecoderEntrant, Lane, RaceTurn, judge
+from specchat.options import RunConfig
 
 SIZE = (100, 32)
 
@@ -22,7 +23,7 @@ SIZE = (100, 32)
 def chat_app(backend, fixed_chat, **settings) -> SpecchatApp:
     store, chat = fixed_chat
     return SpecchatApp(
-        settings=Settings(**settings),
+        settings=RunConfig(**settings),
         backend=backend,
         history=store,
         chat_id=chat,
@@ -130,11 +131,16 @@ def scripted_race(at: float):
         clock = VirtualClock()
         screen.clock = clock
         await screen.make_panes(["greedy", "pld"])
+        lanes = []
         for pane, (name, tps) in enumerate([("greedy", 80.0), ("pld", 120.0)]):
             screen.post_message(RaceStarted(pane))
             steps = tuple(scripted_steps(name, tps))
-            screen.post_message(RaceDone(pane, scripted_done(name, tps), steps))
-        screen.post_message(RaceFinished())
+            done = scripted_done(name, tps)
+            screen.post_message(RaceDone(pane, done, steps))
+            lanes.append(Lane(DecoderEntrant(app.session.backend, name, {}), [done]))
+        # the same ids: judged identical without a pass of the model
+        judge(app.session.backend, RaceTurn((), (), 24), lanes, "greedy")
+        screen.post_message(RaceFinished(tuple(lanes)))
         await pilot.pause()
         clock.now = at
         screen.replay_tick()

@@ -8,16 +8,18 @@ from specchat.app.tui.figures import Figures, status_text
 from specchat.app.tui.replay import Timeline, finishing_places
 from specchat.app.tui.runs import RunText, coloured
 from specchat.app.tui.screens.race import RacePane, summary_rows
-from specchat.decoding.events import DoneEvent, StepEvent
-from specchat.decoding.stats import GenerationStats
-from specchat.decoding.variants import parse_variant
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.stats import GenerationStats
+from specchat.evaluation.race import Lane, Unreachable
+from specchat.evaluation.variants import parse_variant
 from specchat.history import HistoryStore, StoredMessage
-from specchat.settings import Settings, dump_settings, load_settings, parse_settings, save_settings
+from specchat.options import RunConfig, resolve
+from specchat.settings import dump_settings, load_settings, parse_settings, save_settings
 from specchat.themes.palette import COLOUR_BLIND_SAFE
 
 
 def test_settings_round_trip(tmp_path):
-    settings = Settings(
+    settings = RunConfig(
         model="x.gguf",
         decoder="beam",
         theme="specchat-light",
@@ -29,16 +31,16 @@ def test_settings_round_trip(tmp_path):
     path = save_settings(settings, tmp_path / "s.toml")
     loaded, error = load_settings(path)
     assert error is None and loaded == settings
-    assert loaded.temperature("sample") == 0.7 and loaded.decoder_params("sample") == {}
+    assert loaded.temperature_for("sample") == 0.7 and loaded.decoder_params("sample") == {}
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
 
 
 def test_settings_broken_and_missing(tmp_path):
-    assert load_settings(tmp_path / "none.toml") == (Settings(), None)
+    assert load_settings(tmp_path / "none.toml") == (RunConfig(), None)
     bad = tmp_path / "bad.toml"
     bad.write_text("device = 'tpu'\n")
     settings, error = load_settings(bad)
-    assert settings == Settings() and "device must be cpu or cuda" in error
+    assert settings == RunConfig() and "device must be one of cpu, cuda" in error
     bad.write_text("[decoders]\nbeam = 3\n")
     assert "must be tables" in load_settings(bad)[1]
     bad.write_text("race_servers = ['ftp://host']\n")
@@ -46,9 +48,9 @@ def test_settings_broken_and_missing(tmp_path):
 
 
 def test_settings_cli_overrides():
-    settings = parse_settings(dump_settings(Settings(model="a", device="cuda")))
-    assert settings.with_overrides(model="b", device=None).model == "b"
-    assert settings.with_overrides(model=None).device == "cuda"
+    settings = parse_settings(dump_settings(RunConfig(model="a", device="cuda")))
+    assert resolve(settings, {"model": "b", "device": None}, "ask").model == "b"
+    assert resolve(settings, {"model": None}, "ask").device == "cuda"
 
 
 def test_history_store(tmp_path):
@@ -136,8 +138,9 @@ def test_race_summary():
         _pane("greedy", 100.0, [1, 2]),
         _pane("pld:fixed_draft=10", 50.0, [1, 3]),
     ]
-    flags = {"pld": True, "greedy": True, "pld:fixed_draft=10": True}
-    rows = summary_rows(panes, flags)
+    judged = {"pld": True, "greedy": True, "pld:fixed_draft=10": False}
+    lanes = [Lane(Unreachable(label, ""), identical=same) for label, same in judged.items()]
+    rows = summary_rows(panes, lanes)
     assert [r[0] for r in rows] == ["pld", "greedy", "pld:fixed_draft=10"]
     assert [r[2] for r in rows] == ["1.50×", "1.00×", "0.50×"]  # vs greedy, not the first pane
     assert [r[7] for r in rows] == ["identical ✓", "reference", "differs ✗"]

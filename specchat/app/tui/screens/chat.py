@@ -1,5 +1,7 @@
-"""The chat: transcript, legend, status line, input. The session runs the answer in a worker that
-only posts messages; this screen turns them into widgets, figures and history rows.
+"""The chat: transcript, legend, status line, input. Its workers run what blocks — loading the
+model, building a decoder, the answer — through the session and post what happened to this
+screen; the conversation (`app/conversation.py`) holds the chat and writes the store; this screen
+shows them.
 
 The transcript is the chat's current branch. Up in an empty prompt edits the last question (or
 `e` on a focused question edits that one): sending it adds a sibling after the same message, a
@@ -10,21 +12,31 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
 from specchat.app.chat_export import chat_markdown
+from specchat.app.conversation import Conversation
+from specchat.app.session import AnswerEvent, ChatSession
+from specchat.app.session import TurnsLeftOut as LeftOut
 from specchat.app.tui.clipboard import code_blocks, copy_to_clipboard
 from specchat.app.tui.figures import Figures
+from specchat.app.tui.keys import (
+    APP_KEYS,
+    CHAT_KEYS,
+    PROMPT_KEYS,
+    Key,
+    bindings,
+    decoder_keys,
+)
 from specchat.app.tui.messages import (
     AnswerDone,
     AnswerFailed,
@@ -39,49 +51,20 @@ from specchat.app.tui.screens.chats import ChatListScreen
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.screens.search import SearchScreen
-from specchat.app.tui.session import ChatSession
-from specchat.app.tui.streaming import FlushPacer, StepBuffer
+from specchat.app.tui.streaming import AnswerStream
 from specchat.app.tui.widgets.legend import Legend
 from specchat.app.tui.widgets.message import AssistantMessage, Turn, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.app.tui.widgets.status_bar import StatusBar
-from specchat.decoding.registry import DECODERS
+from specchat.engine.events import DoneEvent
 from specchat.errors import HistoryError
+from specchat.evaluation.race import error_text
 from specchat.history import StoredMessage
 from specchat.locations import exports_dir
 
 
-def decoder_bindings() -> list[Binding]:
-    """A key per decoder in the registry, switching to it (see `ChatScreen.with_decoder_keys`)."""
-    return [
-        Binding(
-            info.key,
-            f"decoder('{info.name}')",
-            info.name,
-            key_display=info.key.upper(),
-            priority=True,
-            show=not info.needs_server,  # a remote server's method: shown by the status line
-        )
-        for info in DECODERS.values()
-    ]
-
-
 class ChatScreen(Screen):
-    BINDINGS = [
-        Binding("escape", "cancel", "stop", priority=True),
-        Binding("ctrl+r", "regenerate", "regenerate", priority=True, show=False),
-        Binding("ctrl+t", "toggle_colour", "colours", priority=True),
-        Binding("ctrl+f", "toggle_colour_by", "by source", priority=True, show=False),
-        Binding("ctrl+o", "copy_answer", "copy answer", priority=True, show=False),
-        Binding("ctrl+s", "export", "export", priority=True, show=False),
-        Binding("ctrl+g", "decoder_settings", "settings", priority=True, show=False),
-        Binding("ctrl+b", "race", "race", priority=True),
-        Binding("ctrl+l", "chats", "chats", priority=True, show=False),
-        Binding("ctrl+n", "new_chat", "new chat", priority=True, show=False),
-        Binding("ctrl+k", "search", "search", priority=True, show=False),
-        Binding("ctrl+up", "focus_message(-1)", "messages", priority=True, show=False),
-        Binding("question_mark", "app.help", "help", show=False),
-    ]
+    BINDINGS = bindings(CHAT_KEYS)
 
     @classmethod
     def with_decoder_keys(cls) -> type[ChatScreen]:
@@ -90,29 +73,35 @@ class ChatScreen(Screen):
         at import, so a decoder registered after import has its key too."""
 
         class ChatScreenWithDecoderKeys(cls, inherit_bindings=False):
-            BINDINGS = [*decoder_bindings(), *Screen.BINDINGS, *cls.BINDINGS]
+            BINDINGS = [*bindings(decoder_keys()), *Screen.BINDINGS, *cls.BINDINGS]
 
         return ChatScreenWithDecoderKeys
 
     def __init__(self, chat_id: int | None = None) -> None:
         super().__init__()
-        self.chat_id = chat_id
-        self.messages: list[StoredMessage] = []
+        self.initial_chat_id = chat_id
+        self.conversation: Conversation | None = None  # made on mount, from the app's store
         self.figures = Figures()
         self._answer_id = 0
         self._answer: AssistantMessage | None = None
         self._answer_cancel: threading.Event | None = None  # the latest answer's stop token
-        self._question_id: int | None = None  # the stored question the running answer answers
         self._answer_started = 0.0
-        self._steps: StepBuffer | None = None  # the running answer's steps, not yet shown
+        self._stream: AnswerStream | None = None  # the running answer's steps, not yet shown
         self._flush_timer: Timer | None = None
-        self._pacer = FlushPacer()  # a new one per answer
         self._editing: StoredMessage | None = None  # the question being edited (a fork on send)
         self._code_block = 0  # which code block `y` copies next from the focused message
 
     @property
     def session(self) -> ChatSession:
         return self.app.session
+
+    @property
+    def chat_id(self) -> int | None:
+        return self.conversation.chat_id if self.conversation is not None else None
+
+    @property
+    def messages(self) -> list[StoredMessage]:
+        return self.conversation.messages if self.conversation is not None else []
 
     def compose(self) -> ComposeResult:
         yield Header(icon="≫")
@@ -125,23 +114,37 @@ class ChatScreen(Screen):
 
     async def on_mount(self) -> None:
         session = self.session
-        session.attach(self)
-        warning = session.start()
-        if warning:
-            self.notify(warning, severity="warning")
+        self.conversation = Conversation(session.history)
+        if session.needs_loading:
+            self.run_worker(
+                self._load, name="load model", group="load", exclusive=True, thread=True
+            )
+        elif not session.ready:
+            warning = session.use_model(session.backend)
+            if warning:
+                self.notify(warning, severity="warning")
         self.query_one("#transcript").anchor()
         self.palette_changed_sync()
-        if self.chat_id is not None:
-            await self.open_chat(self.chat_id)
+        if self.initial_chat_id is not None:
+            await self.open_chat(self.initial_chat_id)
         self.query_one(PromptInput).focus()
         if not session.ready:
             self._status_line("loading model…")
-        elif self.chat_id is None:
+        elif self.initial_chat_id is None:
             self._model_ready()
         else:
             self._show_status()
 
-    # -- the session's messages ---------------------------------------------------------------
+    # -- the model ------------------------------------------------------------------------------
+    def _load(self) -> None:
+        """A worker: the session loads the model; this screen hears how it went."""
+        try:
+            seconds, warning = self.session.load(lambda text: self.post_message(LoadProgress(text)))
+        except Exception as exc:  # a runtime failing to load is shown, not a crash
+            self.post_message(ModelFailed(error_text(exc)))
+            return
+        self.post_message(ModelLoaded(seconds, warning))
+
     def on_load_progress(self, message: LoadProgress) -> None:
         self._status_line(f"{message.text}…")
 
@@ -150,15 +153,45 @@ class ChatScreen(Screen):
         self.notify(message.error, title="model", severity="error", timeout=30)
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
-        warning = self.session.use_model(message.backend)
-        if warning:
-            self.notify(warning, severity="warning")
+        if message.warning:
+            self.notify(message.warning, severity="warning")
         self._model_ready()
         self.notify(f"model ready in {message.seconds:.2f} s", timeout=3)
 
+    def _model_ready(self) -> None:
+        self.figures.decoder = self.session.decoder_name
+        self.figures.params = self.session.params_label(self.session.decoder_name)
+        self._show_status()
+
+    # -- decoders -------------------------------------------------------------------------------
+    def action_decoder(self, name: str) -> None:
+        """Switch decoder: mid-answer from the next step on, else for the next answer."""
+        session = self.session
+        refused = session.choose_decoder(name)
+        if refused:
+            self.notify(refused, severity="warning")
+        elif not session.ready:  # chosen for when the model is loaded
+            self.post_message(DecoderSwitched(name, mid_answer=False))
+        else:
+            self._switch(name)
+
+    def _switch(self, name: str) -> None:
+        """Build the decoder off the event loop (it may load a draft model); the newest key wins."""
+        ticket = self.session.switch_ticket()
+        work = partial(self._build_and_switch, name, ticket, self.session.busy)
+        self.run_worker(work, name=f"switch to {name}", group="switch", thread=True)
+
+    def _build_and_switch(self, name: str, ticket: int, mid_answer: bool) -> None:
+        try:
+            applied = self.session.switch_to(name, ticket)
+        except Exception as exc:
+            self.post_message(DecoderFailed(name, error_text(exc)))
+            return
+        if applied:
+            self.post_message(DecoderSwitched(name, mid_answer))
+
     def on_decoder_switched(self, message: DecoderSwitched) -> None:
         session = self.session
-        session.decoder_switched(message.name)
         if message.mid_answer and session.busy:
             self.figures.pending = message.name
         else:
@@ -171,11 +204,20 @@ class ChatScreen(Screen):
     def on_decoder_failed(self, message: DecoderFailed) -> None:
         self.notify(message.error, title=message.name, severity="error")
 
-    def _model_ready(self) -> None:
-        self.figures.decoder = self.session.decoder_name
-        self.figures.params = self.session.params_label(self.session.decoder_name)
-        self._show_status()
+    def action_decoder_settings(self) -> None:
+        self.app.push_screen(DecoderSettingsScreen(self.session.decoder_name), self._settings_saved)
 
+    def _settings_saved(self, name: str | None) -> None:
+        """The dialog stored `name`'s settings: the running decoder takes them from the next
+        answer on."""
+        if name is None:
+            return
+        if name == self.session.decoder_name and self.session.ready:
+            self._switch(name)
+        else:
+            self.post_message(DecoderSwitched(self.session.decoder_name, mid_answer=False))
+
+    # -- the status line and colours ------------------------------------------------------------
     def _status_line(self, text: str) -> None:
         self.query_one(StatusBar).message(text)
 
@@ -192,22 +234,44 @@ class ChatScreen(Screen):
         for message in self.query(AssistantMessage):
             await message.set_colour(session.colour_runs, self.app.palette, session.colour_by)
 
+    async def action_toggle_colour(self) -> None:
+        error = self.session.toggle_colour_runs()
+        if error:
+            self.notify(error, severity="error")
+        await self.palette_changed()
+
+    async def action_toggle_colour_by(self) -> None:
+        """Colour runs by tokens per step or by where their drafts came from (turning the
+        colours on if they were off)."""
+        error = self.session.toggle_colour_by()
+        if not self.session.colour_runs:
+            error = self.session.toggle_colour_runs() or error
+        if error:
+            self.notify(error, severity="error")
+        await self.palette_changed()
+
     # -- opening chats ----------------------------------------------------------------------
+    def _idle(self, doing: str = "stop the answer first (Esc)") -> bool:
+        """True when no answer runs; else says so."""
+        if self.session.busy or self._answer is not None:
+            self.notify(doing, severity="warning")
+            return False
+        return True
+
     async def open_chat(self, chat_id: int | None, focus: int | None = None) -> None:
         """Show a stored chat (or an empty one for None) in its current branch; figures of its
         last answer. `focus`: the id of a message to focus (a search hit, a switched branch)."""
-        if self.session.busy:
-            self.notify("stop the answer first (Esc)", severity="warning")
+        if not self._idle():
             return
         self._stop_editing()
-        history = self.session.history
         try:
-            messages = history.messages(chat_id) if chat_id is not None else []
+            self.conversation.open(chat_id)
         except HistoryError as exc:
             self.notify(str(exc), title="chats", severity="error")
             return
-        self.chat_id = chat_id
-        self.messages = messages
+        await self._show_conversation(focus)
+
+    async def _show_conversation(self, focus: int | None = None) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.remove_children()
         widgets = [self._widget_for(m) for m in self.messages]
@@ -218,8 +282,8 @@ class ChatScreen(Screen):
         if target is not None:
             transcript.anchor(False)
             target.focus()
-        self.sub_title = (history.chat_title(chat_id) or "") if chat_id else "new chat"
-        last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
+        self.sub_title = self.conversation.title if self.chat_id is not None else "new chat"
+        last = self.conversation.last("assistant")
         if last is not None:
             self.figures = Figures.stored(last)
         else:
@@ -244,8 +308,7 @@ class ChatScreen(Screen):
         if not self.session.ready:
             self.notify("the model is still loading", severity="warning")
             return
-        if self.session.busy:
-            self.notify("an answer is running: wait, or Esc to stop it", severity="warning")
+        if not self._idle("an answer is running: wait, or Esc to stop it"):
             return
         self.query_one(PromptInput).clear()
         if self._editing is not None:
@@ -254,31 +317,19 @@ class ChatScreen(Screen):
             await self.send(event.text.strip())
 
     async def send(self, text: str) -> None:
-        """Add the user's turn after the last message shown and start the answer."""
+        """Ask `text` after the last message shown and start the answer."""
         cancel = self._new_answer_token()
-        history = self.session.history
-        message = StoredMessage("user", text)
         try:
-            if self.chat_id is None:
-                title = " ".join(text.split())[:48] or "New chat"
-                self.chat_id = history.new_chat(title)
-                self.sub_title = title
-            self._question_id = history.add_message(
-                self.chat_id, message, parent_id=self._last_id()
-            )
+            question = self.conversation.ask(text)
         except HistoryError as exc:  # nothing sent: the question goes back to the prompt
             self.notify(str(exc), title="not sent", severity="error", timeout=15)
             self.query_one(PromptInput).insert(text)
             return
-        self.messages.append(message)
+        self.sub_title = self.conversation.title
         transcript = self.query_one("#transcript", VerticalScroll)
-        await transcript.mount(UserMessage(text, message))
+        await transcript.mount(UserMessage(text, question))
         transcript.anchor()
         await self._start_answer(cancel)
-
-    def _last_id(self) -> int | None:
-        """The message a new one follows: the last one shown (None: the chat's first)."""
-        return self.messages[-1].id if self.messages else None
 
     def _new_answer_token(self) -> threading.Event:
         """The next answer's stop token, made before anything awaits: Esc sets it, and the
@@ -300,30 +351,52 @@ class ChatScreen(Screen):
         await transcript.mount(self._answer)
         self.figures = Figures(decoder=name, params=session.params_label(name), streaming=True)
         self._answer_started = time.monotonic()
-        self._steps = session.answer(self._answer_id, self.messages, cancel, previous_answer)
-        self._pacer = FlushPacer()
+        self._stream = stream = AnswerStream()
+        events = session.answer(self.conversation.prompt(), cancel, previous_answer)
+        work = partial(self._generate, self._answer_id, events, stream)
+        self.run_worker(work, name="answer", group="answer", exclusive=True, thread=True)
         self._flush_timer = self.set_timer(
-            self._pacer.interval, partial(self._paced_flush, self._answer_id)
+            stream.pacer.interval, partial(self._paced_flush, self._answer_id)
         )
         self._show_status()
+
+    def _generate(
+        self, answer_id: int, events: Iterator[AnswerEvent], stream: AnswerStream
+    ) -> None:
+        """A worker: each step goes into the stream, which this screen drains at its own pace
+        (`streaming.py`: no message per step); AnswerDone or AnswerFailed comes after the last
+        step was put."""
+        done = None
+        try:
+            for event in events:
+                if isinstance(event, DoneEvent):
+                    done = event
+                elif isinstance(event, LeftOut):
+                    self.post_message(TurnsLeftOut(answer_id, event.left_out, event.n_ctx))
+                else:
+                    stream.put(event)
+        except Exception as exc:  # a bug or a runtime failure: show it, keep the app
+            self.post_message(AnswerFailed(answer_id, error_text(exc)))
+            return
+        self.post_message(AnswerDone(answer_id, done))
 
     async def _paced_flush(self, answer_id: int) -> None:
         """A flush, and the next one at the pacer's interval (see `streaming.py`), while answer
         `answer_id` streams."""
-        if self._steps is None or answer_id != self._answer_id:
+        if self._stream is None or answer_id != self._answer_id:
             return
         await self._flush_steps()
-        if self._steps is not None and answer_id == self._answer_id:
+        if self._stream is not None and answer_id == self._answer_id:
             self._flush_timer = self.set_timer(
-                self._pacer.next_interval(), partial(self._paced_flush, answer_id)
+                self._stream.pacer.next_interval(), partial(self._paced_flush, answer_id)
             )
 
     async def _flush_steps(self) -> None:
-        """Show every step the worker buffered since the last flush: one repaint of the answer
-        and one of the status bar, however many steps came (see `streaming.py`)."""
-        if self._steps is None or self._answer is None:
+        """Show every step the worker put since the last flush: one repaint of the answer and
+        one of the status bar, however many steps came (see `streaming.py`)."""
+        if self._stream is None or self._answer is None:
             return
-        events = self._steps.take()
+        events = self._stream.take()
         if not events:
             return
         await self._answer.add_steps(events)
@@ -340,12 +413,11 @@ class ChatScreen(Screen):
     async def on_answer_done(self, message: AnswerDone) -> None:
         if message.answer_id != self._answer_id or self._answer is None:
             return
-        self._question_id = None  # answered: it stays
         self._stop_flushing()
         await self._flush_steps()  # the worker put every step before it posted this
-        self._steps = None
+        self._stream = None
         event = message.event
-        answer, self._answer = self._answer, None
+        answer = self._answer
         await answer.finish(event.text, event.finish_reason)
         elapsed = round(time.monotonic() - self._answer_started, 3)
         decoder = answer.decoder or self.figures.decoder
@@ -366,13 +438,10 @@ class ChatScreen(Screen):
             elapsed_seconds=elapsed,
             params=self.figures.params,
         )
-        if self.chat_id is not None:
-            try:
-                self.session.history.add_message(self.chat_id, stored, parent_id=self._last_id())
-            except HistoryError as exc:
-                self.notify(str(exc), title="answer not saved", severity="error", timeout=15)
-        self.messages.append(stored)
-        self.session.answer_ended()
+        error = self.conversation.record_answer(stored)
+        if error:
+            self.notify(error, title="answer not saved", severity="error", timeout=15)
+        self._answer = None
         answer.show_branch(stored)  # the header shows it ended: from now on keys act on it
         self._show_status()
 
@@ -380,11 +449,10 @@ class ChatScreen(Screen):
         if message.answer_id != self._answer_id:
             return
         self._stop_flushing()
-        self._steps = None
+        self._stream = None
         if self._answer is not None:
             await self._answer.remove()
             self._answer = None
-        self.session.answer_ended()
         self.figures.streaming = False
         self._show_status()
         self._take_back_question()
@@ -406,13 +474,10 @@ class ChatScreen(Screen):
 
     def _take_back_question(self) -> None:
         """An answer that failed before it began (a prompt past the context window) leaves its
-        question unanswered: kept, it would be part of every later prompt and fail each of them.
-        The question leaves the chat and the store and goes back into the input to be edited."""
-        question_id, self._question_id = self._question_id, None
-        if question_id is None or not self.messages or self.messages[-1].role != "user":
-            return  # a regenerated answer failed: its question was answered before
-        question = self.messages.pop()
-        self.session.history.delete_message(question_id)
+        question unanswered: it leaves the chat and goes back into the input to be edited."""
+        question = self.conversation.take_back_question()
+        if question is None:
+            return
         users = self.query(UserMessage)
         if users:
             users.last().remove()
@@ -435,55 +500,31 @@ class ChatScreen(Screen):
             self.query_one(PromptInput).focus()
 
     async def action_regenerate(self) -> None:
-        if not self.session.ready or self.session.busy:
+        if not self.session.ready or self.session.busy or self._answer is not None:
             self.notify("nothing to regenerate right now", severity="warning")
             return
         if not self.messages:
             self.notify("no answer to regenerate yet", severity="warning")
             return
         cancel = self._new_answer_token()
-        previous = None
-        if self.messages[-1].role == "assistant":
-            # the old answer stays in the store: the new one becomes its sibling (‹2/2›)
-            previous = self.messages.pop().content  # a draft source: greedy re-verifies it
+        # the old answer stays in the store: the new one becomes its sibling (‹2/2›), and a
+        # draft source (greedy re-verifies it)
+        previous = self.conversation.regenerate()
+        if previous is not None:
             answers = self.query(AssistantMessage)
             if answers:
                 await answers.last().remove()
         await self._start_answer(cancel, previous)
 
-    async def action_toggle_colour(self) -> None:
-        error = self.session.toggle_colour_runs()
-        if error:
-            self.notify(error, severity="error")
-        await self.palette_changed()
-
-    async def action_toggle_colour_by(self) -> None:
-        """Colour runs by tokens per step or by where their drafts came from (turning the
-        colours on if they were off)."""
-        error = self.session.toggle_colour_by()
-        if not self.session.colour_runs:
-            error = self.session.toggle_colour_runs() or error
-        if error:
-            self.notify(error, severity="error")
-        await self.palette_changed()
-
-    def _last_answer(self) -> str | None:
-        for message in reversed(self.messages):
-            if message.role == "assistant":
-                return message.content
-        return None
-
     def action_copy_answer(self) -> None:
-        text = self._last_answer()
-        if text is None:
+        last = self.conversation.last("assistant")
+        if last is None:
             self.notify("no answer to copy yet", severity="warning")
             return
-        copy_to_clipboard(self.app, text, "the last answer")
+        copy_to_clipboard(self.app, last.content, "the last answer")
 
     def _title(self) -> str:
-        if self.chat_id is None:
-            return "specchat chat"
-        return self.session.history.chat_title(self.chat_id) or "specchat chat"
+        return self.conversation.title or "specchat chat"
 
     def action_copy_chat(self) -> None:
         copy_to_clipboard(self.app, chat_markdown(self._title(), self.messages), "the chat")
@@ -502,10 +543,8 @@ class ChatScreen(Screen):
         await self.open_chat(None)
 
     def action_chats(self) -> None:
-        if self.session.busy:
-            self.notify("stop the answer first (Esc)", severity="warning")
-            return
-        self.app.push_screen(ChatListScreen(self.chat_id, self.open_chat, self._chat_renamed))
+        if self._idle():
+            self.app.push_screen(ChatListScreen(self.chat_id, self.open_chat, self._chat_renamed))
 
     def _chat_renamed(self, chat_id: int, title: str) -> None:
         if chat_id == self.chat_id:
@@ -513,9 +552,9 @@ class ChatScreen(Screen):
 
     # -- editing and branches -------------------------------------------------------------
     @on(PromptInput.EditLast)
-    def _edit_last(self) -> None:
+    def action_edit_last(self) -> None:
         """Up in an empty prompt: edit the last question, as in most chat apps."""
-        last = next((m for m in reversed(self.messages) if m.role == "user"), None)
+        last = self.conversation.last("user")
         if last is not None:
             self._start_editing(last)
 
@@ -543,9 +582,8 @@ class ChatScreen(Screen):
         """Send `text` in place of `edited`: a sibling after the same message, a new branch;
         the old branch stays (←/→ on the question switch back)."""
         self._stop_editing()
-        index = next((i for i, m in enumerate(self.messages) if m.id == edited.id), None)
+        index = self.conversation.fork(edited)
         if index is not None:
-            self.messages = self.messages[:index]
             for turn in list(self.query(Turn))[index:]:
                 await turn.remove()
             for notice in self.query(".notice"):  # they spoke of answers no longer shown
@@ -576,11 +614,9 @@ class ChatScreen(Screen):
         turn = self.focused
         if not isinstance(turn, Turn) or turn.stored is None or turn.stored.id is None:
             return
-        if self.session.busy:
-            self.notify("stop the answer first (Esc)", severity="warning")
+        if not self._idle():
             return
-        history = self.session.history
-        siblings = history.siblings(turn.stored.id)
+        siblings = self.conversation.siblings(turn.stored)
         if len(siblings) < 2:
             self.notify(
                 "this message has no other version: edit a question (e) or regenerate an "
@@ -591,12 +627,17 @@ class ChatScreen(Screen):
         index = siblings.index(turn.stored.id) + delta
         if not 0 <= index < len(siblings):
             return
+        await self._show_branch(siblings[index])
+
+    async def _show_branch(self, message_id: int) -> None:
+        """Make the branch through `message_id` current and show it, that message focused."""
+        self._stop_editing()
         try:
-            history.switch_branch(siblings[index])
+            self.conversation.switch_branch(message_id)
         except HistoryError as exc:
             self.notify(str(exc), severity="error")
             return
-        await self.open_chat(self.chat_id, focus=siblings[index])
+        await self._show_conversation(focus=message_id)
 
     # -- copying -------------------------------------------------------------------------------
     def action_copy_message(self) -> None:
@@ -620,68 +661,27 @@ class ChatScreen(Screen):
         what = "the code block" if len(blocks) == 1 else f"code block {index + 1}/{len(blocks)}"
         copy_to_clipboard(self.app, blocks[index], what)
 
-    # -- search -----------------------------------------------------------------------------
+    # -- search and race ------------------------------------------------------------------------
     def action_search(self) -> None:
-        if self.session.busy:
-            self.notify("stop the answer first (Esc)", severity="warning")
-            return
-        self.app.push_screen(SearchScreen(), self._open_hit)
+        if self._idle():
+            self.app.push_screen(SearchScreen(), self._open_hit)
 
     async def _open_hit(self, hit: tuple[int, int] | None) -> None:
         """Open the chat of a search result in the result's branch, the message focused."""
-        if hit is None:
-            return
-        chat_id, message_id = hit
-        try:
-            self.session.history.switch_branch(message_id)
-        except HistoryError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        await self.open_chat(chat_id, focus=message_id)
-
-    def action_decoder_settings(self) -> None:
-        self.app.push_screen(DecoderSettingsScreen(self.session.decoder_name))
-
-    def action_decoder(self, name: str) -> None:
-        """Switch decoder: mid-answer from the next step on, else for the next answer."""
-        refused = self.session.choose_decoder(name)
-        if refused:
-            self.notify(refused, severity="warning")
+        if hit is not None and self._idle():
+            await self._show_branch(hit[1])
 
     def action_race(self) -> None:
-        if self.session.busy:
-            self.notify("stop the answer first (Esc)", severity="warning")
-            return
-        last_prompt = next((m.content for m in reversed(self.messages) if m.role == "user"), "")
-        self.app.push_screen(RaceScreen(last_prompt))
+        if self._idle():
+            last = self.conversation.last("user")
+            self.app.push_screen(RaceScreen(last.content if last else ""))
 
     def palette_commands(self) -> list[tuple[str, str, Callable]]:
-        """Every action of this screen, for the command palette."""
+        """Every action with a palette title, for the command palette (keys.py declares them)."""
+        keys: list[Key] = [*CHAT_KEYS, *decoder_keys(), *PROMPT_KEYS, *APP_KEYS]
         return [
-            ("Stop the answer", "Esc — keep what was generated", self.action_cancel),
-            ("Regenerate the last answer", "Ctrl+R", self.action_regenerate),
-            ("Toggle run colours", "Ctrl+T — colour multi-token steps", self.action_toggle_colour),
-            (
-                "Colour runs by length or source",
-                "Ctrl+F — tokens per step, or where the drafts came from",
-                self.action_toggle_colour_by,
-            ),
-            ("Copy the last answer", "Ctrl+O — to the clipboard", self.action_copy_answer),
-            ("Copy the whole chat", "as Markdown, to the clipboard", self.action_copy_chat),
-            (
-                "Export the chat to Markdown",
-                "Ctrl+S — a file under the data dir",
-                self.action_export,
-            ),
-            ("Decoder settings", "Ctrl+G — parameters and sampling", self.action_decoder_settings),
-            ("Race decoders", "Ctrl+B — one prompt through 2–4 decoders", self.action_race),
-            ("Chats", "Ctrl+L — open, rename, delete", self.action_chats),
-            ("Search all chats", "Ctrl+K — full text, opens the chat there", self.action_search),
-            (
-                "Edit the last question",
-                "Up in an empty prompt — sending it starts a new branch",
-                self._edit_last,
-            ),
-            ("New chat", "Ctrl+N", self.action_new_chat),
-            ("Help", "F1 — keys and decoders", self.app.action_help),
-        ]
+            (key.palette, f"{key.display} — {key.help}" if key.keys else key.help,
+             partial(self.run_action, key.action))
+            for key in keys
+            if key.palette
+        ]  # fmt: skip

@@ -1,6 +1,8 @@
 """Ctrl+G: a decoder's parameters (from its registry Param list) and the sampling settings.
+Saving dismisses it with the decoder's name, so the chat can apply them.
 
-Values are checked against the type of each parameter's default before anything is stored.
+Values are checked by their declarations (the decoder's `Param`s, the run options of `options.py`)
+before anything is stored.
 """
 
 from __future__ import annotations
@@ -12,29 +14,13 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-from specchat.app.tui.session import ChatSession
+from specchat.app.session import ChatSession
 from specchat.decoding.registry import DECODERS
 from specchat.errors import SpecchatError
+from specchat.options import run_options
 
-
-def parse_value(text: str, default: object, name: str) -> object:
-    """A typed value for a parameter, shaped like its default; raises ValueError with the reason."""
-    text = text.strip()
-    if text == "" or text.lower() == "none":
-        return None
-    try:
-        if isinstance(default, bool):
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return text.lower() in ("true", "1", "yes")
-        if isinstance(default, int):
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
-    except ValueError:
-        kind = type(default).__name__
-        raise ValueError(f"{name} must be a{'n' if kind == 'int' else ''} {kind}") from None
-    return text
+# the sampling options the dialog shows beside the decoder's parameters (options.py declares them)
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
 
 
 class DecoderSettingsScreen(ModalScreen):
@@ -67,22 +53,21 @@ class DecoderSettingsScreen(ModalScreen):
 
     def _rows(self, name: str) -> list[tuple[str, str, object, str]]:
         """(field id, label, current value, help) for the decoder's params and sampling."""
-        settings = self.session.settings
+        config = self.session.config
         info = DECODERS[name]
         params = self.session.decoder_params(name)
         rows = [(f"p-{p.name}", p.name, params.get(p.name), p.help) for p in info.params]
-        temperature = settings.temperature(name)
-        rows += [
-            (
-                "s-temperature",
-                "temperature",
-                temperature,
-                f"empty: the decoder's default ({info.default_temperature})",
-            ),
-            ("s-top_k", "top-k", settings.top_k, "0: off (shared by all decoders)"),
-            ("s-top_p", "top-p", settings.top_p, "1.0: off (shared)"),
-            ("s-seed", "seed", settings.seed, "empty: random (shared)"),
-        ]
+        options = run_options()
+        for field in SAMPLING_FIELDS:
+            if field == "temperature":
+                value = config.temperature_for(name)
+                text = (
+                    f"sampling temperature; empty: the decoder's own ({info.default_temperature})"
+                )
+            else:
+                value = getattr(config, field)
+                text = options[field].info.help + " (shared by all decoders)"
+            rows.append((f"s-{field}", field, value, text))
         return rows
 
     async def _fill(self) -> None:
@@ -115,32 +100,21 @@ class DecoderSettingsScreen(ModalScreen):
             for param in info.params:
                 raw = self.query_one(f"#p-{param.name}", Input).value
                 values[param.name] = param.parse(raw, info.name)
-            temperature = parse_value(
-                self.query_one("#s-temperature", Input).value, 0.0, "temperature"
-            )
-            top_k = parse_value(self.query_one("#s-top_k", Input).value, 0, "top-k")
-            top_p = parse_value(self.query_one("#s-top_p", Input).value, 1.0, "top-p")
-            seed = parse_value(self.query_one("#s-seed", Input).value, 0, "seed")
-            if temperature is not None and temperature < 0:
-                raise ValueError("temperature must be ≥ 0")
-            if top_p is not None and not 0 < top_p <= 1:
-                raise ValueError("top-p must be in (0, 1]")
-            if top_k is not None and top_k < 0:
-                raise ValueError("top-k must be ≥ 0")
             info.check(values)
-        except (ValueError, SpecchatError) as exc:
+            sampling = {}
+            for field in SAMPLING_FIELDS:
+                option = run_options()[field]
+                text = self.query_one(f"#s-{field}", Input).value
+                empty = text.strip() == ""
+                sampling[field] = option.default if empty else option.parse(text, field)
+        except SpecchatError as exc:
             self.notify(str(exc), severity="error")
             return
+        temperature = sampling.pop("temperature")
         if temperature is not None:
-            values["temperature"] = float(temperature)
-        error = self.session.set_decoder_settings(
-            self.decoder,
-            values,
-            top_k=0 if top_k is None else int(top_k),
-            top_p=1.0 if top_p is None else float(top_p),
-            seed=None if seed is None else int(seed),
-        )
+            values["temperature"] = temperature
+        error = self.session.set_decoder_settings(self.decoder, values, **sampling)
         if error:
             self.notify(error, severity="error")
         self.notify(f"{self.decoder} settings saved")
-        self.dismiss()
+        self.dismiss(self.decoder)

@@ -10,32 +10,10 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from specchat.app.tui.session import ChatSession
+from specchat.app.session import ChatSession
+from specchat.app.tui.keys import help_rows
 from specchat.app.tui.widgets.legend import legend_text
 from specchat.decoding.registry import DECODERS
-
-KEYS = [
-    ("Enter", "send"),
-    ("Ctrl+J / Shift+Enter", "new line in the message"),
-    ("Esc", "stop the answer now (what was generated stays, marked stopped); cancel an edit"),
-    ("↑ (empty prompt)", "edit the last question: sending it starts a new branch"),
-    ("Ctrl+↑ / Shift+Tab", "focus the messages; ↑/↓ move between them, Esc back to the prompt"),
-    ("e (on a question)", "edit that question: sending it starts a new branch"),
-    ("← / → (on a message)", "switch between its versions, marked ‹2/3›"),
-    ("c / y (on a message)", "copy the message / its code block (again: the next block)"),
-    ("Ctrl+R", "regenerate the last answer as a new version (‹2/2›); the old one stays"),
-    ("Ctrl+K", "search all chats; Enter opens the chat at the message"),
-    ("Ctrl+T", "run colours on/off (off: answers render as Markdown)"),
-    ("Ctrl+F", "colour runs by tokens per step or by where their drafts came from"),
-    ("Ctrl+O", "copy the last answer"),
-    ("Ctrl+S", "export the chat to a Markdown file"),
-    ("Ctrl+G", "decoder settings: parameters, temperature, top-k, top-p, seed"),
-    ("Ctrl+B", "race: one prompt through 2–4 decoders or variants (pld:fixed_draft=10), replayed"),
-    ("Ctrl+L / Ctrl+N", "chats: open, rename (r), delete (d, asks first) / new chat"),
-    ("Ctrl+P", "command palette (every action, themes)"),
-    ("F1", "this help"),
-    ("Ctrl+Q", "quit"),
-]
 
 
 class HelpScreen(ModalScreen):
@@ -75,6 +53,6 @@ class HelpScreen(ModalScreen):
         table = Table(title="Keys", title_justify="left", expand=True, box=None)
         table.add_column("key", style="bold", no_wrap=True)
         table.add_column("does")
-        for key, does in KEYS:
+        for key, does in help_rows():
             table.add_row(key, does)
         return table

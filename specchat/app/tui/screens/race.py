@@ -10,7 +10,8 @@ its own run, so the faster decoder finishes first on screen too; `r` replays.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 
 from rich.text import Text
 from textual import on
@@ -21,6 +22,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, SelectionList, Static
 
+from specchat.app.session import ChatSession, RaceJudged
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.messages import (
     RaceDone,
@@ -31,18 +33,26 @@ from specchat.app.tui.messages import (
 )
 from specchat.app.tui.replay import REPLAY_FRAME_SECONDS, Timeline, finishing_places
 from specchat.app.tui.runs import RunText, coloured
-from specchat.app.tui.session import ChatSession
 from specchat.app.tui.widgets.prompt_input import PromptInput
-from specchat.decoding.events import DoneEvent, StepEvent
-from specchat.decoding.figures import race_rows
 from specchat.decoding.registry import DECODERS, baseline_name
-from specchat.decoding.variants import (
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.errors import SpecchatError
+from specchat.evaluation.figures import race_rows
+from specchat.evaluation.race import (
+    Lane,
+    RaceEvent,
+    RunFailed,
+    RunFinished,
+    RunProgress,
+    RunStarted,
+    error_text,
+)
+from specchat.evaluation.variants import (
     SERVER_PREFIX,
     DecoderVariant,
     fixed_draft_variants,
     parse_variant,
 )
-from specchat.errors import SpecchatError
 from specchat.themes.palette import RunPalette
 
 MAX_PANES = 4
@@ -128,25 +138,21 @@ class RacePane(Vertical):
         self.query_one(".pane-figures", Static).update(lines)
 
 
-def summary_rows(panes: list[RacePane], greedy_flags: dict[str, bool]) -> list[tuple[str, ...]]:
+def summary_rows(panes: list[RacePane], lanes: Sequence[Lane]) -> list[tuple[str, ...]]:
     """One row per measured pane: tok/s, speedup vs greedy (else the first pane), tok/step,
-    acceptance, tokens, and whether a greedy-family output equals the reference."""
+    acceptance, tokens, and whether its answer is greedy's (`evaluation.race.judge`)."""
     finished = [p for p in panes if p.done is not None]
-    figures = race_rows([(p.label, [p.done.stats]) for p in finished])
-    reference = next(
-        (p for p in finished if p.label == baseline_name()),
-        next((p for p in finished if greedy_flags.get(p.label) and p.variant.server is None), None),
-    )
+    figures = race_rows([(p.label, [p.done.stats]) for p in finished], baseline_name())
+    judged = {lane.label: lane for lane in lanes}
     rows = []
     for pane, row in zip(finished, figures):
-        if not greedy_flags.get(pane.label) or reference is None:
-            same = "n/a (samples)"
-        elif pane is reference:
+        lane = judged.get(pane.label)
+        if lane is None or lane.identical is None:
+            same = "n/a (samples)" if lane is not None and lane.entrant.compared_by is None else "–"
+        elif pane.label == baseline_name():
             same = "reference"
-        elif DECODERS[pane.variant.name].needs_server:
-            same = "identical ✓" if pane.done.text == reference.done.text else "differs ✗"
         else:
-            same = "identical ✓" if pane.done.token_ids == reference.done.token_ids else "differs ✗"
+            same = "identical ✓" if lane.identical else "differs ✗"
         rows.append(
             (
                 pane.label,
@@ -179,7 +185,7 @@ class RaceScreen(Screen):
         self.panes: list[RacePane] = []
         self.running = False  # the runs are being measured
         self.replaying = False
-        self.greedy_flags: dict[str, bool] = {}
+        self.lanes: tuple[Lane, ...] = ()  # the last race's lanes, judged
         self.clock: Callable[[], float] = time.monotonic  # tests hand in a virtual one
         self._replay_started = 0.0
         self._replay_timer: Timer | None = None
@@ -283,8 +289,32 @@ class RaceScreen(Screen):
                 return
         await self.make_panes(variants)
         self.running = True
-        max_tokens = self.max_tokens or min(session.settings.max_tokens, 256)
-        session.race(self, prompt, variants, max_tokens)
+        max_tokens = self.max_tokens or min(session.config.max_tokens, 256)
+        events = session.race(prompt, variants, max_tokens)
+        work = partial(self._race, events)
+        self.run_worker(work, name="race", group="race", exclusive=True, thread=True)
+
+    def _race(self, events: Iterator[RaceEvent | RaceJudged]) -> None:
+        """A worker: the race's runs, measured one after another; this screen hears little while
+        a run is measured (its token count a few times a second) and gets its steps when it
+        ends."""
+        lanes: tuple[Lane, ...] = ()
+        try:
+            for event in events:
+                if isinstance(event, RunStarted):
+                    self.post_message(RaceStarted(event.lane))
+                elif isinstance(event, RunProgress):
+                    self.post_message(RaceProgress(event.lane, event.tokens))
+                elif isinstance(event, RunFinished):
+                    self.post_message(RaceDone(event.lane, event.done, event.steps))
+                elif isinstance(event, RunFailed):
+                    self.post_message(RaceFailed(event.lane, event.error))
+                else:
+                    lanes = event.lanes
+        except Exception as exc:  # a bug, or a server that could not be reached: said, not a crash
+            self.post_message(RaceFailed(0, error_text(exc)))
+        finally:
+            self.post_message(RaceFinished(lanes))
 
     async def make_panes(self, variants: list[DecoderVariant | str]) -> None:
         """Fresh panes (also how tests script a race without running one)."""
@@ -295,12 +325,7 @@ class RaceScreen(Screen):
         self.panes = [RacePane(variant) for variant in chosen]
         await panes_box.mount_all(self.panes)
         self.query_one(DataTable).clear()
-        # a server's greedy answer is compared with ours by its text (its token ids are not ours)
-        self.greedy_flags = {
-            v.label: (DECODERS[v.name].greedy_family or DECODERS[v.name].needs_server)
-            and self.session.sampling(v.name).greedy
-            for v in chosen
-        }
+        self.lanes = ()
         self._note("measuring, one decoder after another — the replay starts when all have run")
         self.query_one(DataTable).focus()  # off the prompt, so `r` replays
 
@@ -321,7 +346,7 @@ class RaceScreen(Screen):
 
     def on_race_finished(self, message: RaceFinished) -> None:
         self.running = False
-        self.session.race_ended()
+        self.lanes = message.lanes
         for pane in self.panes:
             if pane.done is None and pane.timeline is None and not pane.failed:
                 pane.set_state("not run")
@@ -378,9 +403,7 @@ class RaceScreen(Screen):
         pane, so a row never changes once shown); the rows stay for later replays."""
         measured = [p for p in self.panes if p.done is not None]
         rows = [
-            row
-            for pane, row in zip(measured, summary_rows(measured, self.greedy_flags))
-            if pane.replayed
+            row for pane, row in zip(measured, summary_rows(measured, self.lanes)) if pane.replayed
         ]
         table = self.query_one(DataTable)
         if table.row_count == len(rows):

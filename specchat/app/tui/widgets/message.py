@@ -17,13 +17,13 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.geometry import Size
 from textual.widgets import Label, Markdown, Static
 
+from specchat.app.tui.keys import MESSAGE_KEYS, QUESTION_KEYS, bindings
 from specchat.app.tui.runs import RunText, clip_runs, coloured
-from specchat.decoding.events import StepEvent
+from specchat.engine.events import StepEvent
 from specchat.history import StoredMessage
 from specchat.themes.palette import RunPalette
 
@@ -44,14 +44,7 @@ class Turn(Vertical):
     copy), the turn only knows its stored message."""
 
     can_focus = True
-    BINDINGS = [
-        Binding("up", "screen.focus_message(-1)", "previous", show=False),
-        Binding("down", "screen.focus_message(1)", "next", show=False),
-        Binding("left,[", "screen.switch_branch(-1)", "‹ branch", show=False),
-        Binding("right,]", "screen.switch_branch(1)", "branch ›", show=False),
-        Binding("c", "screen.copy_message", "copy", show=False),
-        Binding("y", "screen.copy_code", "copy code", show=False),
-    ]
+    BINDINGS = bindings(MESSAGE_KEYS)
 
     stored: StoredMessage | None
 
@@ -65,7 +58,7 @@ class Turn(Vertical):
 
 
 class UserMessage(Turn):
-    BINDINGS = [Binding("e,enter", "screen.edit_message", "edit", show=False)]
+    BINDINGS = bindings(QUESTION_KEYS)
 
     def __init__(self, text: str, stored: StoredMessage | None = None) -> None:
         super().__init__(classes="turn user")

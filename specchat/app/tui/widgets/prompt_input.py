@@ -6,15 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textual import events
-from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
+from specchat.app.tui.keys import PROMPT_KEYS, bindings
+
+SEND, _, EDIT_LAST = PROMPT_KEYS
+
 
 class PromptInput(TextArea):
-    BINDINGS = [
-        Binding("ctrl+j,shift+enter", "newline", "newline", show=False),
-    ]
+    BINDINGS = bindings(PROMPT_KEYS)
 
     @dataclass
     class Submitted(Message):
@@ -31,14 +32,14 @@ class PromptInput(TextArea):
             del keys[key]
 
     async def _on_key(self, event: events.Key) -> None:
-        if event.key == "enter":
+        if SEND.matches(event.key):
             event.prevent_default()
             event.stop()
             text = self.text
             if text.strip():
                 self.post_message(self.Submitted(text))
             return
-        if event.key == "up" and not self.text:
+        if EDIT_LAST.matches(event.key) and not self.text:
             event.prevent_default()
             event.stop()
             self.post_message(self.EditLast())

@@ -5,7 +5,7 @@ The matrices are the bundled SmolLM2-135M's shapes (30 layers of q, k, v, o, gat
 the 49152-row head) with random float32 values, so the figures need no model load. Medians of
 `--repeats` timings, on the threads torch is given. Run it alone: torch's threads spin-wait.
 
-    .venv/bin/python scripts/measure_packed_linear.py [--threads 2] [--repeats 7]
+    .venv/bin/python benchmarks/measure_packed_linear.py [--threads 2] [--repeats 7]
 """
 
 from __future__ import annotations

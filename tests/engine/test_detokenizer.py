@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.decoding.detokenizer import Detokenizer
+from specchat.engine.detokenizer import Detokenizer
 
 TEXTS = [
     "Café crème brûlée, naïve façade.",

@@ -1,6 +1,6 @@
 """A hundred cancel/restart cycles in one process, as Esc and a new question make them: no thread
 is left behind and the engine still answers exactly as a fresh one. (Resident memory over such
-cycles is measured, not asserted, by scripts/measure_cancel_cycles.py.)"""
+cycles is measured, not asserted, by benchmarks/measure_cancel_cycles.py.)"""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import threading
 import time
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.registry import DECODERS
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import chat_prompt_ids
 
 CYCLES = 100

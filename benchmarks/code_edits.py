@@ -2,7 +2,7 @@
 docstrings), each with an edit a programmer asks for — type hints, descriptive names, a comment
 per line — answered by rewriting the whole function, so the answer copies most of the prompt.
 
-    .venv/bin/python scripts/code_edits.py /tmp/code_edits.jsonl
+    .venv/bin/python benchmarks/code_edits.py /tmp/code_edits.jsonl
     .venv/bin/specchat bench --data /tmp/code_edits.jsonl -d pld -d suffix --max-tokens 256 --peers
 """
 

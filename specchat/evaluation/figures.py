@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from specchat.decoding.registry import baseline_name
-
 
 def tokens_per_second(tokens: int, seconds: float) -> float:
     return tokens / seconds if seconds > 0 else 0.0
@@ -64,9 +62,9 @@ class RaceRow:
     drafted: int  # 0: it drafted nothing, acceptance does not apply
 
 
-def race_rows(runs: Sequence[tuple[str, Sequence[RunStats]]]) -> list[RaceRow]:
-    """A row per (decoder, its runs), in order; speedup against the registry's baseline when it
-    ran, else against the first decoder. A single run gives its own figures."""
+def race_rows(runs: Sequence[tuple[str, Sequence[RunStats]]], baseline: str) -> list[RaceRow]:
+    """A row per (decoder, its runs), in order; speedup against `baseline` (the registry's) when
+    it ran, else against the first decoder. A single run gives its own figures."""
     medians = [
         (
             name,
@@ -79,8 +77,7 @@ def race_rows(runs: Sequence[tuple[str, Sequence[RunStats]]]) -> list[RaceRow]:
     ]
     if not medians:
         return []
-    base = baseline_name()
-    base_speed = next((m[1] for m in medians if m[0] == base), medians[0][1])
+    base_speed = next((m[1] for m in medians if m[0] == baseline), medians[0][1])
     return [
         RaceRow(
             decoder=name,

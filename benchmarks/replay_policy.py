@@ -7,7 +7,7 @@ would have, the policy picks a depth, the draft is accepted as far as it agrees 
 The figure is deterministic — the same on a busy machine as on an idle one — so policy changes can
 be compared before a real benchmark confirms them. The oracle (decoding.oracle) is the ceiling.
 
-    .venv/bin/python scripts/replay_policy.py [--backend llama|hf] [--per-category 4]
+    .venv/bin/python benchmarks/replay_policy.py [--backend llama|hf] [--per-category 4]
         [--max-tokens 128] [-p pld.fixed_draft=10] [-d pld] [--costs hf] [--history]
         [--by-situation] [--data FILE]
 
@@ -35,14 +35,16 @@ from specchat.backends.base import ChatMessage
 from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
 from specchat.decoding.draft_policy import DraftLengthPolicy
-from specchat.decoding.oracle import accepted_lengths, oracle_passes, oracle_speedup
 from specchat.decoding.prompt_lookup import MATCH_EDGES
-from specchat.decoding.race import run_decoder
 from specchat.decoding.registry import build_decoder, scoped_params
-from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.sampling import Sampler, SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
+from specchat.evaluation.oracle import accepted_lengths, oracle_passes, oracle_speedup
+from specchat.evaluation.race import run_decoder
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, turn_start
+
+GREEDY = Sampler(SamplingParams())  # the drafters copy: the sampler never draws
 
 
 def greedy_answers(
@@ -121,19 +123,18 @@ def replay(
     sources: DraftSources = NO_SOURCES,
     saved: dict[tuple, float] | None = None,
 ):
-    """(pass-cost seconds, drafted, accepted) of the decoder's chain drafts over greedy's answer;
-    `saved` gathers, per situation, the seconds its passes save over plain ones."""
+    """(pass-cost seconds, drafted, accepted) of the decoder's chain drafts over greedy's answer,
+    its depths chosen as the live step chooses them (with `policy`); `saved` gathers, per
+    situation, the seconds its passes save over plain ones."""
+    decoder.policy = policy
     drafter = decoder.drafter
     drafter.reset(list(prompt), sources)
     context, i, seconds, drafted, accepted = list(prompt), 0, 0.0, 0, 0
     while i < len(answer):
         room = len(answer) - i
         plan = drafter.plan(context, room)
-        if decoder.fixed_draft:
-            depth = max(0, min(decoder.fixed_draft, plan.available, room - 1))
-        else:
-            depth = policy.depth(backend, plan, room)
-        draft = drafter.draft(backend, context, None, plan, depth)
+        depth = decoder.choose_depth(backend, plan, room)
+        draft = drafter.draft(backend, context, GREEDY, plan, depth)
         chain = draft.chain_tokens()
         n = 0
         while n < len(chain) and chain[n] == answer[i + n]:

@@ -1,8 +1,8 @@
 """The engine's API over a remote server's stream: the same events, so every screen and report
 reads a server's answer as it reads a local one.
 
-`RemoteEngine` keeps `Engine`'s commands (`generate`, `start`, `cancel`, `switch`) and replaces the
-loop: it sends the request's messages to the server and turns the chunks into `StepEvent`s through
+`RemoteEngine` keeps the protocol of `local.Engine` (`protocol.py`); its loop sends the
+request's messages to the server and turns the chunks into `StepEvent`s through
 `ServerSteps` — coloured runs only where the server's own counters say a draft was accepted — then a
 `DoneEvent` with the figures the server reported. A remote server names no token ids, so a step's
 `tokens` hold `UNKNOWN_TOKEN` once per token the server counted, and none where it counts nothing.
@@ -18,15 +18,20 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from specchat.backends.base import ChatMessage
 from specchat.backends.remote import RemoteBackend, RemoteError, ServerChunk
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent, Event, StepEvent
-from specchat.decoding.server_steps import NONE, NOTES, PER_TOKEN, TOTALS, ServerStep, ServerSteps
-from specchat.decoding.stats import GenerationStats
+from specchat.decoding.base import Decoder
+from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.sources import NO_SOURCES
+from specchat.engine.events import DoneEvent, Event, StepEvent
+from specchat.engine.protocol import Cancel, EngineCommands, GenerationRequest
+from specchat.engine.server_steps import NONE, NOTES, PER_TOKEN, TOTALS, ServerStep, ServerSteps
+from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
+from specchat.prompting import FittedChat
 
 UNKNOWN_TOKEN = -1  # a token the server counted but did not name
 _POLL_SECONDS = 0.05  # how often a waiting answer looks at its cancel tokens
@@ -35,19 +40,42 @@ _END = object()
 FINISH = {"length": "max_tokens", "stop": "eos"}
 
 
-class RemoteEngine(Engine):
+class RemoteEngine(EngineCommands):
     """Runs answers on a `RemoteBackend` with the server's own method (the `server` decoder)."""
 
-    backend: RemoteBackend
-
-    def __init__(self, backend: RemoteBackend, decoder) -> None:
-        super().__init__(backend, decoder)
+    def __init__(self, backend: RemoteBackend, decoder: Decoder) -> None:
+        super().__init__(decoder)
+        self.backend = backend
         self.reports: str | None = None  # what the last answer's server reported (server_steps)
 
     @property
     def note(self) -> str:
         """What the status line says about the server's figures (empty before any answer)."""
         return NOTES.get(self.reports, "") if self.reports else ""
+
+    def request(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int,
+        sampling: SamplingParams,
+        stop: tuple[str, ...] = (),
+        raw: bool = False,
+        previous_answer: str | None = None,
+        saved: object | None = None,
+    ) -> GenerationRequest:
+        """The conversation itself: the server applies its own template and drafts from what it
+        keeps."""
+        if raw:
+            raise SpecchatError("--raw: a remote server answers chat messages, not raw text")
+        return GenerationRequest((), max_tokens, stop, sampling, NO_SOURCES, tuple(messages))
+
+    def fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> FittedChat:
+        """The server keeps its own window: the chat goes as it is."""
+        return FittedChat(list(messages), 0, 0)
+
+    def generate(self, request: GenerationRequest, cancel: Cancel = None) -> Iterator[Event]:
+        return self._generate(request, self._cancel_flags(cancel))
 
     def _generate(
         self, request: GenerationRequest, cancel_flags: tuple[threading.Event, ...]
@@ -93,7 +121,7 @@ class RemoteEngine(Engine):
                     continue
                 if item is _END:
                     break
-                if isinstance(item, RemoteError):
+                if isinstance(item, SpecchatError):  # the reader's RemoteError
                     error = str(item)
                     break
                 chunk: ServerChunk = item

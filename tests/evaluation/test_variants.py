@@ -9,13 +9,13 @@ import sys
 import pytest
 
 from specchat.decoding.registry import DECODERS
-from specchat.decoding.variants import (
+from specchat.errors import SpecchatError
+from specchat.evaluation.variants import (
     LIBRARY_FIXED_DRAFT,
     DecoderVariant,
     fixed_draft_variants,
     parse_variant,
 )
-from specchat.errors import SpecchatError
 
 
 def test_a_plain_name_is_the_decoder_itself():

@@ -12,7 +12,7 @@ has), then measures with the bundled model's tokenizer and chat template:
   over contexts replayed from stored answers and from fresh text.
 Nothing touches the user's files (temporary store and cache). Run it on an otherwise idle machine:
 
-    .venv/bin/python scripts/measure_store_cost.py [--messages 10000] [--json out.json]
+    .venv/bin/python benchmarks/measure_store_cost.py [--messages 10000] [--json out.json]
 """
 
 from __future__ import annotations

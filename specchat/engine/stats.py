@@ -10,9 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
-from specchat.decoding import figures
-from specchat.decoding.step import StepEvent
+from specchat.evaluation import figures
+
+
+class CountedStep(Protocol):
+    """What the stats count of a step event (`events.StepEvent`, which carries these stats in
+    its done event)."""
+
+    tokens: tuple[int, ...]
+    drafted: int
+    accepted: int
+    seconds: float
+    tail: bool
 
 
 @dataclass(frozen=True)
@@ -27,7 +38,7 @@ class GenerationStats:
     time_to_first_token: float | None = None
     decoders: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
-    def with_step(self, event: StepEvent) -> GenerationStats:
+    def with_step(self, event: CountedStep) -> GenerationStats:
         """These stats plus one step event; a tail (text released at the end) is no step."""
         if event.tail:
             return self

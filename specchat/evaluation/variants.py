@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
+from specchat.backends.remote import SERVER_PREFIX, server_spelling, server_url
 from specchat.decoding.registry import DECODERS, decoder_class
 from specchat.errors import SpecchatError
 
 # llama-cpp-python's LlamaPromptLookupDecoding drafts num_pred_tokens=10 at every step
 LIBRARY_FIXED_DRAFT = 10
-SERVER_PREFIX = "server@"
 
 
 @dataclass(frozen=True)
@@ -81,28 +80,6 @@ def fixed_draft_variants() -> list[DecoderVariant]:
         for cls in DECODERS.values()
         if cls.speculative and any(p.name == "fixed_draft" for p in cls.params)
     ]
-
-
-def server_url(spelling: str) -> str:
-    """`127.0.0.1:8080` → http://127.0.0.1:8080/v1; a URL with a scheme keeps it, and a path of
-    its own (else /v1). A one-line SpecchatError for what is no server address."""
-    text = spelling.strip().rstrip("/")
-    url = text if "://" in text else f"http://{text}"
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or " " in text:
-        raise SpecchatError(
-            f"{SERVER_PREFIX}{spelling}: write {SERVER_PREFIX}HOST:PORT or "
-            f"{SERVER_PREFIX}http(s)://HOST:PORT/v1"
-        )
-    return url if parts.path else f"{url}/v1"
-
-
-def server_spelling(url: str) -> str:
-    """The shortest spelling that `server_url` reads back as `url`."""
-    short = url.removesuffix("/v1")
-    if short.startswith("http://"):
-        short = short[len("http://") :]
-    return short if server_url(short) == url else url
 
 
 def server_name() -> str:

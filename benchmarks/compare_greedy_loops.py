@@ -1,7 +1,7 @@
 """Our greedy (bare backend loop and the full engine) vs llama-cpp-python's own Llama.generate,
 on the same model and prompt, interleaved, medians of 5:
 
-    .venv/bin/python scripts/compare_greedy_loops.py
+    .venv/bin/python benchmarks/compare_greedy_loops.py
 """
 
 import statistics
@@ -12,8 +12,8 @@ from llama_cpp import Llama
 
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.llama import LlamaBackend
-from specchat.decoding.race import run_decoder
 from specchat.decoding.sampling import SamplingParams
+from specchat.evaluation.race import run_decoder
 from specchat.models import bundled_gguf
 from specchat.prompting import chat_prompt_ids
 

@@ -7,11 +7,12 @@ import threading
 import pytest
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.plain import GreedyDecoder, SampleDecoder
 from specchat.decoding.sampling import SamplingParams
-from specchat.decoding.stats import GenerationStats
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
+from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids, raw_prompt_ids
 

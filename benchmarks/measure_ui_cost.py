@@ -2,10 +2,10 @@
 real `specchat` chat running in a terminal (tmux, 120×40) against `specchat ask` on the same
 prompt, decoder and settings — each a fresh process, interleaved, median of the repeats.
 
-    .venv/bin/python scripts/measure_ui_cost.py                  # greedy, 256 tokens, 3 repeats
-    .venv/bin/python scripts/measure_ui_cost.py --decoder pld --repeats 5
-    .venv/bin/python scripts/measure_ui_cost.py --chat-threads 1 # the chat with one model thread
-    .venv/bin/python scripts/measure_ui_cost.py --env GOMP_SPINCOUNT=10000   # both processes
+    .venv/bin/python benchmarks/measure_ui_cost.py                  # greedy, 256 tokens, 3 repeats
+    .venv/bin/python benchmarks/measure_ui_cost.py --decoder pld --repeats 5
+    .venv/bin/python benchmarks/measure_ui_cost.py --chat-threads 1 # the chat with one model thread
+    .venv/bin/python benchmarks/measure_ui_cost.py --env GOMP_SPINCOUNT=10000   # both processes
 
 Both figures are the engine's decode tokens/s (tokens ÷ the steps' measured seconds; prefill
 excluded): `ask --json` prints it in its done event, the chat stores it with the answer, and this

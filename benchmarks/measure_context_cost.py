@@ -1,6 +1,6 @@
 """What a k-token pass costs relative to a 1-token pass, behind growing cached contexts.
 
-    .venv/bin/python scripts/measure_context_cost.py [--backend llama|hf]
+    .venv/bin/python benchmarks/measure_context_cost.py [--backend llama|hf]
 
 Why: the draft policy prices a draft by these ratios (specchat/backends/block_cost.py); a pass
 attends to the whole context, so ratios measured behind a handful of tokens understate what a

@@ -17,9 +17,10 @@ from specchat.backends.base import Backend, ChatMessage
 from specchat.backends.hf import HFBackend
 from specchat.decoding.base import Decoder
 from specchat.decoding.draft_model import DraftModelDecoder
-from specchat.decoding.engine import Engine, GenerationRequest
-from specchat.decoding.events import DoneEvent, StepEvent
 from specchat.decoding.registry import DECODERS
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import chat_prompt_ids
 from tests.decoding.test_speculative import LLAMA_PROMPTS, TINY_PROMPTS, _ForceDraft
 from tests.tiny_models import tiny_backend, tiny_model, tiny_tokenizer

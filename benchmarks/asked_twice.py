@@ -1,7 +1,7 @@
 """Benchmark data where every question is asked twice in a row, for `bench --history`: the second
 time (category "<name>-again") the first answer is a saved chat, which `suffix` can draft from.
 
-    .venv/bin/python scripts/asked_twice.py /tmp/twice.jsonl [--data FILE] [--categories a,b]
+    .venv/bin/python benchmarks/asked_twice.py /tmp/twice.jsonl [--data FILE] [--categories a,b]
     .venv/bin/specchat bench --data /tmp/twice.jsonl -d suffix --history --markdown twice.md
 """
 

@@ -7,7 +7,7 @@ again and again. Prints the resident set size (VmRSS) and the live thread count 
 cycles. A leak shows as a line that keeps climbing; flat figures after the first hundred (caches
 warming) are the expected result. Nothing touches the user's files.
 
-    .venv/bin/python scripts/measure_cancel_cycles.py [--cycles 1000] [--every 100]
+    .venv/bin/python benchmarks/measure_cancel_cycles.py [--cycles 1000] [--every 100]
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specchat.backends.base import ChatMessage  # noqa: E402
-from specchat.decoding.engine import Engine, GenerationRequest  # noqa: E402
-from specchat.decoding.events import DoneEvent  # noqa: E402
 from specchat.decoding.registry import DECODERS  # noqa: E402
+from specchat.engine.events import DoneEvent  # noqa: E402
+from specchat.engine.local import Engine  # noqa: E402
+from specchat.engine.protocol import GenerationRequest  # noqa: E402
 from specchat.models import LoadOptions, load_model  # noqa: E402
 from specchat.prompting import chat_prompt_ids  # noqa: E402
 

@@ -7,7 +7,7 @@ test_llama_server.py."""
 from __future__ import annotations
 
 from specchat.backends.remote import ServerChunk
-from specchat.decoding.server_steps import NONE, PER_TOKEN, ServerSteps
+from specchat.engine.server_steps import NONE, PER_TOKEN, ServerSteps
 
 
 def timed(text: str, generated: int, drafted: int, accepted: int, ms: float) -> ServerChunk:

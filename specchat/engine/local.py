@@ -1,82 +1,76 @@
 """The generation loop: prefill, decoder steps, detokenizing, stopping, events.
 
 `Engine.generate` returns an iterator that a worker thread (the TUI's, or `Engine.start`'s for
-the CLI) drives. Commands from other threads — cancel and switch — are only read between steps,
+the CLI) drives; `protocol.py` says what it shares with a remote server's engine. Commands from other threads — cancel and switch — are only read between steps,
 so a decoder never sees its backend change under it. Each generation has its own cancel tokens,
 never cleared, so a cancel that comes before the loop starts still stops it.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from specchat.backends.base import Backend, ChatMessage, sync_cache
 from specchat.decoding.base import Decoder
-from specchat.decoding.detokenizer import Detokenizer
-from specchat.decoding.events import DoneEvent, Event, StepEvent
 from specchat.decoding.sampling import Sampler, SamplingParams
-from specchat.decoding.sources import NO_SOURCES, DraftSources
-from specchat.decoding.stats import GenerationStats
+from specchat.decoding.sources import DraftSources
+from specchat.engine.detokenizer import Detokenizer
+from specchat.engine.events import DoneEvent, Event, StepEvent
+from specchat.engine.protocol import Cancel, EngineCommands, GenerationRequest
+from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
+from specchat.prompting import (
+    FittedChat,
+    chat_prompt_ids,
+    fit_to_context,
+    raw_prompt_ids,
+    turn_start,
+)
 
 
-@dataclass(frozen=True)
-class GenerationRequest:
-    """What to answer. `messages` is the conversation the prompt ids were made from (empty for a
-    raw prompt): a remote server, which applies its own chat template, is sent these instead."""
-
-    prompt_ids: tuple[int, ...]
-    max_tokens: int = 512
-    stop: tuple[str, ...] = ()
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    sources: DraftSources = NO_SOURCES  # what drafters may copy from besides the context
-    messages: tuple[ChatMessage, ...] = ()
-
-
-class Engine:
-    """Runs one generation at a time on one backend; decoders can be swapped between steps."""
+class Engine(EngineCommands):
+    """Runs one generation at a time on a backend specchat runs; decoders can be swapped between
+    steps. It builds prompts with the model's own chat template and tokenizer."""
 
     def __init__(self, backend: Backend, decoder: Decoder) -> None:
+        super().__init__(decoder)
         self.backend = backend
-        self.decoder = decoder
-        self._next_decoder: Decoder | None = None
-        self._next_sampling: SamplingParams | None = None
-        self._lock = threading.Lock()
-        self._latest_cancel: threading.Event | None = None  # the last generation asked for
         self._kv_tokens: list[int] = []  # what the backend's cache holds, for prefix reuse
 
-    # -- commands, callable from any thread ----------------------------------------------
-    def switch(self, decoder: Decoder, sampling: SamplingParams | None = None) -> None:
-        """Use `decoder` from the next step on (or for the next answer when idle); with
-        `sampling`, also its sampling settings (greedy -> sample must start sampling)."""
-        with self._lock:
-            self._next_decoder = decoder
-            self._next_sampling = sampling
+    def forget_cache(self) -> None:
+        """Someone else used the backend (a race): the next prompt is evaluated whole."""
+        self._kv_tokens = []
 
-    def cancel(self) -> None:
-        """Stop the generation asked for last — running, or returned by `generate` and not yet
-        started — at its next step boundary; what it generated is kept. Generations asked for
-        later are not affected, so a cancel while idle stops nothing."""
-        with self._lock:
-            token = self._latest_cancel
-        if token is not None:
-            token.set()
+    def request(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int,
+        sampling: SamplingParams,
+        stop: tuple[str, ...] = (),
+        raw: bool = False,
+        previous_answer: str | None = None,
+        saved: object | None = None,
+    ) -> GenerationRequest:
+        chat = list(messages)
+        backend = self.backend
+        if raw:
+            ids = raw_prompt_ids(backend, chat[-1].content)
+            start = 0
+        else:
+            ids = chat_prompt_ids(backend, chat)
+            start = turn_start(backend, chat, ids)
+        previous = tuple(backend.tokenize(previous_answer)) if previous_answer else ()
+        sources = DraftSources(turn_start=start, previous_answer=previous, saved=saved)
+        return GenerationRequest(
+            tuple(ids), max_tokens, stop, sampling, sources, () if raw else tuple(chat)
+        )
 
-    # -- the loop -------------------------------------------------------------------------
-    def _take_switch(self) -> tuple[bool, SamplingParams | None]:
-        """(whether the decoder changed, the sampling settings that came with it)."""
-        with self._lock:
-            decoder, self._next_decoder = self._next_decoder, None
-            sampling, self._next_sampling = self._next_sampling, None
-        if decoder is None:
-            return False, None
-        self.decoder.finish()
-        self.decoder = decoder
-        return True, sampling
+    def fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> FittedChat:
+        return fit_to_context(self.backend, list(messages), max_tokens)
 
     def _prepare(self, decoder: Decoder) -> None:
         """One-off work a decoder needs (measuring block costs) before any timing starts."""
@@ -87,23 +81,12 @@ class Engine:
         sync_cache(self.backend, self._kv_tokens, prompt[:-1])
         self._kv_tokens = prompt[:-1]
 
-    def generate(
-        self,
-        request: GenerationRequest,
-        cancel: threading.Event | Iterable[threading.Event] | None = None,
-    ) -> Iterator[Event]:
+    def generate(self, request: GenerationRequest, cancel: Cancel = None) -> Iterator[Event]:
         """A StepEvent per step and a final DoneEvent, computed as they are asked for; raises
         SpecchatError on bad input. Setting `cancel` (one token or several) at any moment, also
         before the first event is asked for, stops the generation; so does `Engine.cancel()`
         from the moment this returns."""
-        own = threading.Event()
-        with self._lock:
-            self._latest_cancel = own
-        if cancel is None:
-            cancel = ()
-        elif isinstance(cancel, threading.Event):
-            cancel = (cancel,)
-        return self._generate(request, (own, *cancel))
+        return self._generate(request, self._cancel_flags(cancel))
 
     def _generate(
         self, request: GenerationRequest, cancel_flags: tuple[threading.Event, ...]
@@ -194,42 +177,3 @@ class Engine:
             text=detok.text,
             stats=stats,
         )
-
-    def start(self, request: GenerationRequest) -> GenerationHandle:
-        """Run `generate` in a background thread; iterate the handle for events."""
-        return GenerationHandle(self, request)
-
-
-_END = object()
-
-
-class GenerationHandle:
-    """A generation running in its own thread; events arrive through a queue."""
-
-    def __init__(self, engine: Engine, request: GenerationRequest) -> None:
-        self.engine = engine
-        self._queue: queue.Queue = queue.Queue()
-        self._cancel = threading.Event()  # before the thread starts: a cancel at once is kept
-        self._thread = threading.Thread(target=self._run, args=(request,), daemon=True)
-        self._thread.start()
-
-    def _run(self, request: GenerationRequest) -> None:
-        try:
-            for event in self.engine.generate(request, cancel=self._cancel):
-                self._queue.put(event)
-        except BaseException as exc:  # handed to the consumer's thread
-            self._queue.put(exc)
-        finally:
-            self._queue.put(_END)
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def __iter__(self) -> Iterator[Event]:
-        while True:
-            item = self._queue.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item

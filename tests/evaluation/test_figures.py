@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.decoding.figures import race_rows, speedup
 from specchat.decoding.registry import baseline_name
-from specchat.decoding.stats import GenerationStats
-from specchat.decoding.step import StepEvent
+from specchat.engine.events import StepEvent
+from specchat.engine.stats import GenerationStats
+from specchat.evaluation.figures import race_rows, speedup
 
 
 def _stats(tokens: int, steps: int, seconds: float, drafted: int = 0, accepted: int = 0):
@@ -47,7 +47,8 @@ def test_race_rows_take_medians_and_measure_against_the_baseline():
                 [_stats(10, 5, 0.1, 8, 5), _stats(10, 4, 0.05, 8, 6), _stats(10, 5, 0.2, 8, 5)],
             ),
             (base, [_stats(10, 10, 0.2), _stats(10, 10, 0.1), _stats(10, 10, 0.2)]),
-        ]
+        ],
+        base,
     )
     pld, greedy = rows
     assert pld.tokens_per_second == 100.0 and greedy.tokens_per_second == 50.0
@@ -55,6 +56,6 @@ def test_race_rows_take_medians_and_measure_against_the_baseline():
     assert pld.tokens_per_step == 2.0 and pld.acceptance_rate == 0.625 and pld.drafted == 8
     assert greedy.drafted == 0
     # without the baseline, the first decoder is the reference
-    alone = race_rows([("pld", [_stats(10, 5, 0.1)]), ("x", [_stats(10, 5, 0.2)])])
+    alone = race_rows([("pld", [_stats(10, 5, 0.1)]), ("x", [_stats(10, 5, 0.2)])], "greedy")
     assert [r.speedup for r in alone] == [1.0, 0.5]
-    assert speedup(10.0, 0.0) is None and race_rows([]) == []
+    assert speedup(10.0, 0.0) is None and race_rows([], "greedy") == []

@@ -1,0 +1,404 @@
+"""The chat session: the model, its engine, the decoder choice and the run's settings — what every
+screen of the chat shares, and their only way to the model. Plain Python: no widgets, no workers.
+
+Screens call it, and run in workers of their own what blocks: loading the model (`load`), building
+a decoder, which may load a draft model (`switch_to`), answering (`answer`) and racing (`race`).
+Those methods return or yield what happened; the screens post it to themselves. The session keeps
+its own state as it goes (the decoder that runs, whether the engine is busy), so no screen reports
+back to it. Only the session sends commands to the engine; no screen touches a backend.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from specchat.backends.base import Backend, ChatMessage
+from specchat.decoding.base import Decoder
+from specchat.decoding.registry import (
+    DECODERS,
+    baseline_name,
+    build_decoder,
+    default_decoder,
+    run_params,
+    sampling_for,
+    unavailable_reason,
+)
+from specchat.decoding.sampling import SamplingParams
+from specchat.decoding.suffix_tree import unavailable_reason as suffix_trees_missing
+from specchat.engine.choice import engine_for, prompt_ids
+from specchat.engine.events import DoneEvent, StepEvent
+from specchat.engine.protocol import AnswerEngine
+from specchat.errors import SpecchatError
+from specchat.evaluation.race import (
+    DecoderEntrant,
+    Entrant,
+    Lane,
+    RaceEvent,
+    RaceTurn,
+    RunFinished,
+    Unreachable,
+    judge,
+    race_runs,
+)
+from specchat.evaluation.variants import DecoderVariant
+from specchat.hardware import physical_cores
+from specchat.history import HistoryStore
+from specchat.models import LoadOptions, load_model, server_options
+from specchat.options import COLOUR_MODES, RunConfig
+from specchat.saved_chats import SavedChatsIndex, open_saved_chats
+from specchat.settings import save_settings
+
+
+def ui_model_threads() -> int:
+    """CPU threads for the model while the TUI runs: every physical core, as headless.
+
+    It used to leave a core to the UI: when the UI thread preempts one of llama.cpp's spinning
+    pool threads, the pool stalls at every barrier, and a UI that worked on every step preempted
+    it all the time. Now the UI works a bounded few times a second whatever the model's pace
+    (`tui/streaming.py`), so the model gets the cores; benchmarks/measure_ui_cost.py checks the
+    chat against `specchat ask` in a real terminal (`threads` in settings.toml overrides this).
+    """
+    return physical_cores()
+
+
+@dataclass(frozen=True)
+class TurnsLeftOut:
+    """The conversation outgrew the context window: the answer's prompt leaves out its
+    `left_out` earliest messages."""
+
+    left_out: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class RaceJudged:
+    """A race ended: every lane, judged against the baseline's answer."""
+
+    lanes: tuple[Lane, ...]
+
+
+AnswerEvent = StepEvent | DoneEvent | TurnsLeftOut
+
+
+class ChatSession:
+    """One chat run's state between the screens and the engine. Pass `backend` to reuse a loaded
+    model (tests, snapshots); else `load` loads the one the configuration names."""
+
+    def __init__(
+        self,
+        settings: RunConfig,
+        config: RunConfig,
+        history: HistoryStore,
+        *,
+        backend: Backend | None = None,
+        save_settings_file: bool = True,
+    ) -> None:
+        self.settings = settings  # what the settings file holds: the user's changes go there
+        self.config = config  # this run: the settings with the command line applied
+        self.history = history
+        self.backend = backend
+        self.engine: AnswerEngine | None = None
+        self.decoder_name = config.decoder if config.decoder in DECODERS else baseline_name()
+        self.busy = False  # an answer or a race holds the engine
+        self.racing = False
+        self.ready_seconds: float | None = None  # from start-up to a usable model
+        self.saved_chats: SavedChatsIndex | None = None  # a draft source, built in the background
+        self._owns_backend = backend is None
+        self._save_settings_file = save_settings_file
+        self._started = time.perf_counter()
+        self._race_cancel: threading.Event | None = None
+        self._race_servers: dict[str, Backend] = {}  # server@URL race lanes, by URL
+        # Decoder keys in the order pressed: each build holds a ticket, and only the newest key's
+        # decoder reaches the engine, however long the earlier builds take.
+        self._switch_lock = threading.Lock()
+        self._switch_ticket = 0
+
+    # -- the model ------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    @property
+    def needs_loading(self) -> bool:
+        return self.backend is None
+
+    @property
+    def model_label(self) -> str:
+        b = self.backend
+        if b is None:
+            return "no model"
+        return f"{b.model_name} · {b.name} {b.device}"
+
+    def load(self, progress: Callable[[str], None]) -> tuple[float, str | None]:
+        """Load the configured model (blocking: a worker's job) and make its engine; returns the
+        seconds it took and a warning when the chosen decoder could not be built. Raises what
+        made the load fail."""
+        start = time.perf_counter()
+        progress("loading model")
+        options = LoadOptions.of(self.config, threads=ui_model_threads())
+        backend = load_model(self.config.model, options, progress=progress)
+        warning = self.use_model(backend)
+        return time.perf_counter() - start, warning
+
+    def use_model(self, backend: Backend) -> str | None:
+        """Make the engine on `backend` with the chosen decoder, or with the backend's default
+        (the baseline; a remote server's own method) when that one cannot be built (the returned
+        warning says why, unless no decoder was chosen)."""
+        self.backend = backend
+        warning = None
+        if not self.config.decoder and self.unavailable_reason(self.decoder_name):
+            self.decoder_name = default_decoder(backend)
+        try:
+            decoder = self._build(self.decoder_name)
+        except SpecchatError as exc:
+            self.decoder_name = default_decoder(backend)
+            warning = f"{exc}; using {self.decoder_name}"
+            decoder = self._build(self.decoder_name)
+        self.engine = engine_for(backend, decoder)
+        self.ready_seconds = time.perf_counter() - self._started
+        if self.config.draft_from_saved_chats and suffix_trees_missing() is None:
+            # loads (or builds) in its own thread: neither start-up nor the first token waits
+            self.saved_chats = open_saved_chats(self.history, backend)
+        return warning
+
+    def close(self) -> None:
+        """Stop any answer, close the history and a model this session loaded itself."""
+        if self.engine is not None:
+            self.engine.cancel()
+        if self.saved_chats is not None:
+            self.saved_chats.close()
+        self.history.close()
+        owned = [self.backend] if self._owns_backend and self.backend is not None else []
+        for backend in owned + list(self._race_servers.values()):
+            backend.close()
+
+    # -- decoders -------------------------------------------------------------------------------
+    def decoder_params(self, name: str) -> dict[str, object]:
+        """Registry defaults, then the user's settings, then --draft for a draft-model decoder."""
+        return run_params([name], self.config)[name]
+
+    def sampling(self, name: str) -> SamplingParams:
+        """The sampling an answer with `name` runs with; a temperature the decoder refuses
+        falls back to the decoder's own default."""
+        try:
+            return sampling_for(name, self.config)
+        except SpecchatError:
+            return sampling_for(name, replace(self.config, temperature=None, decoders={}))
+
+    def params_label(self, name: str) -> str:
+        """The decoder's parameters; on a remote server, what it reports of its own method."""
+        params = dict(self.decoder_params(name))
+        sampling = self.sampling(name)
+        if not sampling.greedy:
+            params["T"] = sampling.temperature
+        label = " ".join(f"{k}={v}" for k, v in params.items())
+        note = self.engine.note if self.engine is not None else ""
+        return f"{label} · {note}" if label and note else label or note
+
+    def unavailable_reason(self, name: str) -> str | None:
+        if self.backend is None:
+            return None
+        return unavailable_reason(name, self.backend, self.decoder_params(name))
+
+    def _build(self, name: str) -> Decoder:
+        return build_decoder(name, self.decoder_params(name), self.backend)
+
+    def choose_decoder(self, name: str) -> str | None:
+        """Why `name` cannot be switched to now (a race runs, it is unavailable), else None. With
+        no model yet it is simply chosen; with one, `switch_to` builds it."""
+        if name not in DECODERS:
+            return f"unknown decoder {name!r}"
+        if self.racing:
+            return "a race is running: Esc stops it"
+        reason = self.unavailable_reason(name)
+        if reason:
+            return f"{name} is unavailable: {reason}"
+        if self.engine is None:
+            self.decoder_name = name
+        return None
+
+    def switch_ticket(self) -> int:
+        """A ticket for the decoder key just pressed (see `switch_to`)."""
+        with self._switch_lock:
+            self._switch_ticket += 1
+            return self._switch_ticket
+
+    def switch_to(self, name: str, ticket: int) -> bool:
+        """Build `name` (blocking: it may load a draft model) and hand it to the engine: from the
+        next step on mid-answer, else for the next answer. False when a later key's ticket came
+        first (that one wins). Raises what made the build fail."""
+        decoder = self._build(name)
+        with self._switch_lock:
+            if ticket != self._switch_ticket:
+                return False
+            self.engine.switch(decoder, self.sampling(name))
+            self.decoder_name = name
+            return True
+
+    def set_decoder_settings(
+        self,
+        name: str,
+        values: dict[str, object],
+        *,
+        top_k: int,
+        top_p: float,
+        seed: int | None,
+    ) -> str | None:
+        """Store a decoder's parameters and the shared sampling settings (applied from the next
+        answer on, once the decoder is switched to anew); returns why the settings file could not
+        be written."""
+        return self._change(
+            decoders={**self.settings.decoders, name: values}, top_k=top_k, top_p=top_p, seed=seed
+        )
+
+    # -- answers --------------------------------------------------------------------------------
+    def answer(
+        self,
+        messages: Sequence[ChatMessage],
+        cancel: threading.Event,
+        previous_answer: str | None = None,
+    ) -> Iterator[AnswerEvent]:
+        """Answer the conversation with the chosen decoder (iterate it in a worker): TurnsLeftOut
+        when the conversation outgrew the context window (its oldest turns are left out of the
+        prompt), a StepEvent per step, then the DoneEvent. The session is busy from this call
+        until the iterator is exhausted (or closed). Setting `cancel` stops the answer at the
+        next step boundary, also before the engine started. `previous_answer`, the answer being
+        regenerated, is offered to the drafters as a source."""
+        self.busy = True
+        return self._answer(list(messages), cancel, previous_answer)
+
+    def _answer(
+        self, chat: list[ChatMessage], cancel: threading.Event, previous_answer: str | None
+    ) -> Iterator[AnswerEvent]:
+        try:
+            engine = self.engine
+            max_tokens = self.config.max_tokens
+            fitted = engine.fit(chat, max_tokens)
+            if fitted.left_out:
+                yield TurnsLeftOut(fitted.left_out, fitted.n_ctx)
+            request = engine.request(
+                fitted.messages,
+                max_tokens=max_tokens,
+                sampling=self.sampling(self.decoder_name),
+                previous_answer=previous_answer,
+                saved=self.saved_chats,
+            )
+            yield from engine.generate(request, cancel=cancel)
+        finally:
+            self.busy = False
+
+    # -- races ----------------------------------------------------------------------------------
+    def race_params(self, variant: DecoderVariant) -> dict[str, object]:
+        """A race lane's parameters: the decoder's as the chat has them, the variant's on top."""
+        return variant.with_params(self.decoder_params(variant.name))
+
+    def race_unavailable(self, variant: DecoderVariant) -> str | None:
+        if self.backend is None or variant.server is not None:  # a server answers when it runs
+            return None
+        return unavailable_reason(variant.name, self.backend, self.race_params(variant))
+
+    @property
+    def race_servers(self) -> list[str]:
+        """Servers the race picker offers (settings' `race_servers`, `--race-server`)."""
+        return list(self.config.race_servers)
+
+    def _race_backend(self, variant: DecoderVariant) -> Backend:
+        """Where a lane runs: the chat's model, or the server a `server@URL` lane names
+        (connected once, then kept; the chat's API key goes only to the chat's own server)."""
+        url = variant.server
+        if url is None:
+            return self.backend
+        if url not in self._race_servers:
+            options = server_options(LoadOptions.of(self.config), url)
+            self._race_servers[url] = load_model(None, options)
+        return self._race_servers[url]
+
+    def race(
+        self, prompt: str, variants: list[DecoderVariant], max_tokens: int
+    ) -> Iterator[RaceEvent | RaceJudged]:
+        """Run `prompt` through each decoder (or variant) one after another (iterate it in a
+        worker): the race's events as they happen (`evaluation.race`), every lane's steps kept
+        for the replay, then RaceJudged. Each lane runs from an empty cache, as `specchat
+        compare` times it. The session is busy and racing from this call until the iterator is
+        exhausted; `stop_race` stops it at the next step boundary."""
+        self.busy = self.racing = True
+        self._race_cancel = threading.Event()
+        return self._race(prompt, variants, max_tokens, self._race_cancel)
+
+    def _race(
+        self, prompt: str, variants: list[DecoderVariant], max_tokens: int, cancel: threading.Event
+    ) -> Iterator[RaceEvent | RaceJudged]:
+        try:
+            messages = (ChatMessage("user", prompt),)
+            # greedy: the turn's own sampling, against which greedy lanes are judged; each lane
+            # runs with its decoder's sampling as the chat has it
+            turn = RaceTurn(messages, prompt_ids(self.backend, messages), max_tokens)
+            entrants: list[Entrant] = []
+            for variant in variants:
+                try:
+                    backend = self._race_backend(variant)
+                except SpecchatError as exc:  # a server out of reach: its lane says so
+                    entrants.append(Unreachable(variant.label, str(exc)))
+                    continue
+                params = self.race_params(variant) if variant.server is None else {}
+                sampling = self.sampling(variant.name)
+                entrants.append(
+                    DecoderEntrant(backend, variant.name, params, variant.label, sampling)
+                )
+            lanes = [Lane(entrant) for entrant in entrants]
+            for event in race_runs(turn, entrants, cancel=cancel, keep_steps=True):
+                yield event
+                if isinstance(event, RunFinished):
+                    lanes[event.lane].runs.append(event.done)
+            judge(self.backend, turn, lanes, baseline_name())
+            yield RaceJudged(tuple(lanes))
+        finally:
+            # the lanes used engines of their own from an empty cache: the chat's engine must not
+            # trust what it thought the cache held
+            if self.engine is not None:
+                self.engine.forget_cache()
+            self.busy = self.racing = False
+            self._race_cancel = None
+
+    def stop_race(self) -> None:
+        """Stop the running race at its next step boundary."""
+        if self._race_cancel is not None:
+            self._race_cancel.set()
+
+    # -- settings -------------------------------------------------------------------------------
+    def _change(self, **values: object) -> str | None:
+        """Apply what the user changed to this run and to the settings file (never what the
+        command line said); returns why the file could not be written."""
+        self.settings = replace(self.settings, **values)
+        self.config = replace(self.config, **values)
+        if not self._save_settings_file:
+            return None
+        try:
+            save_settings(self.settings)
+        except OSError as exc:
+            return f"could not save settings: {exc}"
+        return None
+
+    @property
+    def colour_runs(self) -> bool:
+        return self.config.colour_runs
+
+    def toggle_colour_runs(self) -> str | None:
+        return self._change(colour_runs=not self.config.colour_runs)
+
+    @property
+    def colour_by(self) -> str:
+        return self.config.colour_by
+
+    def toggle_colour_by(self) -> str | None:
+        """Colour runs by tokens per step, or by where their drafts came from."""
+        modes = COLOUR_MODES
+        return self._change(colour_by=modes[(modes.index(self.config.colour_by) + 1) % len(modes)])
+
+    def set_theme(self, name: str) -> str | None:
+        if self.config.theme == name:
+            return None
+        return self._change(theme=name)

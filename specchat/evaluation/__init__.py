@@ -1,0 +1,1 @@
+"""Judging decoders: races, the oracle over a drafter's proposals, speed figures, variants."""
