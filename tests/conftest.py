@@ -3,20 +3,43 @@ private folders per test run."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
+import platformdirs
 import pytest
 
-# Every test run gets its own config/data dirs; the cache (converted weights, block costs) is
-# shared across runs of the suite so the one-off GGUF conversion is not repeated.
+
+def _cache_key() -> str:
+    """What a cached conversion or measurement depends on: the code that makes it and the
+    libraries under it. A change to any of them starts a new cache."""
+    from importlib.metadata import version
+
+    made_by = [Path(__file__).parents[1] / "specchat" / "backends" / name for name in (
+        "hf_loading.py", "block_cost.py"
+    )]  # fmt: skip
+    text = "|".join(p.read_text() for p in made_by)
+    text += "|".join(version(p) for p in ("transformers", "torch", "llama-cpp-python"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+# Every test run gets its own config/data dirs. The cache (the GGUF converted for transformers,
+# measured pass costs) is kept across runs of the suite, under a key of the code that fills it,
+# so the one-off conversion is made once per change to it, not on every run.
 _RUN_DIR = Path(tempfile.mkdtemp(prefix="specchat-tests-"))
 os.environ["SPECCHAT_CONFIG_DIR"] = str(_RUN_DIR / "config")
 os.environ["SPECCHAT_DATA_DIR"] = str(_RUN_DIR / "data")
+os.environ["SPECCHAT_CACHE_DIR"] = str(
+    Path(platformdirs.user_cache_dir("specchat-tests")) / _cache_key()
+)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# One model thread everywhere, subprocesses included: the suite runs two tests at a time on two
+# cores (pytest -n 2), and llama.cpp's and torch's pool threads spin badly on busy cores.
+os.environ["SPECCHAT_THREADS"] = "1"
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +55,7 @@ def bundled_gguf() -> Path:
 def llama_backend(bundled_gguf):
     from specchat.backends.llama import LlamaBackend
 
-    backend = LlamaBackend(bundled_gguf, n_ctx=2048)
+    backend = LlamaBackend(bundled_gguf, n_ctx=2048, threads=1)
     yield backend
     backend.close()
 
@@ -45,30 +68,40 @@ def fresh_llama(llama_backend):
 
 
 @pytest.fixture(scope="session")
-def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A cache dir shared by the whole run, so the GGUF is converted at most once."""
-    path = tmp_path_factory.mktemp("specchat-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECCHAT_CACHE_DIR", str(path))
-        yield path
+def session_cache() -> Path:
+    """The suite's cache dir (see `_cache_key`)."""
+    from specchat import locations
+
+    return locations.cache_dir()
 
 
 @pytest.fixture(scope="session")
 def hf_bundled(session_cache: Path, bundled_gguf: Path):
-    """The bundled model on the transformers backend, converted from its GGUF once per run (into
-    the run's cache, so the conversion itself is tested every time), on one thread: two OpenMP
-    threads on a 2-core machine run ~25x slower whenever anything else is running, one thread
-    stays steady. How long the first load took and what it said are kept on the backend."""
+    """The bundled model on the transformers backend, converted from its GGUF into the suite's
+    cache when the conversion code changed (one worker converts, the other waits for it), on one
+    thread: two OpenMP threads on a 2-core machine run ~25x slower whenever anything else is
+    running, one thread stays steady. How long the load took, what it said and whether the cache
+    held the conversion before are kept on the backend."""
     import torch
 
-    from specchat.backends.hf_loading import load_hf_backend
+    from specchat.backends.hf_loading import GGUF_CACHE_FOLDER, load_hf_backend
 
     threads = torch.get_num_threads()
-    started = time.perf_counter()
     messages: list[str] = []
-    backend = load_hf_backend(
-        str(bundled_gguf.parent), gguf_file=bundled_gguf.name, threads=1, progress=messages.append
-    )
+    with (session_cache / ".conversion.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder = session_cache / GGUF_CACHE_FOLDER
+        converted_before = folder.is_dir() and any(
+            (p / "model.safetensors").is_file() for p in folder.iterdir()
+        )
+        started = time.perf_counter()
+        backend = load_hf_backend(
+            str(bundled_gguf.parent),
+            gguf_file=bundled_gguf.name,
+            threads=1,
+            progress=messages.append,
+        )
+    backend.converted_before = converted_before
     backend.load_seconds = time.perf_counter() - started
     backend.load_messages = messages
     yield backend

@@ -94,6 +94,7 @@ def _copy_without_weights(source: Path, target: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_pickle_weights_are_refused_and_never_unpickled(tiny_dir: Path, tmp_path: Path):
     folder = _copy_without_weights(tiny_dir, tmp_path / "pickled")
     marker = tmp_path / "pickle-ran"
@@ -103,6 +104,7 @@ def test_pickle_weights_are_refused_and_never_unpickled(tiny_dir: Path, tmp_path
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_pickle_weights_load_with_allow_pickle(tiny_dir: Path, tmp_path: Path):
     import torch
     from safetensors.torch import load_file
@@ -116,6 +118,7 @@ def test_pickle_weights_load_with_allow_pickle(tiny_dir: Path, tmp_path: Path):
     assert allowed.returncode == 0, allowed.stderr
 
 
+@pytest.mark.slow
 def test_the_chat_takes_allow_pickle_as_its_error_says(tiny_dir: Path, tmp_path: Path):
     """The line-mode chat (stdin is a pipe) refuses pickle weights in one line naming
     --allow-pickle, and with that flag loads them; the consent is never saved."""
@@ -133,6 +136,7 @@ def test_the_chat_takes_allow_pickle_as_its_error_says(tiny_dir: Path, tmp_path:
     assert not settings.exists() or "pickle" not in settings.read_text()
 
 
+@pytest.mark.slow
 def test_a_models_own_code_is_not_run_without_trust_remote_code(tiny_dir: Path, tmp_path: Path):
     folder = tmp_path / "custom"
     folder.mkdir()
@@ -180,6 +184,7 @@ def network_log(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return env, log
 
 
+@pytest.mark.slow
 def test_no_network_at_run_time_on_local_models(tiny_dir: Path, network_log):
     env, log = network_log
     for args in (

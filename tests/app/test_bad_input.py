@@ -10,9 +10,7 @@ test_remote_cli.py; docs/reliability.md lists them all.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,22 +18,20 @@ import pytest
 from specchat.decoding.params import Param
 from specchat.decoding.registry import DECODERS
 from specchat.errors import SpecchatError
+from tests.cli import Ran, run_cli, run_process
 
 NO_MODEL = ("--model", "/no/such/model.gguf")
 
 
-def run(*args: str | bytes, stdin: bytes | None = None, env: dict | None = None, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "specchat", *args],
-        input=stdin,
-        capture_output=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
-    )
+def run(*args: str, env: dict | None = None) -> Ran:
+    """In the test's process: the argument list and the environment are all these runs use."""
+    return run_cli(*args, env=env)
 
 
-def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
-    stderr = result.stderr.decode("utf-8", "replace")
+def one_line_error(result: Ran | subprocess.CompletedProcess, *words: str) -> str:
+    stderr = result.stderr
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode("utf-8", "replace")
     assert result.returncode == 2, (result.stdout, stderr)
     assert "Traceback" not in stderr
     lines = stderr.strip().splitlines()
@@ -121,13 +117,15 @@ def test_an_empty_prompt_is_refused(args):
 
 
 def test_a_prompt_that_is_not_utf8_is_refused():
-    one_line_error(run("ask", b"caf\xe9 au lait", *NO_MODEL), "not UTF-8")
+    # bytes that are not UTF-8 reach a process's argv as lone surrogates: a real process
+    one_line_error(run_process("ask", b"caf\xe9 au lait", *NO_MODEL), "not UTF-8")
 
 
+@pytest.mark.slow
 def test_stdin_that_is_not_utf8_is_one_line():
     """Piped into plain `specchat` (the line-mode chat), in a UTF-8 and in the C locale."""
     for locale in ("C.UTF-8", "C"):
-        result = run(stdin=b"caf\xe9 au lait\n", env={"LC_ALL": locale, "LANG": locale})
+        result = run_process(stdin=b"caf\xe9 au lait\n", env={"LC_ALL": locale, "LANG": locale})
         one_line_error(result, "stdin", "not UTF-8")
 
 
@@ -173,7 +171,7 @@ def test_a_broken_settings_file_is_one_warning_and_the_answer_still_comes(
         "--no-log",
         env={"SPECCHAT_CONFIG_DIR": str(config)},
     )
-    stderr = result.stderr.decode()
+    stderr = result.stderr
     assert result.returncode == 0, stderr
     assert result.stdout.strip()
     (line,) = stderr.strip().splitlines()
@@ -191,7 +189,8 @@ def test_a_broken_gguf_file_is_one_line(tmp_path: Path, bundled_gguf: Path, kind
     else:  # a download that stopped half-way: the header and part of the tensors
         with bundled_gguf.open("rb") as source:
             broken.write_bytes(source.read(bundled_gguf.stat().st_size // 2))
-    one_line_error(run("ask", "hi", "--model", str(broken)), str(broken.name))
+    # a process: a runtime that crashed on a broken file would take the test run with it
+    one_line_error(run_process("ask", "hi", "--model", str(broken)), str(broken.name))
 
 
 def test_a_hugging_face_directory_without_weights_is_one_line(tmp_path: Path):
@@ -204,4 +203,4 @@ def test_a_hugging_face_directory_without_weights_is_one_line(tmp_path: Path):
 
 
 def test_a_race_server_that_is_no_address_is_one_line():
-    one_line_error(run("--race-server", "ftp://host", stdin=b""), "server@ftp://host", "HOST:PORT")
+    one_line_error(run("--race-server", "ftp://host"), "server@ftp://host", "HOST:PORT")

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from specchat.bench.data import load_questions
 from specchat.bench.summary import OVERALL, QuestionRow, summarize
 from specchat.errors import SpecchatError
+from tests.cli import run_cli
 
 
 def _row(qid, cat, dec, tokens, seconds, steps=None, drafted=0, accepted=0, same=True):
@@ -72,16 +70,12 @@ def test_broken_data_is_a_clear_error(tmp_path, content, message):
 
 
 def test_missing_data_file_exits_2_without_traceback(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "specchat", "bench", "--data", str(tmp_path / "none.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_cli("bench", "--data", str(tmp_path / "none.jsonl"))
     assert result.returncode == 2
     assert "benchmark data not found" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
     data = tmp_path / "q.jsonl"
     data.write_text(
@@ -96,30 +90,21 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
     )
     out = tmp_path / "r.json"
     md = tmp_path / "r.md"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specchat",
-            "bench",
-            "--data",
-            str(data),
-            "-d",
-            "pld",
-            "-p",
-            "pld.fixed_draft=4",  # draft whatever this machine's pass costs say
-            "--max-tokens",
-            "16",
-            "--json",
-            str(out),
-            "--markdown",
-            str(md),
-            "--peers",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ},
+    result = run_cli(
+        "bench",
+        "--data",
+        str(data),
+        "-d",
+        "pld",
+        "-p",
+        "pld.fixed_draft=4",  # draft whatever this machine's pass costs say
+        "--max-tokens",
+        "16",
+        "--json",
+        str(out),
+        "--markdown",
+        str(md),
+        "--peers",
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
@@ -167,6 +152,7 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
     assert "pld ÷ peer:llama-cpp-python:pld" in result.stdout
 
 
+@pytest.mark.slow
 def test_bench_history_drafts_from_earlier_questions_in_a_temporary_store(tmp_path):
     """With --history the second, identical question finds the first's answer in the saved
     chats: suffix copies it exactly; the user's own chat store is never written."""
@@ -180,13 +166,10 @@ def test_bench_history_drafts_from_earlier_questions_in_a_temporary_store(tmp_pa
     )
     out = tmp_path / "r.json"
     data_dir = tmp_path / "user-data"
-    result = subprocess.run(
-        [sys.executable, "-m", "specchat", "bench", "--data", str(data), "-d", "suffix"]
-        + ["--max-tokens", "40", "--json", str(out), "--history"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "SPECCHAT_DATA_DIR": str(data_dir)},
+    result = run_cli(
+        *["bench", "--data", str(data), "-d", "suffix"],
+        *["--max-tokens", "40", "--json", str(out), "--history"],
+        env={"SPECCHAT_DATA_DIR": str(data_dir)},
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())

@@ -1,28 +1,19 @@
-"""`specchat chats` on a real SQLite file, through the real command (a subprocess each time):
+"""`specchat chats` on a real SQLite file, through the real command line (in the test's process):
 list, show, search, export, delete, with --json for scripts; an unknown id is one line, exit 2."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from specchat.history import DB_FILE, HistoryStore, StoredMessage
+from tests.cli import Ran, run_cli
 
 
-def specchat(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SPECCHAT_DATA_DIR": str(data_dir)}
-    return subprocess.run(
-        [sys.executable, "-m", "specchat", "chats", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+def specchat(data_dir: Path, *args: str) -> Ran:
+    return run_cli("chats", *args, env={"SPECCHAT_DATA_DIR": str(data_dir)})
 
 
 @pytest.fixture

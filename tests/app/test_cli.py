@@ -1,4 +1,5 @@
-"""`specchat` as a user runs it: a subprocess, real model, stdout/stderr and exit codes."""
+"""`specchat` as a user runs it: the command line, the real model, stdout/stderr and exit codes
+(in the test's process; Ctrl+C, which only a process shows, in a process of its own)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,11 @@ import sys
 
 import pytest
 
+from tests.cli import Ran, run_cli
 
-def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "specchat", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+
+def run(*args: str) -> Ran:
+    return run_cli(*args)
 
 
 def test_version():
@@ -129,6 +126,7 @@ def test_corrupt_gguf_is_a_clear_error(tmp_path):
     assert "not a valid GGUF" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_what_was_generated():
     import signal
 
@@ -176,18 +174,13 @@ def test_a_draft_with_another_vocabulary_is_refused(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_ask_records_the_exchange_unless_no_log(tmp_path):
     from specchat.history import HistoryStore
 
-    env = {**os.environ, "SPECCHAT_DATA_DIR": str(tmp_path)}
-
     def ask(*extra: str) -> None:
-        result = subprocess.run(
-            [sys.executable, "-m", "specchat", "ask", "Say hi.", "--max-tokens", "6", *extra],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
+        result = run_cli(
+            "ask", "Say hi.", "--max-tokens", "6", *extra, env={"SPECCHAT_DATA_DIR": str(tmp_path)}
         )
         assert result.returncode == 0, result.stderr
 

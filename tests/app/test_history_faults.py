@@ -3,27 +3,22 @@ prints one line on stderr, no traceback. Real files, a real second process holdi
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from specchat.history import DB_FILE, SCHEMA_VERSION, HistoryStore, StoredMessage
+from tests.cli import Ran, run_cli
 
 
-def specchat(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SPECCHAT_DATA_DIR": str(data_dir)}
-    return subprocess.run(
-        [sys.executable, "-m", "specchat", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+def specchat(data_dir: Path, *args: str) -> Ran:
+    return run_cli(*args, env={"SPECCHAT_DATA_DIR": str(data_dir)})
 
 
-def assert_one_line(result: subprocess.CompletedProcess, *words: str) -> str:
+def assert_one_line(result: Ran, *words: str) -> str:
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -57,6 +52,7 @@ db.execute("ROLLBACK")
 """
 
 
+@pytest.mark.slow
 def test_locked_database_one_line(tmp_path):
     store = HistoryStore(tmp_path / DB_FILE)
     chat = store.new_chat("busy")

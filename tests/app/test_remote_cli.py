@@ -1,5 +1,6 @@
 """`specchat ask` and `specchat compare` on a remote OpenAI-compatible server, run as a user runs
-them: a subprocess against a real llama-server, or against a real HTTP server that misbehaves."""
+them (in the test's process; Ctrl+C in a process of its own) against a real llama-server, or
+against a real HTTP server that misbehaves."""
 
 from __future__ import annotations
 
@@ -11,20 +12,15 @@ import sys
 
 import pytest
 
+from tests.cli import Ran, run_cli
 from tests.servers import REPEATING_PROMPT, FaultServer, free_port, server_metrics
 
 
-def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "specchat", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+def run(*args: str) -> Ran:
+    return run_cli(*args)
 
 
-def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+def one_line_error(result: Ran, *words: str) -> None:
     assert result.returncode == 2, (result.stdout, result.stderr)
     errors = [line for line in result.stderr.splitlines() if line.startswith("specchat: error:")]
     assert len(errors) == 1, result.stderr

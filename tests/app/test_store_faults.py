@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from specchat.history import HistoryStore
 
 STORE_FILE = "history.sqlite3"
@@ -104,6 +106,7 @@ def check_store(path: Path, committed: list[str]) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_kill_9_during_and_right_after_an_answer_keeps_every_committed_message(tmp_path):
     env = environment(tmp_path)
     path = tmp_path / "data" / STORE_FILE
@@ -121,6 +124,7 @@ def test_kill_9_during_and_right_after_an_answer_keeps_every_committed_message(t
     check_store(path, [*committed, "One more question."])
 
 
+@pytest.mark.slow
 def test_two_specchat_processes_on_one_store_both_work_and_nothing_is_lost(tmp_path):
     env = environment(tmp_path)
     committed: list[str] = []

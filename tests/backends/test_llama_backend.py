@@ -42,6 +42,7 @@ def library_llama(bundled_gguf):
 
 
 @pytest.mark.parametrize("kind,text", PROMPTS)
+@pytest.mark.slow
 def test_greedy_equals_llama_cpp_python_generate(fresh_llama, library_llama, kind, text):
     ids = _ids(fresh_llama, kind, text)
     done = _run(Engine(fresh_llama, GreedyDecoder()), ids, 48)

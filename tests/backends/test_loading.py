@@ -89,6 +89,7 @@ def test_hf_honours_dtype_and_threads(model_dirs: dict[str, Path]) -> None:
     backend.close()
 
 
+@pytest.mark.slow
 def test_llama_honours_threads_and_n_ctx(bundled_gguf: Path) -> None:
     backend = load_model(None, LoadOptions(threads=1, n_ctx=512))
     try:

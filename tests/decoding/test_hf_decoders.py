@@ -43,6 +43,7 @@ def _hf_generate(backend, ids, **kwargs):
 
 @pytest.mark.parametrize("length_penalty", [1.0, 0.5])
 @pytest.mark.parametrize("text", PROMPTS[:2])
+@pytest.mark.slow
 def test_beam_search_equals_transformers_generate(smol_hf, text, length_penalty):
     ids = chat_prompt_ids(smol_hf, [ChatMessage("user", text)])
     expected = _hf_generate(
@@ -65,6 +66,7 @@ def test_beam_search_equals_transformers_generate(smol_hf, text, length_penalty)
     assert list(done.token_ids) == expected
 
 
+@pytest.mark.slow
 def test_greedy_equals_transformers_generate(smol_hf):
     ids = chat_prompt_ids(smol_hf, [ChatMessage("user", PROMPTS[1])])
     expected = _hf_generate(smol_hf, ids, do_sample=False, max_new_tokens=40)
@@ -85,6 +87,7 @@ def test_greedy_equals_transformers_generate(smol_hf):
     ],
     ids=["pld", "lookahead", "draft", "self-speculation", "suffix"],
 )
+@pytest.mark.slow
 def test_speculative_equals_greedy_up_to_rounding(smol_hf, name, params):
     accepted = 0
     for text in PROMPTS:

@@ -101,6 +101,7 @@ LLAMA_PROMPTS = [
 
 
 @pytest.mark.parametrize("name", ["pld", "lookahead", "suffix"])
+@pytest.mark.slow
 def test_greedy_family_equals_greedy_on_llama_cpp(fresh_llama, name):
     accepted = 0
     for text in LLAMA_PROMPTS:
@@ -230,6 +231,7 @@ def _draw(target, decoder_factory, params, n):
 
 @pytest.mark.parametrize("name", ["sample", "pld", "lookahead", "draft", "suffix"])
 @pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.8, top_k=5, top_p=0.9)])
+@pytest.mark.slow
 def test_sampling_keeps_the_target_distribution(small_vocab_pair, name, params):
     target, draft = small_vocab_pair
     expected = _exact_distribution(target, SAMPLE_PROMPT, LENGTH, params)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from specchat.backends.base import ChatMessage
 from specchat.decoding.registry import DECODERS
 from specchat.engine.events import DoneEvent, StepEvent
@@ -26,6 +28,7 @@ def wait_for(condition, limit: float = 60.0) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_hundred_cancel_restart_cycles_leave_no_thread_behind(fresh_llama):
     names = [
         n

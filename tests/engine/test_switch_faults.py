@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+import pytest
+
 from specchat.backends.base import Backend, ChatMessage
 from specchat.backends.hf import HFBackend
 from specchat.decoding.base import Decoder
@@ -93,6 +95,7 @@ def switch_randomly(
     return switches, accepted, ran
 
 
+@pytest.mark.slow
 def test_hundreds_of_switches_on_llama_cpp_equal_greedy(bundled_gguf):
     from specchat.backends.llama import LlamaBackend
 
@@ -140,6 +143,7 @@ def _to_the_edge(target: Backend, prompt: list[int], names: list[str], make) -> 
         assert done.token_ids == reference.token_ids, name
 
 
+@pytest.mark.slow
 def test_every_decoder_reaching_the_context_window_ends_with_context_full_on_llama(bundled_gguf):
     from specchat.backends.llama import LlamaBackend
 

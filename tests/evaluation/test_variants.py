@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from specchat.decoding.registry import DECODERS
@@ -16,6 +12,7 @@ from specchat.evaluation.variants import (
     fixed_draft_variants,
     parse_variant,
 )
+from tests.cli import run_cli
 
 
 def test_a_plain_name_is_the_decoder_itself():
@@ -73,13 +70,7 @@ def test_the_race_picker_offers_fixed_drafts_of_the_speculative_decoders():
 
 
 def test_compare_refuses_a_bad_variant_in_one_line():
-    result = subprocess.run(
-        [sys.executable, "-m", "specchat", "compare", "hi", "-d", "pld:fixed_draft=x"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+    result = run_cli("compare", "hi", "-d", "pld:fixed_draft=x")
     assert result.returncode == 2
     assert "pld.fixed_draft must be an integer" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

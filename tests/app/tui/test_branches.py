@@ -33,6 +33,7 @@ async def answered(pilot) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 async def test_up_edits_the_last_question_and_left_switches_back(backend):
     app = SpecchatApp(settings=RunConfig(max_tokens=8), backend=backend)
     async with app.run_test(size=SIZE) as pilot:

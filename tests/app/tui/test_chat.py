@@ -257,6 +257,7 @@ async def test_escape_cancels_and_keeps_text(backend):
         assert not app.session.busy
 
 
+@pytest.mark.slow
 async def test_escape_before_the_engine_starts_stops_the_answer(backend):
     """Esc while the worker has built the prompt but not yet called the engine is kept: the
     answer stops before its first step (it used to be lost and the answer ran to the end)."""
@@ -395,6 +396,7 @@ async def test_streams_into_markdown_when_colours_are_off(backend):
         assert widget.query_one(".markdown").source == app.screen.messages[-1].content
 
 
+@pytest.mark.slow
 async def test_transcript_follows_the_bottom_until_the_user_scrolls_up(backend):
     """While an answer streams the transcript follows its end, until the user scrolls up: then
     it stays where they scrolled to. The second answer's worker is parked before its first step
@@ -478,6 +480,7 @@ async def test_colour_by_source_key_switches_the_legend_and_persists(backend, fi
     assert error is None and saved.colour_by == "source"
 
 
+@pytest.mark.slow
 async def test_answers_draft_from_saved_chats_unless_the_setting_is_off(backend):
     """The same question in a new chat: with the saved chats as a source, suffix copies the
     earlier answer; with the setting off it never reads them."""

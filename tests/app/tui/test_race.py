@@ -62,6 +62,7 @@ async def measured_race(pilot, names: list[str]) -> tuple[RaceScreen, VirtualClo
     return screen, clock
 
 
+@pytest.mark.slow
 async def test_race_measures_then_replays_at_the_measured_pace(backend):
     app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
@@ -114,6 +115,7 @@ async def test_race_measures_then_replays_at_the_measured_pace(backend):
         assert not isinstance(app.screen, RaceScreen)
 
 
+@pytest.mark.slow
 async def test_race_figures_agree_with_compare(backend):
     """The same prompt and decoders through `specchat compare --json` (one thread, as the
     suite's model) and the race screen: the same tokens, steps, acceptance and exactness; and
@@ -156,6 +158,7 @@ async def test_race_figures_agree_with_compare(backend):
     assert shown[VARIANT][2] == f"{expected:.2f}×"
 
 
+@pytest.mark.slow
 async def test_the_chat_answers_as_before_after_a_race(backend):
     """The race's runs fill the model's cache with their own tokens; the chat's next answer must
     not take them for its conversation: regenerating after a race gives the same greedy answer."""
@@ -234,6 +237,7 @@ async def test_the_race_sets_a_servers_own_speculation_beside_a_local_decoder(
         assert float(rows[label][3]) > 1.0 == float(rows["greedy"][3])
 
 
+@pytest.mark.slow
 async def test_a_race_server_that_refuses_fails_its_pane_alone(backend):
     """A server typed into the picker that nothing answers: its pane says failed with one line,
     and the local decoder's pane runs as usual."""

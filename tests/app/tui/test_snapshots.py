@@ -7,6 +7,8 @@ these snapshots on purpose (refresh with --snapshot-update and look at the diff)
 
 from __future__ import annotations
 
+import pytest
+
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.messages import RaceDone, RaceFinished, RaceStarted
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
@@ -150,12 +152,14 @@ def scripted_race(at: float):
     return run_before
 
 
+@pytest.mark.slow
 def test_race_summary(snap_compare, backend, fixed_chat):
     assert snap_compare(
         chat_app(backend, fixed_chat), terminal_size=(110, 32), run_before=scripted_race(1.0)
     )
 
 
+@pytest.mark.slow
 def test_race_mid_replay(snap_compare, backend, fixed_chat):
     """0.045 s in: pld (5 tokens in 0.042 s) has finished, greedy (0.0625 s) shows 3 of 5."""
     assert snap_compare(

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from .tmux import ask, needs_tmux, quit_and_close, start_specchat, wait_for, wait_until_usable
 
 pytestmark = needs_tmux
 
 
+@pytest.mark.slow
 def test_specchat_in_tmux(private_dirs):
     start = time.monotonic()
     # one llama.cpp thread: the suite shares two cores with other processes

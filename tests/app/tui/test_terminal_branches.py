@@ -3,6 +3,8 @@ back to the first version with Shift+Tab, Up and Left."""
 
 from __future__ import annotations
 
+import pytest
+
 from .tmux import (
     ask,
     keys,
@@ -36,6 +38,7 @@ def switched_with_left(session: str, tries: int = 4) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_edit_a_question_see_the_branch_and_switch_back(private_dirs):
     session = start_specchat(private_dirs, "threads = 1\nmax_tokens = 12\n", 40, "branch")
     try:

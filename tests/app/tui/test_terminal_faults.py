@@ -8,6 +8,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.app.test_store_faults import check_store
 
 from .tmux import ask, close, needs_tmux, pane_pid, start_specchat, wait_for, wait_until_usable
@@ -41,6 +43,7 @@ def questions_in(path: Path) -> list[str]:
         store.close()
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_chat_during_and_right_after_an_answer(tmp_path: Path):
     store = tmp_path / "data" / STORE_FILE
     answered: list[str] = []
