@@ -15,11 +15,11 @@ from dataclasses import replace
 
 from specchat.backends.base import Backend, ChatMessage, sync_cache
 from specchat.decoding.base import Decoder
-from specchat.decoding.sampling import Sampler, SamplingParams
+from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import DraftSources
 from specchat.engine.detokenizer import Detokenizer
 from specchat.engine.events import DoneEvent, Event, StepEvent
-from specchat.engine.protocol import Cancel, EngineCommands, GenerationRequest
+from specchat.engine.protocol import AnswerEngine, Cancel, GenerationRequest
 from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
 from specchat.prompting import (
@@ -31,7 +31,7 @@ from specchat.prompting import (
 )
 
 
-class Engine(EngineCommands):
+class Engine(AnswerEngine):
     """Runs one generation at a time on a backend specchat runs; decoders can be swapped between
     steps. It builds prompts with the model's own chat template and tokenizer."""
 
@@ -44,30 +44,24 @@ class Engine(EngineCommands):
         """Someone else used the backend (a race): the next prompt is evaluated whole."""
         self._kv_tokens = []
 
-    def request(
+    def _prompt(
         self,
-        messages: Sequence[ChatMessage],
-        *,
-        max_tokens: int,
-        sampling: SamplingParams,
-        stop: tuple[str, ...] = (),
-        raw: bool = False,
-        previous_answer: str | None = None,
-        saved: object | None = None,
-    ) -> GenerationRequest:
-        chat = list(messages)
+        messages: list[ChatMessage],
+        raw: bool,
+        previous_answer: str | None,
+        saved: object | None,
+    ) -> tuple[tuple[int, ...], DraftSources, tuple[ChatMessage, ...]]:
+        """The model's own chat template (or the raw text) through its tokenizer; where this
+        turn starts and the answer being regenerated are draft sources."""
         backend = self.backend
         if raw:
-            ids = raw_prompt_ids(backend, chat[-1].content)
-            start = 0
+            ids, start = raw_prompt_ids(backend, messages[-1].content), 0
         else:
-            ids = chat_prompt_ids(backend, chat)
-            start = turn_start(backend, chat, ids)
+            ids = chat_prompt_ids(backend, messages)
+            start = turn_start(backend, messages, ids)
         previous = tuple(backend.tokenize(previous_answer)) if previous_answer else ()
         sources = DraftSources(turn_start=start, previous_answer=previous, saved=saved)
-        return GenerationRequest(
-            tuple(ids), max_tokens, stop, sampling, sources, () if raw else tuple(chat)
-        )
+        return tuple(ids), sources, () if raw else tuple(messages)
 
     def fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> FittedChat:
         return fit_to_context(self.backend, list(messages), max_tokens)
@@ -82,10 +76,7 @@ class Engine(EngineCommands):
         self._kv_tokens = prompt[:-1]
 
     def generate(self, request: GenerationRequest, cancel: Cancel = None) -> Iterator[Event]:
-        """A StepEvent per step and a final DoneEvent, computed as they are asked for; raises
-        SpecchatError on bad input. Setting `cancel` (one token or several) at any moment, also
-        before the first event is asked for, stops the generation; so does `Engine.cancel()`
-        from the moment this returns."""
+        """See `AnswerEngine.generate`; raises SpecchatError on bad input."""
         return self._generate(request, self._cancel_flags(cancel))
 
     def _generate(

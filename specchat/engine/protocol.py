@@ -4,7 +4,7 @@ An engine answers requests on one model: specchat's own loop over a backend it r
 (`local.Engine`), or a remote server's stream (`remote.RemoteEngine`). Both build a request from a
 conversation (`request`), fit a conversation to the model's window (`fit`), emit the same events,
 and take the same thread-safe commands — cancel, switch decoder, forget the cache — which
-`EngineCommands` implements once for both. `choice.engine_for` picks the engine for a backend.
+`AnswerEngine` implements once for both. `choice.engine_for` picks the engine for a backend.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from specchat.backends.base import ChatMessage
 from specchat.decoding.base import Decoder
@@ -38,15 +37,46 @@ class GenerationRequest:
     messages: tuple[ChatMessage, ...] = ()
 
 
-class AnswerEngine(Protocol):
-    """Answers requests on one model; commands may come from any thread."""
+class AnswerEngine:
+    """What every engine offers, local or remote: requests from a conversation, generation, and
+    the thread-safe commands — cancel and decoder switch, read between steps, and forgetting the
+    cache — implemented here once. An engine adds how it prompts (`_prompt`), fits a
+    conversation to its window (`fit`) and generates (`generate`)."""
 
-    decoder: Decoder
+    def __init__(self, decoder: Decoder) -> None:
+        self.decoder = decoder
+        self._next_decoder: Decoder | None = None
+        self._next_sampling: SamplingParams | None = None
+        self._lock = threading.Lock()
+        self._latest_cancel: threading.Event | None = None  # the last generation asked for
 
     @property
     def note(self) -> str:
         """What the status line says of the figures the engine reports ("" when nothing)."""
+        return ""
 
+    # -- what each engine does its own way ---------------------------------------------------
+    def _prompt(
+        self,
+        messages: list[ChatMessage],
+        raw: bool,
+        previous_answer: str | None,
+        saved: object | None,
+    ) -> tuple[tuple[int, ...], DraftSources, tuple[ChatMessage, ...]]:
+        """(prompt ids, draft sources, the messages sent) for `request`."""
+        raise NotImplementedError
+
+    def fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> FittedChat:
+        """The conversation as it fits the model's context window with room for the answer."""
+        raise NotImplementedError
+
+    def generate(self, request: GenerationRequest, cancel: Cancel = None) -> Iterator[Event]:
+        """A StepEvent per step, then a DoneEvent, computed as they are asked for. Setting
+        `cancel` (one token or several) at any moment, also before the first event is asked
+        for, stops the generation; so does `cancel()` from the moment this returns."""
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------------------------
     def request(
         self,
         messages: Sequence[ChatMessage],
@@ -61,40 +91,12 @@ class AnswerEngine(Protocol):
         """A request answering `messages` (with `raw`: continuing the last one's text, no chat
         template); `previous_answer` (an answer being regenerated) and `saved` (the saved chats'
         index) are offered to the drafters where the engine drafts."""
-
-    def fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> FittedChat:
-        """The conversation as it fits the model's context window with room for the answer."""
-
-    def generate(self, request: GenerationRequest, cancel: Cancel = None) -> Iterator[Event]:
-        """A StepEvent per step, then a DoneEvent, computed as they are asked for."""
+        ids, sources, sent = self._prompt(list(messages), raw, previous_answer, saved)
+        return GenerationRequest(ids, max_tokens, stop, sampling, sources, sent)
 
     def start(self, request: GenerationRequest) -> GenerationHandle:
-        """`generate` in a background thread."""
-
-    def cancel(self) -> None:
-        """Stop the generation asked for last at its next step boundary."""
-
-    def switch(self, decoder: Decoder, sampling: SamplingParams | None = None) -> None:
-        """Use `decoder` from the next step on (or for the next answer)."""
-
-    def forget_cache(self) -> None:
-        """Someone else used the model (a race): assume nothing about what its cache holds."""
-
-
-class EngineCommands:
-    """The command half every engine shares: cancel and decoder switch, both thread-safe and
-    read between steps, and a handle that runs a generation in its own thread."""
-
-    def __init__(self, decoder: Decoder) -> None:
-        self.decoder = decoder
-        self._next_decoder: Decoder | None = None
-        self._next_sampling: SamplingParams | None = None
-        self._lock = threading.Lock()
-        self._latest_cancel: threading.Event | None = None  # the last generation asked for
-
-    @property
-    def note(self) -> str:
-        return ""
+        """Run `generate` in a background thread; iterate the handle for events."""
+        return GenerationHandle(self, request)
 
     def switch(self, decoder: Decoder, sampling: SamplingParams | None = None) -> None:
         """Use `decoder` from the next step on (or for the next answer when idle); with
@@ -113,7 +115,7 @@ class EngineCommands:
             token.set()
 
     def forget_cache(self) -> None:
-        """Nothing is cached here."""
+        """Someone else used the model (a race): assume nothing about what its cache holds."""
 
     def _cancel_flags(self, cancel: Cancel) -> tuple[threading.Event, ...]:
         """This generation's own cancel token (what `cancel()` sets) and the caller's."""
@@ -137,13 +139,6 @@ class EngineCommands:
         self.decoder = decoder
         return True, sampling
 
-    def generate(self, request: GenerationRequest, cancel: Cancel = None) -> Iterator[Event]:
-        raise NotImplementedError
-
-    def start(self, request: GenerationRequest) -> GenerationHandle:
-        """Run `generate` in a background thread; iterate the handle for events."""
-        return GenerationHandle(self, request)
-
 
 _END = object()
 
@@ -151,7 +146,7 @@ _END = object()
 class GenerationHandle:
     """A generation running in its own thread; events arrive through a queue."""
 
-    def __init__(self, engine: EngineCommands, request: GenerationRequest) -> None:
+    def __init__(self, engine: AnswerEngine, request: GenerationRequest) -> None:
         self.engine = engine
         self._queue: queue.Queue = queue.Queue()
         self._cancel = threading.Event()  # before the thread starts: a cancel at once is kept

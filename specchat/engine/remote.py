@@ -24,10 +24,9 @@ from dataclasses import replace
 from specchat.backends.base import ChatMessage
 from specchat.backends.remote import RemoteBackend, RemoteError, ServerChunk
 from specchat.decoding.base import Decoder
-from specchat.decoding.sampling import SamplingParams
-from specchat.decoding.sources import NO_SOURCES
+from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.engine.events import DoneEvent, Event, StepEvent
-from specchat.engine.protocol import Cancel, EngineCommands, GenerationRequest
+from specchat.engine.protocol import AnswerEngine, Cancel, GenerationRequest
 from specchat.engine.server_steps import NONE, NOTES, PER_TOKEN, TOTALS, ServerStep, ServerSteps
 from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
@@ -40,7 +39,7 @@ _END = object()
 FINISH = {"length": "max_tokens", "stop": "eos"}
 
 
-class RemoteEngine(EngineCommands):
+class RemoteEngine(AnswerEngine):
     """Runs answers on a `RemoteBackend` with the server's own method (the `server` decoder)."""
 
     def __init__(self, backend: RemoteBackend, decoder: Decoder) -> None:
@@ -53,22 +52,18 @@ class RemoteEngine(EngineCommands):
         """What the status line says about the server's figures (empty before any answer)."""
         return NOTES.get(self.reports, "") if self.reports else ""
 
-    def request(
+    def _prompt(
         self,
-        messages: Sequence[ChatMessage],
-        *,
-        max_tokens: int,
-        sampling: SamplingParams,
-        stop: tuple[str, ...] = (),
-        raw: bool = False,
-        previous_answer: str | None = None,
-        saved: object | None = None,
-    ) -> GenerationRequest:
+        messages: list[ChatMessage],
+        raw: bool,
+        previous_answer: str | None,
+        saved: object | None,
+    ) -> tuple[tuple[int, ...], DraftSources, tuple[ChatMessage, ...]]:
         """The conversation itself: the server applies its own template and drafts from what it
         keeps."""
         if raw:
             raise SpecchatError("--raw: a remote server answers chat messages, not raw text")
-        return GenerationRequest((), max_tokens, stop, sampling, NO_SOURCES, tuple(messages))
+        return (), NO_SOURCES, tuple(messages)
 
     def fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> FittedChat:
         """The server keeps its own window: the chat goes as it is."""

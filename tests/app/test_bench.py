@@ -179,3 +179,31 @@ def test_bench_history_drafts_from_earlier_questions_in_a_temporary_store(tmp_pa
     assert first["identical_to_greedy"] and second["identical_to_greedy"]
     assert second["tokens"] / second["steps"] >= 4 and second["steps"] < first["steps"]
     assert not (data_dir / "history.sqlite3").exists()
+
+
+def test_the_report_is_whole_at_80_columns_and_when_piped():
+    """A report with every peer, printed where `specchat bench | cat` prints it (80 columns, no
+    terminal): tables split instead of cutting figures to ellipses, bars shorten to fit."""
+    import io
+
+    from rich.console import Console
+
+    from specchat.bench.report import print_report
+
+    methods = ["greedy", "pld", "suffix", "lookahead", "peer:llama-cpp-python:greedy"]
+    methods += [f"peer:llama-server:{spec}" for spec in ("none", "ngram-mod", "ngram-mod-3")]
+    rows = [
+        _row(q, cat, method, 100, 1.0 + 0.1 * i, steps=50, drafted=80, accepted=50)
+        for i, method in enumerate(methods)
+        for q, cat in ((1, "summarization"), (2, "retrieval"))
+    ]
+    summary = summarize(rows, "greedy")
+    out = io.StringIO()
+    print_report(Console(file=out, width=80), summary, ["summarization", "retrieval"], rows)
+    text = out.getvalue()
+    assert "…" not in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    for method in methods:
+        assert method in text
+    speed = summary["peer:llama-server:ngram-mod-3"][OVERALL]["speedup"]
+    assert f"{speed:.2f}×" in text
