@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specchat.backends.base import LOCAL, Block, ChatMessage
+from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
+from specchat.backends.exactness import probe_exactness
 from specchat.errors import SpecchatError
 
 SPECIALS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
@@ -204,6 +205,10 @@ class NumpyBackend:
     def block_cost(self, k: int) -> float:
         """Modelled seconds of a k-token pass: what the draft-length policy plans with."""
         return self.overhead + self.per_token * k
+
+    def exactness(self) -> Exactness:
+        """Probed as on any backend (its rows never depend on the block: bitwise)."""
+        return probe_exactness(self)
 
     def close(self) -> None:
         self._committed = []

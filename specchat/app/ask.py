@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 
 from specchat.app.tui.runs import RunText
-from specchat.backends.base import Backend
+from specchat.backends.base import Backend, Exactness
 from specchat.decoding.registry import (
     build_decoder,
     decoder_class,
@@ -46,7 +46,9 @@ def _step_json(event: StepEvent) -> str:
     )
 
 
-def _done_json(event: DoneEvent) -> str:
+def _done_json(event: DoneEvent, exactness: Exactness | None) -> str:
+    """The last line of `--json`; `exactness`: whether the model's block logits are its
+    one-token passes' (null on a remote server)."""
     return json.dumps(
         {
             "type": "done",
@@ -55,6 +57,7 @@ def _done_json(event: DoneEvent) -> str:
             "token_ids": list(event.token_ids),
             "text": event.text,
             "stats": event.stats.as_dict(),
+            "exactness": None if exactness is None else exactness.as_dict(),
         },
         ensure_ascii=False,
     )
@@ -126,6 +129,10 @@ def run_ask(
         saved=saved,
     )
     colour_by = config.colour_by
+    exactness = engine.exactness()
+    note = exactness.note if exactness and decoder_class(decoder).speculative else None
+    if note and not as_json:
+        sys.stderr.write(f"[{note}]\n")
     colour = sys.stdout.isatty() and not as_json
     handle = engine.start(request)
     interrupted = threading.Event()
@@ -158,7 +165,7 @@ def run_ask(
                     sys.stdout.flush()
             elif isinstance(event, DoneEvent):
                 if as_json:
-                    print(_done_json(event), flush=True)
+                    print(_done_json(event, exactness), flush=True)
                 else:
                     sys.stdout.write("\n")
                     if event.finish_reason == "cancelled":

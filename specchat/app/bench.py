@@ -114,6 +114,8 @@ def run_bench(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "history": history,  # earlier questions saved as chats, a draft source
+        # greedy-family decoders are bitwise greedy here, or only to near-ties
+        "exactness": loaded.exactness().as_dict(),
         "versions": _versions(),
         "decoder_params": per,
     }

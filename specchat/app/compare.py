@@ -14,7 +14,7 @@ from specchat.decoding.registry import (
     sampling_for,
     unavailable_reason,
 )
-from specchat.engine.choice import prompt_ids
+from specchat.engine.choice import exactness_of, prompt_ids
 from specchat.errors import SpecchatError
 from specchat.evaluation.figures import RaceRow, race_rows
 from specchat.evaluation.oracle import efficiency
@@ -142,6 +142,7 @@ def run_compare(
     if failed is not None:
         raise SpecchatError(f"{failed.label}: {failed.error}")
     figures = race_rows([(lane.label, [run.stats for run in lane.runs]) for lane in lanes], base)
+    exactness = exactness_of(loaded)
     rows = [_row_json(row, lane) for row, lane in zip(figures, lanes)]
     if as_json:
         print(
@@ -154,6 +155,7 @@ def run_compare(
                     "max_tokens": config.max_tokens,
                     "repeats": config.repeats,
                     "sampling": sampling.__dict__,
+                    "exactness": None if exactness is None else exactness.as_dict(),
                     "decoders": rows,
                 },
                 ensure_ascii=False,
@@ -164,4 +166,7 @@ def run_compare(
         f"{loaded.model_name} on {loaded.name}/{loaded.device} — median of {config.repeats}, "
         "decoders run one after another"
     )
-    print_table(Console(file=sys.stdout), title, COLUMNS, [_cells(row) for row in rows])
+    console = Console(file=sys.stdout)
+    print_table(console, title, COLUMNS, [_cells(row) for row in rows])
+    if exactness is not None and exactness.note:
+        console.print(exactness.note)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from specchat.backends.base import Backend, ChatMessage
+from specchat.backends.base import Backend, ChatMessage, Exactness
 from specchat.decoding.base import Decoder
 from specchat.decoding.registry import (
     DECODERS,
@@ -105,6 +105,7 @@ class ChatSession:
         self.busy = False  # an answer or a race holds the engine
         self.racing = False
         self.ready_seconds: float | None = None  # from start-up to a usable model
+        self.exactness: Exactness | None = None  # the model's, once loaded (None: a server's)
         self.saved_chats: SavedChatsIndex | None = None  # a draft source, built in the background
         self._owns_backend = backend is None
         self._save_settings_file = save_settings_file
@@ -130,7 +131,8 @@ class ChatSession:
         b = self.backend
         if b is None:
             return "no model"
-        return f"{b.model_name} · {b.name} {b.device}"
+        label = f"{b.model_name} · {b.name} {b.device}"
+        return f"{label} · {self.exactness.label}" if self.exactness is not None else label
 
     def load(self, progress: Callable[[str], None]) -> tuple[float, str | None]:
         """Load the configured model (blocking: a worker's job) and make its engine; returns the
@@ -158,6 +160,8 @@ class ChatSession:
             warning = f"{exc}; using {self.decoder_name}"
             decoder = self._build(self.decoder_name)
         self.engine = engine_for(backend, decoder)
+        # what greedy-family decoders are here: bitwise greedy, or greedy to near-ties
+        self.exactness = self.engine.exactness()
         self.ready_seconds = time.perf_counter() - self._started
         if self.config.draft_from_saved_chats and suffix_trees_missing() is None:
             # loads (or builds) in its own thread: neither start-up nor the first token waits

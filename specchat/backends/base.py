@@ -69,6 +69,33 @@ class Block:
 
 
 @dataclass(frozen=True)
+class Exactness:
+    """Whether a block's logits equal one-token passes' on a model and runtime
+    (`exactness.py` probes it)."""
+
+    bitwise: bool  # a block's logits equal one-token passes', bit for bit
+    max_difference: float  # the largest logit difference the probe saw
+
+    @property
+    def label(self) -> str:
+        """What the status line, `--json` and race summaries say of greedy-family decoders."""
+        return "exact" if self.bitwise else "exact to near-ties"
+
+    @property
+    def note(self) -> str | None:
+        """What to tell a user whose greedy-family answers may part from greedy at near-ties."""
+        if self.bitwise:
+            return None
+        return (
+            "greedy-family decoders are exact to near-ties on this model: a block's logits "
+            f"differ from one-token passes' by up to {self.max_difference:.2g}"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {"bitwise": self.bitwise, "max_difference": round(self.max_difference, 6)}
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a model runtime does for specchat, declared by each backend. `engine.choice` reads
     it to pick the engine, the decoder registry to say which decoders can run."""
@@ -126,6 +153,9 @@ class Backend(Protocol):
 
     def block_cost(self, k: int) -> float:
         """Seconds one pass over a k-token chain costs, measured once per model and device."""
+
+    def exactness(self) -> Exactness:
+        """Whether a block's logits equal one-token passes' (`exactness.py`), probed once."""
 
     def close(self) -> None:
         """Free the model."""

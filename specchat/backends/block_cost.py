@@ -1,8 +1,10 @@
-"""What a k-token forward pass costs on one backend, measured once and kept on disk.
+"""What a k-token forward pass costs on one backend, and whether it is exact, measured once and
+kept on disk.
 
-Speculative decoders choose their draft length from it: on a compute-bound CPU a block of 8 costs
-several single-token passes, on an overhead-bound runtime about one, and the best draft length
-differs by that much.
+Speculative decoders choose their draft length from the costs: on a compute-bound CPU a block of
+8 costs several single-token passes, on an overhead-bound runtime about one, and the best draft
+length differs by that much. Whether a block's logits equal one-token passes' (`exactness.py`)
+says whether greedy-family decoders are bitwise greedy there, or only to near-ties.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import os
 import time
 
 from specchat import locations
-from specchat.backends.base import Block
+from specchat.backends.base import Block, Exactness
+from specchat.backends.exactness import probe_exactness
 
+_COSTS_FILE = "block_costs.json"
+_EXACTNESS_FILE = "exactness.json"
 _REPEATS = 3
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
@@ -32,30 +37,46 @@ class BlockCostTable:
         self._key = f"{key}|{backend.device}|threads={threads}|context={CONTEXT}"
         self._costs: dict[int, float] = {}
         self._loaded = False
+        self._exactness: Exactness | None = None
 
-    def _path(self):
-        return locations.cache_dir() / "block_costs.json"
-
-    def _load(self) -> None:
-        self._loaded = True
+    @staticmethod
+    def _read(name: str) -> dict:
         try:
-            table = json.loads(self._path().read_text()).get(self._key, {})
-            self._costs.update({int(k): float(v) for k, v in table.items()})
-        except (OSError, ValueError, AttributeError):
-            pass
-
-    def _save(self) -> None:
-        path = self._path()
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict):
-                data = {}
+            data = json.loads((locations.cache_dir() / name).read_text())
         except (OSError, ValueError):
-            data = {}
-        data[self._key] = {str(k): v for k, v in sorted(self._costs.items())}
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write(self, name: str, value: object) -> None:
+        """Put this backend's entry into the file `name` (others' are kept)."""
+        data = self._read(name)
+        data[self._key] = value
+        path = locations.cache_dir() / name
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, path)
+
+    def _load(self) -> None:
+        self._loaded = True
+        table = self._read(_COSTS_FILE).get(self._key, {})
+        try:
+            self._costs.update({int(k): float(v) for k, v in table.items()})
+        except (ValueError, AttributeError, TypeError):
+            self._costs.clear()
+
+    def _save(self) -> None:
+        self._write(_COSTS_FILE, {str(k): v for k, v in sorted(self._costs.items())})
+
+    def exactness(self) -> Exactness:
+        """Whether a block's logits equal one-token passes' here: probed once, then kept."""
+        if self._exactness is None:
+            kept = self._read(_EXACTNESS_FILE).get(self._key)
+            try:
+                self._exactness = Exactness(bool(kept["bitwise"]), float(kept["max_difference"]))
+            except (TypeError, KeyError, ValueError):
+                self._exactness = probe_exactness(self._backend)
+                self._write(_EXACTNESS_FILE, self._exactness.as_dict())
+        return self._exactness
 
     def cost(self, k: int) -> float:
         if not self._loaded:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specchat.backends.base import LOCAL, Block, ChatMessage
+from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
 from specchat.backends.block_cost import BlockCostTable
 from specchat.backends.chat_template import CHATML_TEMPLATE
 from specchat.backends.hf_packed import pack_linears
@@ -264,6 +264,11 @@ class HFBackend:
     def block_cost(self, k: int) -> float:
         """Seconds of one k-token chain pass, measured once per model, device, dtype and threads."""
         return self._costs.cost(k)
+
+    def exactness(self) -> Exactness:
+        """Whether a block's rows equal one-token passes' bitwise (float32 on the CPU: to
+        rounding), probed once per model, device, dtype and threads."""
+        return self._costs.exactness()
 
     def close(self) -> None:
         """Free the model and the cache (and the GPU memory they held)."""

@@ -13,13 +13,14 @@ as its KV cells sit where sequential decoding would have put them. So:
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from specchat.backends.base import LOCAL, Block, ChatMessage
+from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
 from specchat.backends.block_cost import BlockCostTable
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
 from specchat.errors import SpecchatError
@@ -120,7 +121,13 @@ class LlamaBackend:
         self._last_block: Block | None = None
         self._last_paths: list[list[int]] = []  # root-to-leaf paths of the last pass
         self._last_streams: list[int] = []  # the stream each of those paths ran in
-        self._costs = BlockCostTable(self, key=f"llama|{path.name}|{path.stat().st_size}")
+        # the build's features (LLAMAFILE, REPACK, ...) are in the key: they change both the
+        # costs and whether a block's logits are one-token passes'
+        build = llama_cpp.llama_print_system_info().decode(errors="replace")
+        build_key = hashlib.sha256(build.encode()).hexdigest()[:8]
+        self._costs = BlockCostTable(
+            self, key=f"llama|{path.name}|{path.stat().st_size}|{build_key}"
+        )
 
     # -- tokenizer -------------------------------------------------------------------------
     def _metadata(self, key: str) -> str | None:
@@ -320,6 +327,9 @@ class LlamaBackend:
 
     def block_cost(self, k: int) -> float:
         return self._costs.cost(k)
+
+    def exactness(self) -> Exactness:
+        return self._costs.exactness()
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specchat.backends.base import Backend, ChatMessage
+from specchat.backends.base import Backend, ChatMessage, Exactness
 from specchat.decoding.base import Decoder
 from specchat.engine.protocol import AnswerEngine
 from specchat.prompting import chat_prompt_ids, raw_prompt_ids
@@ -32,3 +32,9 @@ def prompt_ids(
     if raw:
         return tuple(raw_prompt_ids(backend, messages[-1].content))
     return tuple(chat_prompt_ids(backend, list(messages)))
+
+
+def exactness_of(backend: Backend) -> Exactness | None:
+    """Whether a block's logits equal one-token passes' on `backend` (probed once, then kept);
+    None for a remote server, where specchat does not decode."""
+    return backend.exactness() if backend.capabilities.logits else None

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-from specchat.backends.base import Backend, ChatMessage, sync_cache
+from specchat.backends.base import Backend, ChatMessage, Exactness, sync_cache
 from specchat.decoding.base import Decoder
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import DraftSources
@@ -39,6 +39,9 @@ class Engine(AnswerEngine):
         super().__init__(decoder)
         self.backend = backend
         self._kv_tokens: list[int] = []  # what the backend's cache holds, for prefix reuse
+
+    def exactness(self) -> Exactness:
+        return self.backend.exactness()
 
     def forget_cache(self) -> None:
         """Someone else used the backend (a race): the next prompt is evaluated whole."""

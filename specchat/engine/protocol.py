@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from specchat.backends.base import ChatMessage
+from specchat.backends.base import ChatMessage, Exactness
 from specchat.decoding.base import Decoder
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
@@ -54,6 +54,11 @@ class AnswerEngine:
     def note(self) -> str:
         """What the status line says of the figures the engine reports ("" when nothing)."""
         return ""
+
+    def exactness(self) -> Exactness | None:
+        """Whether a block's logits equal one-token passes' on the model (probed once, then
+        kept with its pass costs); None where specchat does not decode (a remote server)."""
+        return None
 
     # -- what each engine does its own way ---------------------------------------------------
     def _prompt(

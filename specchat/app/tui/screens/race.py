@@ -384,7 +384,11 @@ class RaceScreen(Screen):
         end = max((p.timeline.end for p in self.panes if p.timeline is not None), default=0.0)
         if seconds >= end:
             self._stop_replay()
-            self._note(f"replayed at the measured pace ({end:.2f} s) — r replays")
+            exactness = self.session.exactness
+            near_ties = (
+                " · greedy-family exact to near-ties here" if exactness and exactness.note else ""
+            )
+            self._note(f"replayed at the measured pace ({end:.2f} s) — r replays{near_ties}")
         else:
             self._note(f"replay at the measured pace: {seconds:.2f} s of {end:.2f} s")
         self._fill_summary()

@@ -1,0 +1,107 @@
+"""Whether a block's logits equal one-token passes' is measured per model and runtime, kept with
+the pass costs, and said where it matters: the bundled Q4_1 model is bitwise exact on the
+batch-invariant llama.cpp build; a Q4_K_M copy made with llama.cpp's own quantizer is not (its
+K-quant kernels sum in another order in a batch), and the chat, `ask --json` and `compare` say
+that greedy-family decoders are exact only to near-ties there."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from pathlib import Path
+
+import pytest
+
+from specchat.backends import exactness as exactness_module
+from specchat.backends.exactness import probe_exactness
+from tests.cli import run_cli
+
+
+@pytest.fixture(scope="module")
+def q4_k_m(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> Path:
+    """The bundled model requantized to Q4_K_M by llama.cpp's own quantizer."""
+    import llama_cpp
+
+    target = tmp_path_factory.mktemp("quants") / "SmolLM2-135M-Instruct.Q4_K_M.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.allow_requantize = True
+    params.nthread = 1
+    code = llama_cpp.llama_model_quantize(
+        str(bundled_gguf).encode(), str(target).encode(), ctypes.byref(params)
+    )
+    assert code == 0
+    return target
+
+
+@pytest.fixture(scope="module")
+def k_quant_backend(q4_k_m: Path):
+    from specchat.backends.llama import LlamaBackend
+
+    backend = LlamaBackend(q4_k_m, n_ctx=512, threads=1)
+    yield backend
+    backend.close()
+
+
+def test_the_bundled_model_is_bitwise_exact_on_llama_cpp(fresh_llama):
+    measured = probe_exactness(fresh_llama)
+    assert measured.bitwise and measured.max_difference == 0.0
+    assert measured.label == "exact" and measured.note is None
+    assert fresh_llama.n_committed == 0, "the probe leaves the cache as it found it"
+
+
+def test_a_k_quant_copy_is_exact_only_to_near_ties_and_it_is_kept(k_quant_backend, monkeypatch):
+    measured = k_quant_backend.exactness()
+    assert not measured.bitwise and measured.max_difference > 0
+    assert measured.label == "exact to near-ties" and "near-ties" in measured.note
+
+    # kept with the pass costs: a second backend on the same file does not probe again
+    from specchat.backends.llama import LlamaBackend
+
+    def no_probe(backend):
+        raise AssertionError("probed again")
+
+    monkeypatch.setattr("specchat.backends.block_cost.probe_exactness", no_probe)
+    again = LlamaBackend(k_quant_backend.model_path, n_ctx=512, threads=1)
+    try:
+        kept = again.exactness()
+        assert not kept.bitwise and kept.max_difference == pytest.approx(measured.max_difference)
+    finally:
+        again.close()
+    assert exactness_module.PROBE_BLOCK > 1
+
+
+def test_numpy_backend_probes_bitwise(numpy_backend):
+    assert numpy_backend.exactness().bitwise
+
+
+@pytest.mark.parametrize("quant", ["bundled", "q4_k_m"])
+def test_ask_json_and_compare_say_how_exact_the_model_is(quant, q4_k_m: Path):
+    model = () if quant == "bundled" else ("--model", str(q4_k_m))
+    asked = run_cli("ask", "Count to five.", "-d", "pld", "--max-tokens", "8", "--json", *model)
+    assert asked.returncode == 0, asked.stderr
+    done = json.loads(asked.stdout.splitlines()[-1])
+    assert done["exactness"]["bitwise"] is (quant == "bundled")
+
+    compared = run_cli("compare", "Count to five.", "-d", "pld", "--repeats", "1", *model)
+    assert compared.returncode == 0, compared.stderr
+    said = "exact to near-ties on this model" in compared.stdout
+    assert said is (quant != "bundled")
+
+
+@pytest.mark.anyio
+async def test_the_chat_says_when_speculation_is_exact_only_to_near_ties(k_quant_backend):
+    from specchat.app.tui.app import SpecchatApp
+    from specchat.app.tui.widgets.status_bar import StatusBar
+    from specchat.options import RunConfig
+
+    app = SpecchatApp(settings=RunConfig(), backend=k_quant_backend, save_settings_file=False)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await pilot.pause()
+        status = str(app.screen.query_one(StatusBar).render())
+        assert "exact to near-ties" in status
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
