@@ -92,7 +92,9 @@ def kernels() -> ctypes.CDLL:
         if built.returncode != 0:
             partial.unlink(missing_ok=True)
             message = (built.stderr.strip().splitlines() or ["no message"])[0]
-            raise SpecchatError(f"cannot build the int4 runtime's kernels with {compiler}: {message}")
+            raise SpecchatError(
+                f"cannot build the int4 runtime's kernels with {compiler}: {message}"
+            )
         os.replace(partial, library)
     lib = ctypes.CDLL(str(library))
     for name, argtypes in _SIGNATURES.items():

@@ -189,7 +189,7 @@ class GGUFTensors:
             )
         gguf = _gguf()
         values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
-        return np.ascontiguousarray(values.reshape(self.shape(name)), dtype=np.float32)
+        return np.array(values.reshape(self.shape(name)), dtype=np.float32)  # writable, owned
 
     def dense_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Some rows of a 2-D tensor dequantized (an embedding lookup), float32 [len(rows), cols]."""

@@ -176,7 +176,9 @@ def rope_tables(shape: LlamaShape, positions: int, freq_factors: np.ndarray | No
     """cos and sin [positions, head_dim / 2] of each pair's angle, computed as llama.cpp does
     (float32, the angle multiplied pair by pair by base^(-2/head_dim)), so both rotate alike."""
     half = shape.head_dim // 2
-    theta_scale = np.float32(np.power(np.float32(shape.rope_base), np.float32(-2.0 / shape.head_dim)))
+    theta_scale = np.float32(
+        np.power(np.float32(shape.rope_base), np.float32(-2.0 / shape.head_dim))
+    )
     theta = np.empty((positions, half), dtype=np.float32)
     theta[:, 0] = np.arange(positions, dtype=np.float32)
     for j in range(1, half):
@@ -289,7 +291,9 @@ class Int4Llama:
             self.sin.data_ptr(),
             positions.ctypes.data,
         )
-        lib.residual_rms_norm(x_ptr, None, 0, self.layers[0].attn_norm.data_ptr(), h_ptr, 1, rows, dim, eps)
+        lib.residual_rms_norm(
+            x_ptr, None, 0, self.layers[0].attn_norm.data_ptr(), h_ptr, 1, rows, dim, eps
+        )
         last = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             (q, q0), (k, k0), (v, v0) = layer.qkv.parts(h)
@@ -302,15 +306,52 @@ class Int4Llama:
                 threads,
             )  # fmt: skip
             out = layer.output(attended)
-            lib.residual_rms_norm(x_ptr, out.data_ptr(), out.shape[1], layer.ffn_norm.data_ptr(), h_ptr, 1, rows, dim, eps)
+            lib.residual_rms_norm(
+                x_ptr,
+                out.data_ptr(),
+                out.shape[1],
+                layer.ffn_norm.data_ptr(),
+                h_ptr,
+                1,
+                rows,
+                dim,
+                eps,
+            )
             (gate, g0), (up, u0) = layer.gate_up.parts(h)
-            lib.silu_mul(gate.data_ptr() + 2 * g0, up.data_ptr() + 2 * u0, gate.shape[1], activated.data_ptr(), rows, shape.ffn)
+            lib.silu_mul(
+                gate.data_ptr() + 2 * g0,
+                up.data_ptr() + 2 * u0,
+                gate.shape[1],
+                activated.data_ptr(),
+                rows,
+                shape.ffn,
+            )
             down = layer.down(activated)
             if index < last:
-                lib.residual_rms_norm(x_ptr, down.data_ptr(), down.shape[1], self.layers[index + 1].attn_norm.data_ptr(), h_ptr, 1, rows, dim, eps)
+                lib.residual_rms_norm(
+                    x_ptr,
+                    down.data_ptr(),
+                    down.shape[1],
+                    self.layers[index + 1].attn_norm.data_ptr(),
+                    h_ptr,
+                    1,
+                    rows,
+                    dim,
+                    eps,
+                )
             elif logits:
                 normed = torch.empty((rows, dim), dtype=torch.float32)
-                lib.residual_rms_norm(x_ptr, down.data_ptr(), down.shape[1], self.final_norm.data_ptr(), normed.data_ptr(), 0, rows, dim, eps)
+                lib.residual_rms_norm(
+                    x_ptr,
+                    down.data_ptr(),
+                    down.shape[1],
+                    self.final_norm.data_ptr(),
+                    normed.data_ptr(),
+                    0,
+                    rows,
+                    dim,
+                    eps,
+                )
                 return self.head(normed)
         return None  # fmt: skip
 
