@@ -9,7 +9,11 @@
  *
  * bf16 is stored as uint16_t (the upper half of a float32), rounded to nearest even as torch does.
  */
+#include <math.h>
 #include <stdint.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,13 +125,107 @@ static inline void rope(const bf16 *in, float *out, const float *cos_row, const 
     }
 }
 
+/* q . k for the key in `slot` of a transposed cache (keys[d * slots + slot]): one fused
+ * multiply-add per dimension, in order. */
+static inline float key_score(const float *q, const float *keys, int64_t slots, int dim,
+                              int64_t slot) {
+    float s = 0.0f;
+    for (int d = 0; d < dim; d++) s = fmaf(q[d], keys[d * slots + slot], s);
+    return s;
+}
+
+/* key_score for slots 0..count-1, LANES keys at a time (each lane the same fused multiply-adds
+ * in the same order as key_score, so a key's score is the same in a lane or alone). */
+static void contiguous_scores(const float *q, const float *keys, int64_t slots, int dim,
+                              int64_t count, float scale, float *out) {
+    int64_t start = 0;
+#if defined(__AVX512F__)
+    /* four groups of 16 keys at once: independent chains keep the FMA units busy */
+    const __m512 scale_v = _mm512_set1_ps(scale);
+    for (; start + 64 <= count; start += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int d = 0; d < dim; d++) {
+            const __m512 qd = _mm512_set1_ps(q[d]);
+            const float *kd = keys + d * slots + start;
+            a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kd), a0);
+            a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kd + 16), a1);
+            a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kd + 32), a2);
+            a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kd + 48), a3);
+        }
+        _mm512_storeu_ps(out + start, _mm512_mul_ps(a0, scale_v));
+        _mm512_storeu_ps(out + start + 16, _mm512_mul_ps(a1, scale_v));
+        _mm512_storeu_ps(out + start + 32, _mm512_mul_ps(a2, scale_v));
+        _mm512_storeu_ps(out + start + 48, _mm512_mul_ps(a3, scale_v));
+    }
+    for (; start + 16 <= count; start += 16) {
+        __m512 a0 = _mm512_setzero_ps();
+        for (int d = 0; d < dim; d++)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(keys + d * slots + start), a0);
+        _mm512_storeu_ps(out + start, _mm512_mul_ps(a0, scale_v));
+    }
+    if (start < count) { /* the last keys, in masked lanes: the same arithmetic per lane */
+        const __mmask16 mask = (__mmask16)((1u << (count - start)) - 1u);
+        __m512 a0 = _mm512_setzero_ps();
+        for (int d = 0; d < dim; d++)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
+                                 _mm512_maskz_loadu_ps(mask, keys + d * slots + start), a0);
+        _mm512_mask_storeu_ps(out + start, mask, _mm512_mul_ps(a0, scale_v));
+        start = count;
+    }
+#endif
+    for (; start + LANES <= count; start += LANES) {
+        float acc[LANES] = {0};
+        for (int d = 0; d < dim; d++) {
+            const float qd = q[d];
+            const float *kd = keys + d * slots + start;
+            for (int lane = 0; lane < LANES; lane++) acc[lane] = fmaf(qd, kd[lane], acc[lane]);
+        }
+        for (int lane = 0; lane < LANES; lane++) out[start + lane] = acc[lane] * scale;
+    }
+    for (int64_t t = start; t < count; t++) out[t] = key_score(q, keys, slots, dim, t) * scale;
+}
+
+/* acc = sum over keys t of weights[t] * value(t), values in bf16 rows [slots, dim]; key t is
+ * slot t for the prefix, else block row mine[t - n_prefix]. Each dimension accumulates over the
+ * keys in order. */
+static inline __attribute__((always_inline)) void weighted_values(
+    const float *weights, int64_t count, int64_t n_prefix, const int32_t *mine,
+    const bf16 *values, int dim, float *acc) {
+#if defined(__AVX512F__)
+    if (dim <= 128) {
+        __m512 sum[8];
+        for (int c = 0; c < dim / 16; c++) sum[c] = _mm512_setzero_ps();
+        for (int64_t t = 0; t < count; t++) {
+            const int64_t slot = t < n_prefix ? t : n_prefix + mine[t - n_prefix];
+            const __m512 w = _mm512_set1_ps(weights[t]);
+            const bf16 *row = values + slot * dim;
+            for (int c = 0; c < dim / 16; c++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(row + 16 * c));
+                const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+                sum[c] = _mm512_fmadd_ps(w, v, sum[c]);
+            }
+        }
+        for (int c = 0; c < dim / 16; c++) _mm512_storeu_ps(acc + 16 * c, sum[c]);
+        return;
+    }
+#endif
+    for (int d = 0; d < dim; d++) acc[d] = 0.0f;
+    for (int64_t t = 0; t < count; t++) {
+        const int64_t slot = t < n_prefix ? t : n_prefix + mine[t - n_prefix];
+        const float w = weights[t];
+        const bf16 *row = values + slot * dim;
+        for (int d = 0; d < dim; d++) acc[d] = fmaf(w, from_bf16(row[d]), acc[d]);
+    }
+}
+
 /* One layer's attention for a block of `rows` tokens behind `n_prefix` cached ones.
  *
  * q/k/v: bf16 rows (each with its stride) straight from the projections. Row i's k and v go to
- * cache slot n_prefix + i (k after RoPE, as float32; v as bf16). Row i then attends to the prefix
- * and to the block rows listed in seen[i * seen_stride ...] (n_seen[i] of them: its ancestors
- * in depth order, then itself), so keys come in the order a chain evaluated alone would have
- * them. out: bf16 [rows, heads * head_dim]. Caches: [kv_heads, slots, head_dim]. */
+ * cache slot n_prefix + i (k after RoPE, as float32, in a transposed cache [kv_heads, head_dim,
+ * slots] so that scores vectorise over keys; v as bf16 in [kv_heads, slots, head_dim]). Row i
+ * then attends to the prefix and to the block rows listed in seen[i * seen_stride ...] (n_seen[i]
+ * of them: its ancestors in depth order, then itself), so keys come in the order a chain evaluated
+ * alone would have them. out: bf16 [rows, heads * head_dim]. */
 void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
                int64_t v_stride, const float *cos_table, const float *sin_table,
                const int32_t *positions, float *k_cache, bf16 *v_cache, int64_t slots,
@@ -136,16 +234,20 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
                int32_t head_dim, float scale, int32_t threads) {
     const int half = head_dim / 2;
     float *q_rot = malloc(sizeof(float) * (size_t)rows * heads * head_dim);
+    float rotated[MAX_HEAD_DIM];
     for (int32_t i = 0; i < rows; i++) {
         const float *cos_row = cos_table + (int64_t)positions[i] * half;
         const float *sin_row = sin_table + (int64_t)positions[i] * half;
+        const int64_t slot = (int64_t)n_prefix + i;
         for (int32_t h = 0; h < heads; h++)
             rope(q + i * q_stride + h * head_dim, q_rot + ((int64_t)i * heads + h) * head_dim,
                  cos_row, sin_row, head_dim);
         for (int32_t g = 0; g < kv_heads; g++) {
-            const int64_t slot = ((int64_t)g * slots + n_prefix + i) * head_dim;
-            rope(k + i * k_stride + g * head_dim, k_cache + slot, cos_row, sin_row, head_dim);
-            memcpy(v_cache + slot, v + i * v_stride + g * head_dim, sizeof(bf16) * head_dim);
+            rope(k + i * k_stride + g * head_dim, rotated, cos_row, sin_row, head_dim);
+            float *keys = k_cache + (int64_t)g * head_dim * slots;
+            for (int d = 0; d < head_dim; d++) keys[d * slots + slot] = rotated[d];
+            memcpy(v_cache + ((int64_t)g * slots + slot) * head_dim, v + i * v_stride + g * head_dim,
+                   sizeof(bf16) * head_dim);
         }
     }
     const int32_t group = heads / kv_heads;
@@ -162,25 +264,26 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
             const int32_t i = (int32_t)(task / heads), h = (int32_t)(task % heads);
             const int32_t g = h / group;
             const float *qh = q_rot + task * head_dim;
-            const float *keys = k_cache + (int64_t)g * slots * head_dim;
+            const float *keys = k_cache + (int64_t)g * head_dim * slots;
             const bf16 *values = v_cache + (int64_t)g * slots * head_dim;
             const int32_t *mine = seen + (int64_t)i * seen_stride;
             const int64_t count = (int64_t)n_prefix + n_seen[i];
+            /* the keys that sit in consecutive slots from 0: the prefix, and the block rows of a
+             * leading chain; the others (a tree's ancestors) are gathered one by one */
+            int32_t run = 0;
+            while (run < n_seen[i] && mine[run] == run) run++;
+            contiguous_scores(qh, keys, slots, head_dim, (int64_t)n_prefix + run, scale, weights);
+            for (int64_t t = (int64_t)n_prefix + run; t < count; t++)
+                weights[t] = key_score(qh, keys, slots, head_dim, n_prefix + mine[t - n_prefix]) * scale;
             float top = -3.0e38f;
-            for (int64_t t = 0; t < count; t++) {
-                const int64_t slot = t < n_prefix ? t : n_prefix + mine[t - n_prefix];
-                const float s = dot(qh, keys + slot * head_dim, head_dim) * scale;
-                weights[t] = s;
-                top = s > top ? s : top;
-            }
+            for (int64_t t = 0; t < count; t++) top = weights[t] > top ? weights[t] : top;
             for (int64_t t = 0; t < count; t++) weights[t] = exp_approx(weights[t] - top);
             const float inverse = 1.0f / lane_sum(weights, count);
-            for (int d = 0; d < head_dim; d++) acc[d] = 0.0f;
-            for (int64_t t = 0; t < count; t++) {
-                const int64_t slot = t < n_prefix ? t : n_prefix + mine[t - n_prefix];
-                const float w = weights[t] * inverse;
-                const bf16 *vrow = values + slot * head_dim;
-                for (int d = 0; d < head_dim; d++) acc[d] += w * from_bf16(vrow[d]);
+            for (int64_t t = 0; t < count; t++) weights[t] *= inverse;
+            switch (head_dim) { /* constant sizes let the accumulators live in registers */
+            case 64: weighted_values(weights, count, n_prefix, mine, values, 64, acc); break;
+            case 128: weighted_values(weights, count, n_prefix, mine, values, 128, acc); break;
+            default: weighted_values(weights, count, n_prefix, mine, values, head_dim, acc); break;
             }
             bf16 *o = out + (int64_t)i * heads * head_dim + (int64_t)h * head_dim;
             for (int d = 0; d < head_dim; d++) o[d] = to_bf16(acc[d]);
@@ -188,4 +291,93 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
         free(weights);
     }
     free(q_rot);
+}
+
+/* float16 bits to float32 (normal, subnormal and zero; a weight scale is never inf or NaN). */
+static inline float from_half(uint16_t half) {
+    const uint32_t sign = (uint32_t)(half & 0x8000u) << 16;
+    uint32_t exponent = (half >> 10) & 0x1fu, mantissa = half & 0x3ffu, bits;
+    if (exponent == 0) {
+        if (mantissa == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exponent = 113;
+            while (!(mantissa & 0x400u)) {
+                mantissa <<= 1;
+                exponent--;
+            }
+            bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+        }
+    } else {
+        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+#if defined(__AVX512F__)
+/* COUNT (<= 8) outputs of one weight row: each a sum over 16-float vectors taken alternately
+ * into two accumulators (even and odd vectors), added, then reduced across lanes. The same
+ * instructions for every output, whichever COUNT it is computed in. */
+static inline __attribute__((always_inline)) void q8_dot_rows_avx512(
+    const int8_t *codes, const float *scales, const float *x, int64_t cols, int count,
+    float *results) {
+    __m512 even[8], odd[8];
+    for (int j = 0; j < count; j++) even[j] = odd[j] = _mm512_setzero_ps();
+    for (int64_t v = 0; v < cols / 16; v += 2) { /* the two vectors of one 32-weight block */
+        const __m512 scale = _mm512_set1_ps(scales[v / 2]);
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(codes + 16 * v));
+        const __m128i q1 = _mm_loadu_si128((const __m128i *)(codes + 16 * v + 16));
+        const __m512 w0 = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)));
+        const __m512 w1 = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
+        for (int j = 0; j < count; j++) {
+            even[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + j * cols + 16 * v), w0, even[j]);
+            odd[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + j * cols + 16 * v + 16), w1, odd[j]);
+        }
+    }
+    for (int j = 0; j < count; j++) results[j] = _mm512_reduce_add_ps(_mm512_add_ps(even[j], odd[j]));
+}
+#endif
+
+/* out[m][n] = sum_k x[m][k] * w[n][k] for a weight of int8 codes with one float32 scale per 32
+ * (Q8_0's blocks: w = scale * code, exact in float32), so the LM head reads 8.5 bits a weight
+ * instead of 32 and still multiplies by the file's exact weights. Each weight row is read once
+ * for all m rows; every output is the same fixed-order sum whatever m is. */
+void q8_0_matmul(const int8_t *codes, const float *scales, int64_t rows, int64_t cols,
+                 const float *x, int64_t m, float *out, int32_t threads) {
+    const int64_t blocks = cols / 32;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        float *w = malloc(sizeof(float) * (size_t)cols);
+        float results[8];
+        (void)results;
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < rows; n++) {
+            const int8_t *row = codes + n * cols;
+            const float *row_scales = scales + n * blocks;
+#if defined(__AVX512F__)
+            (void)w;
+            for (int64_t r = 0; r < m; r += 8) {
+                const int64_t left = m - r;
+                const float *xr = x + r * cols;
+                switch (left >= 8 ? 8 : (int)left) { /* constant counts keep sums in registers */
+                case 8: q8_dot_rows_avx512(row, row_scales, xr, cols, 8, results); break;
+                case 7: q8_dot_rows_avx512(row, row_scales, xr, cols, 7, results); break;
+                case 6: q8_dot_rows_avx512(row, row_scales, xr, cols, 6, results); break;
+                case 5: q8_dot_rows_avx512(row, row_scales, xr, cols, 5, results); break;
+                case 4: q8_dot_rows_avx512(row, row_scales, xr, cols, 4, results); break;
+                case 3: q8_dot_rows_avx512(row, row_scales, xr, cols, 3, results); break;
+                case 2: q8_dot_rows_avx512(row, row_scales, xr, cols, 2, results); break;
+                default: q8_dot_rows_avx512(row, row_scales, xr, cols, 1, results); break;
+                }
+                for (int j = 0; j < 8 && j < left; j++) out[(r + j) * rows + n] = results[j];
+            }
+#else
+            for (int64_t k = 0; k < cols; k++) w[k] = row_scales[k / 32] * (float)row[k];
+            for (int64_t r = 0; r < m; r++) out[r * rows + n] = dot(x + r * cols, w, (int)cols);
+#endif
+        }
+        free(w);
+    }
 }

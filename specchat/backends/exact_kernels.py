@@ -25,7 +25,7 @@ from specchat import locations
 from specchat.errors import SpecchatError
 
 _SOURCE = Path(__file__).with_name("exact_kernels.c")
-_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11"]
+_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=c11"]
 
 _p = ctypes.c_void_p
 _i64 = ctypes.c_int64
@@ -41,6 +41,7 @@ _SIGNATURES = {
         _i32, _i32, _p, _i32, _p,  # n_prefix, rows, seen, seen_stride, n_seen
         _p, _i32, _i32, _i32, _f32, _i32,  # out, heads, kv_heads, head_dim, scale, threads
     ],
+    "q8_0_matmul": [_p, _p, _i64, _i64, _p, _i64, _p, _i32],
 }  # fmt: skip
 
 

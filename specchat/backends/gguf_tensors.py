@@ -191,6 +191,10 @@ class GGUFTensors:
         values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
         return np.array(values.reshape(self.shape(name)), dtype=np.float32)  # writable, owned
 
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes as stored, [rows, bytes per row] (memory-mapped)."""
+        return np.asarray(self._tensor(name).data, dtype=np.uint8)
+
     def dense_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Some rows of a 2-D tensor dequantized (an embedding lookup), float32 [len(rows), cols]."""
         tensor = self._tensor(name)

@@ -135,13 +135,13 @@ class Projection:
         else:
             self.linears = [_linear(tensors, name) for name in names]
         self.widths = [tensors.shape(name)[0] for name in names]
+        self._starts = [sum(self.widths[:i]) for i in range(len(names))]
         self.carriers = [type(linear).__name__ for linear in self.linears]
 
     def parts(self, x: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
         if len(self.linears) == 1:
             out = self.linears[0](x)
-            starts = np.cumsum([0, *self.widths[:-1]])
-            return [(out, int(start)) for start in starts]
+            return [(out, start) for start in self._starts]
         return [(linear(x), 0) for linear in self.linears]
 
 
@@ -158,8 +158,42 @@ class Float32Head:
         self.packed = torch.ops.mkldnn._reorder_linear_weight(torch.from_numpy(weight))
         self.linear = torch.ops.mkldnn._linear_pointwise
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, threads: int) -> torch.Tensor:
         return self.linear(x, self.packed, None, "none", [], "")
+
+
+class Q8Head:
+    """A Q8_0 LM head (the usual type of a tied embedding) multiplied in its own blocks by
+    exact_kernels.c: a quarter of the float32 head's memory traffic, the same exact weights,
+    float32 logits, rows independent of how many share the call."""
+
+    def __init__(self, raw: np.ndarray, rows: int, cols: int) -> None:
+        blocks = np.asarray(raw, dtype=np.uint8).reshape(rows, cols // 32, 34)
+        self.scales = (
+            np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0].astype(np.float32)
+        )
+        self.codes = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(rows, cols)
+        self.rows, self.cols = rows, cols
+        self._kernels = kernels()
+
+    def __call__(self, x: torch.Tensor, threads: int) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty((x.shape[0], self.rows), dtype=torch.float32)
+        self._kernels.q8_0_matmul(
+            self.codes.ctypes.data, self.scales.ctypes.data, self.rows, self.cols,
+            x.data_ptr(), x.shape[0],
+            out.data_ptr(), threads,
+        )  # fmt: skip
+        return out
+
+
+def lm_head(tensors: GGUFTensors, name: str) -> Float32Head | Q8Head:
+    """The output layer in float32 on the file's exact weights: Q8_0 in its own blocks, any other
+    type dequantized once."""
+    if tensors.type_name(name) == "Q8_0":
+        rows, cols = tensors.shape(name)
+        return Q8Head(tensors.raw(name), rows, cols)
+    return Float32Head(tensors.dense(name))
 
 
 @dataclass
@@ -234,13 +268,14 @@ class Int4Llama:
         self.final_norm = torch.from_numpy(tensors.dense("output_norm.weight"))
         if progress:
             progress("preparing the output layer")
-        self.head = Float32Head(tensors.dense(self.head_name))
+        self.head = lm_head(tensors, self.head_name)
         factors = tensors.dense("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.cos, self.sin = rope_tables(shape, n_ctx, factors)
         self.slots = n_ctx + max_block
-        cache_shape = (shape.layers, shape.kv_heads, self.slots, shape.head_dim)
-        self.k_cache = torch.zeros(cache_shape, dtype=torch.float32)
-        self.v_cache = torch.zeros(cache_shape, dtype=torch.bfloat16)
+        # keys transposed ([.., head_dim, slots]) so that scores vectorise over keys
+        kv = (shape.layers, shape.kv_heads)
+        self.k_cache = torch.zeros((*kv, shape.head_dim, self.slots), dtype=torch.float32)
+        self.v_cache = torch.zeros((*kv, self.slots, shape.head_dim), dtype=torch.bfloat16)
         self._kernels = kernels()
         self._scale = float(shape.head_dim**-0.5)
 
@@ -352,7 +387,7 @@ class Int4Llama:
                     dim,
                     eps,
                 )
-                return self.head(normed)
+                return self.head(normed, threads)
         return None  # fmt: skip
 
     def move(self, n_prefix: int, block_rows: list[int]) -> None:
@@ -362,7 +397,7 @@ class Int4Llama:
             return
         source = torch.tensor([n_prefix + row for row in block_rows])
         target = slice(n_prefix, n_prefix + len(block_rows))
-        self.k_cache[:, :, target] = self.k_cache[:, :, source]
+        self.k_cache[..., target] = self.k_cache[..., source]
         self.v_cache[:, :, target] = self.v_cache[:, :, source]
 
 

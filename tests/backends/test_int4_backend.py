@@ -17,7 +17,7 @@ import torch
 
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.gguf_tensors import GGUFTensors
-from specchat.backends.int4_model import DenseLinear, Float32Head, Int4Linear
+from specchat.backends.int4_model import DenseLinear, Float32Head, Int4Linear, Q8Head
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
 
@@ -119,9 +119,25 @@ def test_other_types_are_dequantized_once_as_gguf_does(quantized, kind) -> None:
     cols = exact.shape[1]
     with torch.inference_mode():
         seen = DenseLinear(tensors.dense(name))(torch.eye(cols, dtype=torch.bfloat16))
-        head = Float32Head(tensors.dense(name))(torch.eye(cols, dtype=torch.float32))
+        head = Float32Head(tensors.dense(name))(torch.eye(cols, dtype=torch.float32), 1)
     assert torch.equal(seen.T, torch.from_numpy(exact).to(torch.bfloat16))
     assert torch.equal(head.T, torch.from_numpy(exact))
+
+
+def test_a_q8_0_head_multiplies_by_the_files_weights(bundled_gguf) -> None:
+    """The bundled model's tied Q8_0 embedding as the LM head, in its own blocks: read back
+    through an identity matrix, gguf's dequantized weights exactly; rows independent of how many
+    share the call (the tail of an 8-row chunk included)."""
+    tensors = GGUFTensors(bundled_gguf)
+    rows, cols = tensors.shape("token_embd.weight")
+    head = Q8Head(tensors.raw("token_embd.weight"), rows, cols)
+    exact = torch.from_numpy(gguf_dequantized(tensors, "token_embd.weight"))
+    with torch.inference_mode():
+        assert torch.equal(head(torch.eye(cols), 2).T, exact)
+        x = torch.randn(11, cols, generator=torch.Generator().manual_seed(0))
+        block = head(x, 2)
+        for i in range(11):
+            assert torch.equal(head(x[i : i + 1], 1)[0], block[i]), i
 
 
 # -- the model ------------------------------------------------------------------------------------
