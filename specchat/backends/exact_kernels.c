@@ -316,68 +316,131 @@ static inline float from_half(uint16_t half) {
     return out;
 }
 
+/* Rows of x as float32: `x` itself, or bf16 rows widened into `scratch` (exactly). */
+static const float *float_rows(const void *x, int x_is_bf16, int64_t m, int64_t cols,
+                               float **scratch) {
+    if (!x_is_bf16) return (const float *)x;
+    float *wide = malloc(sizeof(float) * (size_t)(m * cols));
+    const bf16 *narrow = (const bf16 *)x;
+    for (int64_t i = 0; i < m * cols; i++) wide[i] = from_bf16(narrow[i]);
+    *scratch = wide;
+    return wide;
+}
+
+static inline void store_result(void *out, int out_is_bf16, int64_t index, float value) {
+    if (out_is_bf16)
+        ((bf16 *)out)[index] = to_bf16(value);
+    else
+        ((float *)out)[index] = value;
+}
+
+/* One weight row's 16 weights at vector v: float32 rows, or int8 codes times their group's
+ * scale (plus zero, fused). */
+typedef struct {
+    const float *f32;
+    const int8_t *codes;
+    const float *scales, *zeros;
+    int group;
+    int group_shift; /* log2(group / 16): vector v's group is v >> group_shift */
+} weight_row;
+
+static inline float weight_at(const weight_row *w, int64_t k) {
+    if (w->f32) return w->f32[k];
+    const float code = (float)w->codes[k], scale = w->scales[k / w->group];
+    return w->zeros ? fmaf(code, scale, w->zeros[k / w->group]) : code * scale;
+}
+
 #if defined(__AVX512F__)
+enum { FLOAT_ROWS, SCALED_CODES, SCALED_CODES_WITH_ZEROS };
+
+static inline __attribute__((always_inline)) __m512 weight_vector(const weight_row *w, int64_t v,
+                                                                  int kind) {
+    if (kind == FLOAT_ROWS) return _mm512_loadu_ps(w->f32 + 16 * v);
+    const int64_t g = v >> w->group_shift;
+    const __m128i q = _mm_loadu_si128((const __m128i *)(w->codes + 16 * v));
+    const __m512 code = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+    const __m512 scale = _mm512_set1_ps(w->scales[g]);
+    return kind == SCALED_CODES_WITH_ZEROS
+               ? _mm512_fmadd_ps(code, scale, _mm512_set1_ps(w->zeros[g]))
+               : _mm512_mul_ps(code, scale);
+}
+
 /* COUNT (<= 8) outputs of one weight row: each a sum over 16-float vectors taken alternately
  * into two accumulators (even and odd vectors), added, then reduced across lanes. The same
  * instructions for every output, whichever COUNT it is computed in. */
-static inline __attribute__((always_inline)) void q8_dot_rows_avx512(
-    const int8_t *codes, const float *scales, const float *x, int64_t cols, int count,
-    float *results) {
+static inline __attribute__((always_inline)) void dot_rows_avx512(
+    const weight_row *w, const float *x, int64_t cols, int count, int kind, float *results) {
     __m512 even[8], odd[8];
     for (int j = 0; j < count; j++) even[j] = odd[j] = _mm512_setzero_ps();
-    for (int64_t v = 0; v < cols / 16; v += 2) { /* the two vectors of one 32-weight block */
-        const __m512 scale = _mm512_set1_ps(scales[v / 2]);
-        const __m128i q0 = _mm_loadu_si128((const __m128i *)(codes + 16 * v));
-        const __m128i q1 = _mm_loadu_si128((const __m128i *)(codes + 16 * v + 16));
-        const __m512 w0 = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)));
-        const __m512 w1 = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
+    for (int64_t v = 0; v < cols / 16; v += 2) {
+        const __m512 w0 = weight_vector(w, v, kind), w1 = weight_vector(w, v + 1, kind);
         for (int j = 0; j < count; j++) {
             even[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + j * cols + 16 * v), w0, even[j]);
             odd[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + j * cols + 16 * v + 16), w1, odd[j]);
         }
     }
-    for (int j = 0; j < count; j++) results[j] = _mm512_reduce_add_ps(_mm512_add_ps(even[j], odd[j]));
+    for (int j = 0; j < count; j++)
+        results[j] = _mm512_reduce_add_ps(_mm512_add_ps(even[j], odd[j]));
 }
 #endif
 
-/* out[m][n] = sum_k x[m][k] * w[n][k] for a weight of int8 codes with one float32 scale per 32
- * (Q8_0's blocks: w = scale * code, exact in float32), so the LM head reads 8.5 bits a weight
- * instead of 32 and still multiplies by the file's exact weights. Each weight row is read once
- * for all m rows; every output is the same fixed-order sum whatever m is. */
-void q8_0_matmul(const int8_t *codes, const float *scales, int64_t rows, int64_t cols,
-                 const float *x, int64_t m, float *out, int32_t threads) {
-    const int64_t blocks = cols / 32;
+/* out[m][n] = sum_k x[m][k] * w[n][k] (cols a multiple of 32), for the weights the int4 kernel
+ * cannot carry: float32 rows (`f32`), or int8 codes with a float32 scale (and zero) per `group`
+ * weights, the exact form of Q8_0, Q5_x and Q6_K blocks. Each weight row is read once for all m
+ * rows; every output is the same fixed-order float32 sum whatever m is. x and out are bf16 or
+ * float32. */
+void matmul_rows(const float *f32, const int8_t *codes, const float *scales, const float *zeros,
+                 int32_t group, int64_t rows, int64_t cols, const void *x, int32_t x_is_bf16,
+                 int64_t m, void *out, int32_t out_is_bf16, int32_t threads) {
+    float *scratch = NULL;
+    const float *xf = float_rows(x, x_is_bf16, m, cols, &scratch);
+    const int64_t groups = group ? cols / group : 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *w = malloc(sizeof(float) * (size_t)cols);
+        float *wide = malloc(sizeof(float) * (size_t)cols);
         float results[8];
         (void)results;
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < rows; n++) {
-            const int8_t *row = codes + n * cols;
-            const float *row_scales = scales + n * blocks;
+            weight_row w = {f32 ? f32 + n * cols : NULL, codes ? codes + n * cols : NULL,
+                            scales ? scales + n * groups : NULL, zeros ? zeros + n * groups : NULL,
+                            group, group == 32 ? 1 : 0};
 #if defined(__AVX512F__)
-            (void)w;
+            (void)wide;
             for (int64_t r = 0; r < m; r += 8) {
                 const int64_t left = m - r;
-                const float *xr = x + r * cols;
-                switch (left >= 8 ? 8 : (int)left) { /* constant counts keep sums in registers */
-                case 8: q8_dot_rows_avx512(row, row_scales, xr, cols, 8, results); break;
-                case 7: q8_dot_rows_avx512(row, row_scales, xr, cols, 7, results); break;
-                case 6: q8_dot_rows_avx512(row, row_scales, xr, cols, 6, results); break;
-                case 5: q8_dot_rows_avx512(row, row_scales, xr, cols, 5, results); break;
-                case 4: q8_dot_rows_avx512(row, row_scales, xr, cols, 4, results); break;
-                case 3: q8_dot_rows_avx512(row, row_scales, xr, cols, 3, results); break;
-                case 2: q8_dot_rows_avx512(row, row_scales, xr, cols, 2, results); break;
-                default: q8_dot_rows_avx512(row, row_scales, xr, cols, 1, results); break;
+                const float *xr = xf + r * cols;
+                /* constant counts and kinds: sums stay in registers, no branch per vector */
+                const int count = left >= 8 ? 8 : (int)left;
+#define DOT_ROWS(KIND)                                                                       \
+    switch (count) {                                                                         \
+    case 8: dot_rows_avx512(&w, xr, cols, 8, KIND, results); break;                          \
+    case 7: dot_rows_avx512(&w, xr, cols, 7, KIND, results); break;                          \
+    case 6: dot_rows_avx512(&w, xr, cols, 6, KIND, results); break;                          \
+    case 5: dot_rows_avx512(&w, xr, cols, 5, KIND, results); break;                          \
+    case 4: dot_rows_avx512(&w, xr, cols, 4, KIND, results); break;                          \
+    case 3: dot_rows_avx512(&w, xr, cols, 3, KIND, results); break;                          \
+    case 2: dot_rows_avx512(&w, xr, cols, 2, KIND, results); break;                          \
+    default: dot_rows_avx512(&w, xr, cols, 1, KIND, results); break;                         \
+    }
+                if (f32) {
+                    DOT_ROWS(FLOAT_ROWS)
+                } else if (zeros) {
+                    DOT_ROWS(SCALED_CODES_WITH_ZEROS)
+                } else {
+                    DOT_ROWS(SCALED_CODES)
                 }
-                for (int j = 0; j < 8 && j < left; j++) out[(r + j) * rows + n] = results[j];
+#undef DOT_ROWS
+                for (int j = 0; j < 8 && j < left; j++)
+                    store_result(out, out_is_bf16, (r + j) * rows + n, results[j]);
             }
 #else
-            for (int64_t k = 0; k < cols; k++) w[k] = row_scales[k / 32] * (float)row[k];
-            for (int64_t r = 0; r < m; r++) out[r * rows + n] = dot(x + r * cols, w, (int)cols);
+            for (int64_t k = 0; k < cols; k++) wide[k] = weight_at(&w, k);
+            for (int64_t r = 0; r < m; r++)
+                store_result(out, out_is_bf16, r * rows + n, dot(xf + r * cols, wide, (int)cols));
 #endif
         }
-        free(w);
+        free(wide);
     }
+    free(scratch);
 }

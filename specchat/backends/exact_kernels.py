@@ -41,7 +41,10 @@ _SIGNATURES = {
         _i32, _i32, _p, _i32, _p,  # n_prefix, rows, seen, seen_stride, n_seen
         _p, _i32, _i32, _i32, _f32, _i32,  # out, heads, kv_heads, head_dim, scale, threads
     ],
-    "q8_0_matmul": [_p, _p, _i64, _i64, _p, _i64, _p, _i32],
+    "matmul_rows": [
+        _p, _p, _p, _p, _i32,  # float32 rows, or int8 codes with scales (and zeros) per group
+        _i64, _i64, _p, _i32, _i64, _p, _i32, _i32,  # rows, cols, x, x_is_bf16, m, out, out_is_bf16, threads
+    ],
 }  # fmt: skip
 
 

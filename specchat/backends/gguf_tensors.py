@@ -132,6 +132,55 @@ def _q4_k(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
 _INT4_READERS = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k}
 
 
+@dataclass(frozen=True)
+class GroupedInt8:
+    """A [rows, cols] weight as int8 codes and a float32 scale (and zero) per `group` weights of
+    a row: w = code * scale (+ zero, in one fused multiply-add), which is exactly how gguf
+    dequantizes Q8_0, Q5_0, Q5_1, Q5_K and Q6_K (their products are exact in float32, the one
+    addition rounds once), so a kernel reading this form multiplies by the file's weights."""
+
+    codes: np.ndarray  # int8 [rows, cols]
+    scales: np.ndarray  # float32 [rows, cols // group]
+    zeros: np.ndarray | None  # float32 [rows, cols // group], or None for pure scales
+    group: int
+
+    def dequantize(self) -> np.ndarray:
+        rows, cols = self.codes.shape
+        codes = self.codes.reshape(rows, -1, self.group).astype(np.float64)
+        weights = codes * self.scales[..., None].astype(np.float64)
+        if self.zeros is not None:
+            weights = weights + self.zeros[..., None]
+        return weights.reshape(rows, cols).astype(np.float32)
+
+
+def _grouped_scales(kind: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """(scale, zero or None, group) per group of a row's blocks, read from the block headers:
+    the codes themselves are then recovered from gguf's own dequantization."""
+    if kind in ("Q8_0", "Q5_0"):
+        return _halves(blocks[..., 0:2]), None, 32
+    if kind == "Q5_1":
+        return _halves(blocks[..., 0:2]), _halves(blocks[..., 2:4]), 32
+    if kind == "Q5_K":
+        d = _halves(blocks[..., 0:2])[..., None]
+        dmin = _halves(blocks[..., 2:4])[..., None]
+        sc, m = _q4_k_scales(blocks[..., 4:16])
+        return (d * sc).reshape(len(blocks), -1), -(dmin * m).reshape(len(blocks), -1), 32
+    if kind == "Q6_K":  # 16 int8 scales at bytes 192-207, float16 d at 208
+        d = _halves(blocks[..., 208:210])[..., None]
+        sc = blocks[..., 192:208].view(np.int8).astype(np.float64)
+        return (d * sc).reshape(len(blocks), -1), None, 16
+    raise KeyError(kind)
+
+
+_BLOCK_BYTES = {
+    "Q8_0": (32, 34),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+}
+
+
 class GGUFTensors:
     """The tensors and metadata of one GGUF file, memory-mapped; each read converts one tensor."""
 
@@ -194,6 +243,36 @@ class GGUFTensors:
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes as stored, [rows, bytes per row] (memory-mapped)."""
         return np.asarray(self._tensor(name).data, dtype=np.uint8)
+
+    def grouped_int8(self, name: str) -> GroupedInt8 | None:
+        """A Q8_0 / Q5_0 / Q5_1 / Q5_K / Q6_K weight as int8 codes with per-group scales (and
+        zeros), or None when it is not one, or when the codes fail to give back gguf's
+        dequantized weights exactly (then it is carried in float32 instead)."""
+        tensor = self._tensor(name)
+        kind = tensor.tensor_type.name
+        if kind not in _BLOCK_BYTES or len(tensor.shape) != 2:
+            return None
+        rows, cols = self.shape(name)
+        per_block, block_bytes = _BLOCK_BYTES[kind]
+        raw = self.raw(name).reshape(rows, cols // per_block, block_bytes)
+        scale, zero, group = _grouped_scales(kind, raw.reshape(rows, -1, block_bytes))
+        exact = self.dense(name)
+        target = exact.reshape(rows, -1, group).astype(np.float64)
+        if zero is not None:
+            target = target - zero[..., None]
+        safe = np.where(scale == 0, 1.0, scale)[..., None]
+        codes = np.rint(target / safe)
+        if np.abs(codes).max(initial=0) > 127:
+            return None
+        grouped = GroupedInt8(
+            codes.astype(np.int8).reshape(rows, cols),
+            scale.astype(np.float32),
+            None if zero is None else zero.astype(np.float32),
+            group,
+        )
+        if not np.array_equal(grouped.dequantize(), exact):
+            return None
+        return grouped
 
     def dense_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Some rows of a 2-D tensor dequantized (an embedding lookup), float32 [len(rows), cols]."""

@@ -42,7 +42,6 @@ class Int4Backend:
     block's entries until the next `commit`, `evaluate`, `prefill` or `rollback`."""
 
     name = "int4"
-    exactness = "bitwise"  # a block's rows equal one-token passes, chains and trees alike
 
     def __init__(
         self,
@@ -81,6 +80,9 @@ class Int4Backend:
         self.model = Int4Llama(
             tensors, n_ctx=self.n_ctx, max_block=_MAX_BLOCK, threads=self.threads, progress=progress
         )
+        # a block's rows equal one-token passes bit for bit, chains and trees alike: every op on
+        # the path computes a row the same way whatever else shares the pass
+        self.exactness = "bitwise"
         self._n_committed = 0
         self._pending: Block | None = None
         self._costs = BlockCostTable(self, key=f"int4|{path.name}|{path.stat().st_size}")

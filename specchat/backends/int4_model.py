@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from specchat.backends.exact_kernels import kernels
-from specchat.backends.gguf_tensors import GROUP_SIZE, GGUFTensors, Int4Blocks
+from specchat.backends.gguf_tensors import GROUP_SIZE, GGUFTensors, GroupedInt8, Int4Blocks
 from specchat.errors import SpecchatError
 
 SUPPORTED_ARCHITECTURES = ("llama",)
@@ -108,19 +108,51 @@ class Int4Linear:
         return self.mm(x, self.packed, GROUP_SIZE, self.scales_and_zeros)
 
 
-class DenseLinear:
-    """y = x W^T for weights the file stores in other types: dequantized once, carried in bf16
-    through oneDNN's prepacked linear, whose rows (unlike stock matmul's, and unlike its own
-    float32 path at some shapes) do not depend on how many rows share the call."""
+class RowsLinear:
+    """y = x W^T in exact_kernels.c for weights the int4 kernel cannot carry: Q8_0, Q5_x and Q6_K
+    as int8 codes with their blocks' scales (exactly the file's weights, a byte each), anything
+    else dequantized once to float32. Float32 sums whose order does not depend on how many rows
+    share the call; bf16 in and out in the layers, float32 for the LM head.
 
-    def __init__(self, weight: np.ndarray) -> None:
-        bf16 = torch.from_numpy(weight).to(torch.bfloat16)
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(bf16)
-        self.out_features, self.in_features = weight.shape
-        self.linear = torch.ops.mkldnn._linear_pointwise
+    (oneDNN's prepacked bf16 linear was tried first: at 1536 inputs a row's bits changed with the
+    number of rows in the call, and its bf16 weights rounded the file's.)"""
+
+    def __init__(self, weight: GroupedInt8 | np.ndarray, *, float32_out: bool = False) -> None:
+        if isinstance(weight, GroupedInt8):
+            self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
+            self.group, self.f32 = weight.group, None
+        else:
+            self.f32 = np.ascontiguousarray(weight, dtype=np.float32)
+            self.codes = self.scales = self.zeros = None
+            self.group = 0
+        self.out_features, self.in_features = (weight.codes if self.f32 is None else weight).shape
+        if self.in_features % 32 or self.group not in (0, 16, 32):
+            raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
+        self.float32_out = float32_out
+        self.threads = 1
+        self._kernels = kernels()
+
+    @staticmethod
+    def _pointer(array: np.ndarray | None) -> int | None:
+        return None if array is None else array.ctypes.data
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x, self.packed, None, "none", [], "")
+        x = x.contiguous()
+        out_type = torch.float32 if self.float32_out else torch.bfloat16
+        out = torch.empty((x.shape[0], self.out_features), dtype=out_type)
+        self._kernels.matmul_rows(
+            self._pointer(self.f32), self._pointer(self.codes), self._pointer(self.scales),
+            self._pointer(self.zeros), self.group, self.out_features, self.in_features,
+            x.data_ptr(), x.dtype == torch.bfloat16, x.shape[0], out.data_ptr(),
+            out_type == torch.bfloat16, self.threads,
+        )  # fmt: skip
+        return out
+
+
+def rows_linear(tensors: GGUFTensors, name: str, *, float32_out: bool = False) -> RowsLinear:
+    grouped = tensors.grouped_int8(name)
+    weight = grouped if grouped is not None else tensors.dense(name)
+    return RowsLinear(weight, float32_out=float32_out)
 
 
 class Projection:
@@ -130,8 +162,6 @@ class Projection:
     def __init__(self, tensors: GGUFTensors, names: list[str]) -> None:
         if all(tensors.is_int4(name) for name in names):
             self.linears = [Int4Linear(Int4Blocks.concat([tensors.int4_blocks(n) for n in names]))]
-        elif not any(tensors.is_int4(name) for name in names):
-            self.linears = [DenseLinear(np.concatenate([tensors.dense(n) for n in names]))]
         else:
             self.linears = [_linear(tensors, name) for name in names]
         self.widths = [tensors.shape(name)[0] for name in names]
@@ -145,65 +175,20 @@ class Projection:
         return [(linear(x), 0) for linear in self.linears]
 
 
-def _linear(tensors: GGUFTensors, name: str) -> Int4Linear | DenseLinear:
+def _linear(tensors: GGUFTensors, name: str) -> Int4Linear | RowsLinear:
     if tensors.is_int4(name):
         return Int4Linear(tensors.int4_blocks(name))
-    return DenseLinear(tensors.dense(name))
-
-
-class Float32Head:
-    """The LM head in float32 (oneDNN prepacked): float32 logits from the file's exact weights."""
-
-    def __init__(self, weight: np.ndarray) -> None:
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(torch.from_numpy(weight))
-        self.linear = torch.ops.mkldnn._linear_pointwise
-
-    def __call__(self, x: torch.Tensor, threads: int) -> torch.Tensor:
-        return self.linear(x, self.packed, None, "none", [], "")
-
-
-class Q8Head:
-    """A Q8_0 LM head (the usual type of a tied embedding) multiplied in its own blocks by
-    exact_kernels.c: a quarter of the float32 head's memory traffic, the same exact weights,
-    float32 logits, rows independent of how many share the call."""
-
-    def __init__(self, raw: np.ndarray, rows: int, cols: int) -> None:
-        blocks = np.asarray(raw, dtype=np.uint8).reshape(rows, cols // 32, 34)
-        self.scales = (
-            np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0].astype(np.float32)
-        )
-        self.codes = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(rows, cols)
-        self.rows, self.cols = rows, cols
-        self._kernels = kernels()
-
-    def __call__(self, x: torch.Tensor, threads: int) -> torch.Tensor:
-        x = x.contiguous()
-        out = torch.empty((x.shape[0], self.rows), dtype=torch.float32)
-        self._kernels.q8_0_matmul(
-            self.codes.ctypes.data, self.scales.ctypes.data, self.rows, self.cols,
-            x.data_ptr(), x.shape[0],
-            out.data_ptr(), threads,
-        )  # fmt: skip
-        return out
-
-
-def lm_head(tensors: GGUFTensors, name: str) -> Float32Head | Q8Head:
-    """The output layer in float32 on the file's exact weights: Q8_0 in its own blocks, any other
-    type dequantized once."""
-    if tensors.type_name(name) == "Q8_0":
-        rows, cols = tensors.shape(name)
-        return Q8Head(tensors.raw(name), rows, cols)
-    return Float32Head(tensors.dense(name))
+    return rows_linear(tensors, name)
 
 
 @dataclass
 class Layer:
     attn_norm: torch.Tensor
     qkv: Projection
-    output: Int4Linear | DenseLinear
+    output: Int4Linear | RowsLinear
     ffn_norm: torch.Tensor
     gate_up: Projection
-    down: Int4Linear | DenseLinear
+    down: Int4Linear | RowsLinear
 
 
 def rope_tables(shape: LlamaShape, positions: int, freq_factors: np.ndarray | None):
@@ -246,7 +231,7 @@ class Int4Llama:
         self.tensors = tensors
         self.n_ctx = n_ctx
         self.max_block = max_block
-        self.threads = threads
+        self._threads = threads
         names = [f"blk.{i}.{part}.weight" for i in range(shape.layers) for part in _LAYER_PARTS]
         self.head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         tensors.check_readable([*names, "token_embd.weight", self.head_name, "output_norm.weight"])
@@ -268,7 +253,8 @@ class Int4Llama:
         self.final_norm = torch.from_numpy(tensors.dense("output_norm.weight"))
         if progress:
             progress("preparing the output layer")
-        self.head = lm_head(tensors, self.head_name)
+        # the LM head in float32 on the file's exact weights: float32 logits
+        self.head = rows_linear(tensors, self.head_name, float32_out=True)
         factors = tensors.dense("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.cos, self.sin = rope_tables(shape, n_ctx, factors)
         self.slots = n_ctx + max_block
@@ -278,6 +264,26 @@ class Int4Llama:
         self.v_cache = torch.zeros((*kv, self.slots, shape.head_dim), dtype=torch.bfloat16)
         self._kernels = kernels()
         self._scale = float(shape.head_dim**-0.5)
+        self.threads = threads
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    @threads.setter
+    def threads(self, threads: int) -> None:
+        """Threads of the C kernels (the int4 kernel follows torch's own setting)."""
+        self._threads = threads
+        for linear in self._rows_linears():
+            linear.threads = threads
+
+    def _rows_linears(self) -> list[RowsLinear]:
+        found = [self.head] if hasattr(self, "head") else []
+        for layer in self.layers:
+            for linear in [*layer.qkv.linears, layer.output, *layer.gate_up.linears, layer.down]:
+                if isinstance(linear, RowsLinear):
+                    found.append(linear)
+        return found
 
     def carriers(self) -> dict[str, int]:
         """How many weights each carrier holds: what a file's types came to."""
@@ -387,7 +393,7 @@ class Int4Llama:
                     dim,
                     eps,
                 )
-                return self.head(normed, threads)
+                return self.head(normed)
         return None  # fmt: skip
 
     def move(self, n_prefix: int, block_rows: list[int]) -> None:

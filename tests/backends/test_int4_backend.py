@@ -17,7 +17,7 @@ import torch
 
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.gguf_tensors import GGUFTensors
-from specchat.backends.int4_model import DenseLinear, Float32Head, Int4Linear, Q8Head
+from specchat.backends.int4_model import Int4Linear, RowsLinear
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
 
@@ -30,7 +30,8 @@ NEAR_TIE = 0.75
 @pytest.fixture(scope="session")
 def quantized(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> dict[str, Path]:
     """The bundled model requantized by llama.cpp: Q4_0, Q4_K_M (mostly Q5_0, Q6_K and Q8_0 on
-    this model, whose rows of 576 are no multiple of 256), Q8_0, and Q2_K (which brings Q3_K)."""
+    this model, whose rows of 576 are no multiple of 256), Q5_1, Q5_K_M, Q8_0, and Q2_K (which
+    brings Q3_K)."""
     import llama_cpp
 
     folder = tmp_path_factory.mktemp("quantized")
@@ -39,6 +40,8 @@ def quantized(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> d
         "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
         "Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
         "Q2_K": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K,
+        "Q5_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_1,
+        "Q5_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
     }
     paths = {}
     for name, ftype in kinds.items():
@@ -107,37 +110,51 @@ def test_packed_kernel_weights_differ_only_by_bf16_scales(bundled_gguf, quantize
     assert np.abs(seen - exact).max() < 0.25 * step[step > 0].min() + bound.max()
 
 
-@pytest.mark.parametrize("kind", ["Q5_0", "Q6_K", "Q8_0"])
-def test_other_types_are_dequantized_once_as_gguf_does(quantized, kind) -> None:
-    """Types without 4-bit blocks: gguf's dequantized weights, carried in bf16 (read back through
-    an identity matrix, each is exactly its bf16 rounding); the head keeps them in float32."""
-    tensors = GGUFTensors(quantized["Q4_K_M"])
+@pytest.mark.parametrize(
+    "file,kind",
+    [
+        ("Q4_K_M", "Q5_0"),
+        ("Q4_K_M", "Q6_K"),
+        ("Q8_0", "Q8_0"),
+        ("Q5_1", "Q5_1"),
+        ("Q5_K_M", "Q5_K"),
+    ],
+)
+def test_other_types_are_carried_as_the_files_weights(quantized, file, kind) -> None:
+    """Types without 4-bit blocks become int8 codes with their blocks' scales (and zeros), which
+    give gguf's dequantized weights bit for bit; the C matmul multiplies by exactly those (read
+    back through an identity matrix: in float32 as the head runs, rounded once to bf16 as a layer
+    runs)."""
+    tensors = GGUFTensors(quantized[file])
     name = next(n for n in tensors._tensors if tensors.type_name(n) == kind and "blk." in n)
     exact = gguf_dequantized(tensors, name)
     assert np.array_equal(tensors.dense(name), exact)
     assert np.array_equal(tensors.dense_rows(name, np.array([3, 1])), exact[[3, 1]])
+    grouped = tensors.grouped_int8(name)
+    assert grouped is not None and np.array_equal(grouped.dequantize(), exact)
     cols = exact.shape[1]
     with torch.inference_mode():
-        seen = DenseLinear(tensors.dense(name))(torch.eye(cols, dtype=torch.bfloat16))
-        head = Float32Head(tensors.dense(name))(torch.eye(cols, dtype=torch.float32), 1)
-    assert torch.equal(seen.T, torch.from_numpy(exact).to(torch.bfloat16))
+        head = RowsLinear(grouped, float32_out=True)(torch.eye(cols))
+        layer = RowsLinear(grouped)(torch.eye(cols, dtype=torch.bfloat16))
+        dense = RowsLinear(exact, float32_out=True)(torch.eye(cols))
     assert torch.equal(head.T, torch.from_numpy(exact))
+    assert torch.equal(dense.T, torch.from_numpy(exact))
+    assert torch.equal(layer.T, torch.from_numpy(exact).to(torch.bfloat16))
 
 
-def test_a_q8_0_head_multiplies_by_the_files_weights(bundled_gguf) -> None:
-    """The bundled model's tied Q8_0 embedding as the LM head, in its own blocks: read back
-    through an identity matrix, gguf's dequantized weights exactly; rows independent of how many
-    share the call (the tail of an 8-row chunk included)."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_matmul_rows_do_not_depend_on_the_rows_beside_them(bundled_gguf, threads) -> None:
+    """The bundled model's tied Q8_0 embedding as the LM head: each row's logits are the same
+    bits in a call of 1 to 19 rows (chunks of 8 rows and their tails included)."""
     tensors = GGUFTensors(bundled_gguf)
-    rows, cols = tensors.shape("token_embd.weight")
-    head = Q8Head(tensors.raw("token_embd.weight"), rows, cols)
-    exact = torch.from_numpy(gguf_dequantized(tensors, "token_embd.weight"))
+    head = RowsLinear(tensors.grouped_int8("token_embd.weight"), float32_out=True)
+    head.threads = threads
+    x = torch.randn(19, head.in_features, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
-        assert torch.equal(head(torch.eye(cols), 2).T, exact)
-        x = torch.randn(11, cols, generator=torch.Generator().manual_seed(0))
-        block = head(x, 2)
-        for i in range(11):
-            assert torch.equal(head(x[i : i + 1], 1)[0], block[i]), i
+        alone = [head(x[i : i + 1])[0] for i in range(19)]
+        for rows in (2, 5, 8, 9, 19):
+            together = head(x[:rows])
+            assert all(torch.equal(together[i], alone[i]) for i in range(rows)), rows
 
 
 # -- the model ------------------------------------------------------------------------------------
@@ -167,8 +184,8 @@ def teacher_forced_disagreements(llama, int4, prompt: str, tokens: int) -> list[
     [
         ("Q4_1", {"Int4Linear"}),
         ("Q4_0", {"Int4Linear"}),
-        ("Q4_K_M", {"Int4Linear", "DenseLinear"}),
-        ("Q8_0", {"DenseLinear"}),
+        ("Q4_K_M", {"Int4Linear", "RowsLinear"}),
+        ("Q8_0", {"RowsLinear"}),
     ],
 )
 def test_greedy_agrees_with_llama_cpp_outside_near_ties(
@@ -182,6 +199,7 @@ def test_greedy_agrees_with_llama_cpp_outside_near_ties(
     int4 = int4_backend if file == "Q4_1" else Int4Backend(path, n_ctx=512, threads=1)
     try:
         assert set(int4.model.carriers()) == carriers
+        assert int4.exactness == "bitwise"
         for prompt in ("Give me three tips for sleeping well.", "Write a haiku about autumn."):
             differ = teacher_forced_disagreements(llama, int4, prompt, 32)
             assert all(margin < NEAR_TIE for _, margin in differ), (prompt, differ)
