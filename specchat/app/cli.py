@@ -25,7 +25,7 @@ ModelOpt = Annotated[
     typer.Option("--model", "-m", help="bundled (default), a .gguf path, an HF dir or id"),
 ]
 BackendOpt = Annotated[
-    str | None, typer.Option("--backend", help="llama, hf, or openai (a remote server)")
+    str | None, typer.Option("--backend", help="llama, hf, int4 (a GGUF on torch's 4-bit kernel), or openai (a remote server)")
 ]
 BaseUrlOpt = Annotated[
     str | None,

@@ -12,7 +12,6 @@ as its KV cells sit where sequential decoding would have put them. So:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,24 +19,12 @@ import numpy as np
 
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable
-from specchat.backends.llama_vocab import LlamaVocabulary
+from specchat.backends.llama_vocab import LlamaVocabulary, import_llama_cpp
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
 # Above this many missing tokens a lagging stream is refreshed by copying the main stream's buffer.
 _CATCH_UP_BY_EVALUATION = 32
-
-
-def _import_llama_cpp():
-    try:
-        import llama_cpp
-        import llama_cpp._logger as llama_logger
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise SpecchatError(
-            "llama-cpp-python is not installed: run the README's setup command"
-        ) from exc
-    llama_logger.logger.setLevel(logging.CRITICAL)
-    return llama_cpp
 
 
 class LlamaBackend:
@@ -55,7 +42,7 @@ class LlamaBackend:
         max_branches: int = 4,
         progress: Callable[[str], None] | None = None,
     ) -> None:
-        llama_cpp = _import_llama_cpp()
+        llama_cpp = import_llama_cpp()
         self._lib = llama_cpp
         path = Path(model_path)
         if not path.is_file():

@@ -7,12 +7,26 @@ file tokenizes the same way and builds the same prompt whichever runtime evaluat
 from __future__ import annotations
 
 import ctypes
+import logging
 from pathlib import Path
 from typing import Any
 
 from specchat.backends.base import ChatMessage
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
 from specchat.errors import SpecchatError
+
+
+def import_llama_cpp():
+    """llama-cpp-python, its logging silenced; a one-line error when it is not installed."""
+    try:
+        import llama_cpp
+        import llama_cpp._logger as llama_logger
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise SpecchatError(
+            "llama-cpp-python is not installed: run the README's setup command"
+        ) from exc
+    llama_logger.logger.setLevel(logging.CRITICAL)
+    return llama_cpp
 
 
 class LlamaVocabulary:
@@ -40,9 +54,7 @@ class LlamaVocabulary:
     @classmethod
     def load(cls, path: str | Path) -> LlamaVocabulary:
         """The vocabulary of a GGUF file alone (no weights are loaded)."""
-        from specchat.backends.llama import _import_llama_cpp
-
-        lib = _import_llama_cpp()
+        lib = import_llama_cpp()
         lib.llama_backend_init()
         params = lib.llama_model_default_params()
         params.vocab_only = True

@@ -281,3 +281,16 @@ def test_cpu_only(bundled_gguf) -> None:
 
     with pytest.raises(SpecchatError, match="CPU"):
         Int4Backend(bundled_gguf, device="cuda")
+
+
+def test_load_model_offers_the_int4_runtime_for_a_gguf(tmp_path: Path) -> None:
+    from specchat.models import LoadOptions, load_model
+
+    backend = load_model(None, LoadOptions(backend="int4", threads=1, n_ctx=256))
+    try:
+        assert backend.name == "int4" and backend.n_ctx == 256
+    finally:
+        backend.close()
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SpecchatError, match="int4 backend needs a GGUF"):
+        load_model(str(tmp_path), LoadOptions(backend="int4"))
