@@ -7,9 +7,11 @@ q in 0..15 and a weight w = (q - 8) * scale + zero, so they are repacked without
 which rounds them (8 significant bits against float16's 11): that, and nothing else, separates
 its weights from the file's.
 
-Every other type a file mixes in (a Q4_K_M file falls back to Q5_0, Q6_K or Q8_0 wherever a row
-is not a multiple of 256) is dequantized once, tensor by tensor, with the gguf package's own
-dequantizer, so those weights are the file's exactly.
+The other block types a file mixes in (a Q4_K_M file falls back to Q5_0, Q6_K or Q8_0 wherever a
+row is not a multiple of 256) are int8 codes with a scale (and zero) per 16 or 32 weights: they
+become exactly that (`GroupedInt8`, checked against the gguf package's own dequantizer tensor by
+tensor), a byte a weight for exact_kernels.c to multiply by. Float tensors, and anything that check
+refuses, are dequantized once to float32 by the gguf package.
 """
 
 from __future__ import annotations

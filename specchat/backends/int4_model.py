@@ -3,10 +3,10 @@
 Why it is shaped this way: on a CPU a speculative block is cheap only if the k-row matmuls cost
 little more than 1-row ones, and a decoder stays exactly greedy only if a block's rows equal
 one-token passes. torch's int4 kernel (`_weight_int4pack_mm_for_cpu`, bf16 activations) gives
-both: each output row is the same fixed sum whatever the number of rows. Everything between the
-matmuls (norms, SwiGLU, RoPE, attention) runs in exact_kernels.c, whose rows are exact by
-construction, so a layer is four matmuls and three C calls: little per-op overhead, and a block
-row that equals the same token evaluated alone.
+both: each output row is the same fixed sum whatever the number of rows. Everything else (norms,
+SwiGLU, RoPE, attention, the LM head and any weight the file stores in another type) runs in
+exact_kernels.c, whose rows are exact by construction, so a layer is four matmuls and three C
+calls: little per-op overhead, and a block row that equals the same token evaluated alone.
 
 Numbers: the residual stream is float32; matmul inputs and outputs are bf16 (the kernel's only
 fast type); keys are cached after RoPE in float32 and values in bf16 (what the projection gave);
