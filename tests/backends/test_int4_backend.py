@@ -143,18 +143,21 @@ def test_other_types_are_carried_as_the_files_weights(quantized, file, kind) -> 
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_c_matmul_rows_do_not_depend_on_the_rows_beside_them(bundled_gguf, threads) -> None:
-    """The bundled model's tied Q8_0 embedding as the LM head: each row's logits are the same
-    bits in a call of 1 to 19 rows (chunks of 8 rows and their tails included)."""
-    tensors = GGUFTensors(bundled_gguf)
-    head = RowsLinear(tensors.grouped_int8("token_embd.weight"), float32_out=True)
+def test_c_matmul_rows_do_not_depend_on_the_rows_beside_them(int4_backend, threads) -> None:
+    """The bundled model's LM head (its tied Q8_0 embedding, as int8 codes and scales): each
+    row's logits are the same bits in a call of 1 to 19 rows (chunks of 8 and their tails)."""
+    head = int4_backend.model.head
+    assert head.codes is not None and head.float32_out
     head.threads = threads
     x = torch.randn(19, head.in_features, generator=torch.Generator().manual_seed(0))
-    with torch.inference_mode():
-        alone = [head(x[i : i + 1])[0] for i in range(19)]
-        for rows in (2, 5, 8, 9, 19):
-            together = head(x[:rows])
-            assert all(torch.equal(together[i], alone[i]) for i in range(rows)), rows
+    try:
+        with torch.inference_mode():
+            alone = [head(x[i : i + 1])[0] for i in range(19)]
+            for rows in (2, 5, 8, 9, 19):
+                together = head(x[:rows])
+                assert all(torch.equal(together[i], alone[i]) for i in range(rows)), rows
+    finally:
+        head.threads = int4_backend.model.threads
 
 
 # -- the model ------------------------------------------------------------------------------------
