@@ -100,6 +100,9 @@ def kernels() -> ctypes.CDLL:
                 f"cannot build the int4 runtime's kernels with {compiler}: {message}"
             )
         os.replace(partial, library)
+        for stale in folder.glob("exact_kernels-*.so"):  # builds of older sources or compilers
+            if stale != library:
+                stale.unlink(missing_ok=True)
     lib = ctypes.CDLL(str(library))
     for name, argtypes in _SIGNATURES.items():
         function = getattr(lib, name)
