@@ -25,6 +25,7 @@ import numpy as np
 from specchat.errors import SpecchatError
 
 GROUP_SIZE = 32  # weights per int4 group: Q4_0/Q4_1 blocks and Q4_K sub-blocks alike
+_ROWS_AT_ONCE = 4096  # rows converted per step, bounding the temporary float copies
 
 
 def _gguf():
@@ -257,24 +258,35 @@ class GGUFTensors:
         rows, cols = self.shape(name)
         per_block, block_bytes = _BLOCK_BYTES[kind]
         raw = self.raw(name).reshape(rows, cols // per_block, block_bytes)
-        scale, zero, group = _grouped_scales(kind, raw.reshape(rows, -1, block_bytes))
-        exact = self.dense(name)
-        target = exact.reshape(rows, -1, group).astype(np.float64)
-        if zero is not None:
-            target = target - zero[..., None]
-        safe = np.where(scale == 0, 1.0, scale)[..., None]
-        codes = np.rint(target / safe)
-        if np.abs(codes).max(initial=0) > 127:
-            return None
-        grouped = GroupedInt8(
-            codes.astype(np.int8).reshape(rows, cols),
+        scale, zero, group = _grouped_scales(kind, raw)
+        codes = np.empty((rows, cols), dtype=np.int8)
+        gguf = _gguf()
+        # a few thousand rows at a time: an embedding-sized tensor needs no float64 copy whole
+        for start in range(0, rows, _ROWS_AT_ONCE):
+            part = slice(start, min(rows, start + _ROWS_AT_ONCE))
+            exact = gguf.quants.dequantize(np.asarray(tensor.data[part]), tensor.tensor_type)
+            target = exact.reshape(-1, cols // group, group).astype(np.float64)
+            if zero is not None:
+                target -= zero[part, :, None]
+            safe = np.where(scale[part] == 0, 1.0, scale[part])[..., None]
+            recovered = np.rint(target / safe)
+            if np.abs(recovered).max(initial=0) > 127:
+                return None
+            codes[part] = recovered.reshape(-1, cols).astype(np.int8)
+            check = GroupedInt8(
+                codes[part],
+                scale[part].astype(np.float32),
+                None if zero is None else zero[part].astype(np.float32),
+                group,
+            )
+            if not np.array_equal(check.dequantize(), exact.reshape(-1, cols)):
+                return None
+        return GroupedInt8(
+            codes,
             scale.astype(np.float32),
             None if zero is None else zero.astype(np.float32),
             group,
         )
-        if not np.array_equal(grouped.dequantize(), exact):
-            return None
-        return grouped
 
     def dense_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Some rows of a 2-D tensor dequantized (an embedding lookup), float32 [len(rows), cols]."""
