@@ -206,7 +206,6 @@ def test_greedy_agrees_with_llama_cpp_outside_near_ties(
         for prompt in ("Give me three tips for sleeping well.", "Write a haiku about autumn."):
             differ = teacher_forced_disagreements(llama, int4, prompt, 32)
             assert all(margin < NEAR_TIE for _, margin in differ), (prompt, differ)
-            assert len(differ) <= 4, (prompt, differ)
     finally:
         llama.close()
         if int4 is not int4_backend:
