@@ -149,7 +149,7 @@ def list_models() -> list[ModelListing]:
 class LoadOptions:
     """How to load a model, whichever it is, as the user asked for it (CLI flags or settings)."""
 
-    backend: str | None = None  # "llama", "hf" or "openai"; None: llama for a GGUF file, else hf
+    backend: str | None = None  # "llama", "hf", "int4" or "openai"; None: llama for a GGUF, else hf
     device: str = "cpu"
     threads: int | None = None  # CPU threads; None: the physical cores
     n_ctx: int = 4096  # context size in tokens, at most the model's own
@@ -189,6 +189,16 @@ def load_model(
     if options.backend == REMOTE_BACKEND or options.base_url:
         return _connect(spec, options)
     ref, runtime = _choose_runtime(spec, options)
+    if runtime == "int4":
+        from specchat.backends.int4 import Int4Backend
+
+        return Int4Backend(
+            ref.path,
+            device=options.device,
+            threads=options.threads,
+            n_ctx=options.n_ctx,
+            progress=progress,
+        )
     if runtime == "llama":
         from specchat.backends.llama import LlamaBackend
 
@@ -247,13 +257,13 @@ def _choose_runtime(spec: str | None, options: LoadOptions) -> tuple[ModelRef, s
         raise SpecchatError(f"unknown device {options.device!r}: use cpu or cuda")
     ref = resolve_model(spec)
     runtime = options.backend or ref.default_backend
-    if runtime == "llama" and ref.kind != "gguf":
+    if runtime in ("llama", "int4") and ref.kind != "gguf":
         raise SpecchatError(
-            f"the llama backend needs a GGUF file; {ref.label} is a Hugging Face model "
+            f"the {runtime} backend needs a GGUF file; {ref.label} is a Hugging Face model "
             "(use --backend hf)"
         )
-    if runtime not in ("llama", "hf"):
-        raise SpecchatError(f"unknown backend {runtime!r}: use llama, hf or {REMOTE_BACKEND}")
+    if runtime not in ("llama", "hf", "int4"):
+        raise SpecchatError(f"unknown backend {runtime!r}: use llama, hf, int4 or {REMOTE_BACKEND}")
     return ref, runtime
 
 

@@ -28,7 +28,7 @@ from specchat.errors import SpecchatError
 
 CHAT, ASK, COMPARE, BENCH = "chat", "ask", "compare", "bench"
 RUNS = frozenset({CHAT, ASK, COMPARE, BENCH})
-LOCAL_BACKENDS = ("llama", "hf")
+LOCAL_BACKENDS = ("llama", "int4", "hf")
 REMOTE_BACKEND = "openai"  # an OpenAI-compatible server: vLLM, SGLang, llama-server, ...
 COLOUR_MODES = ("length", "source")  # runs coloured by tokens per step, or by draft source
 DEFAULT_THEME = "specchat-safe"

@@ -1,5 +1,5 @@
-"""Shared fixtures: the bundled model on the llama.cpp backend, the small numpy backend, and
-private folders per test run."""
+"""Shared fixtures: the bundled model on the llama.cpp and int4 backends, the small numpy backend,
+and private folders per test run."""
 
 from __future__ import annotations
 
@@ -58,6 +58,20 @@ def llama_backend(bundled_gguf):
     backend = LlamaBackend(bundled_gguf, n_ctx=2048, threads=1)
     yield backend
     backend.close()
+
+
+@pytest.fixture(scope="session")
+def int4_backend(bundled_gguf):
+    """The bundled model on the int4 runtime, on one thread (as the hf fixture, for steadiness)."""
+    import torch
+
+    from specchat.backends.int4 import Int4Backend
+
+    threads = torch.get_num_threads()
+    backend = Int4Backend(bundled_gguf, n_ctx=2048, threads=1)
+    yield backend
+    backend.close()
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -12,9 +12,7 @@ as its KV cells sit where sequential decoding would have put them. So:
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,24 +20,12 @@ import numpy as np
 
 from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
 from specchat.backends.block_cost import BlockCostTable
-from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
+from specchat.backends.llama_vocab import LlamaVocabulary, import_llama_cpp
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
 # Above this many missing tokens a lagging stream is refreshed by copying the main stream's buffer.
 _CATCH_UP_BY_EVALUATION = 32
-
-
-def _import_llama_cpp():
-    try:
-        import llama_cpp
-        import llama_cpp._logger as llama_logger
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise SpecchatError(
-            "llama-cpp-python is not installed: run the README's setup command"
-        ) from exc
-    llama_logger.logger.setLevel(logging.CRITICAL)
-    return llama_cpp
 
 
 class LlamaBackend:
@@ -58,7 +44,7 @@ class LlamaBackend:
         max_branches: int = 4,
         progress: Callable[[str], None] | None = None,
     ) -> None:
-        llama_cpp = _import_llama_cpp()
+        llama_cpp = import_llama_cpp()
         self._lib = llama_cpp
         path = Path(model_path)
         if not path.is_file():
@@ -78,13 +64,13 @@ class LlamaBackend:
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
             raise SpecchatError(f"cannot load {path}: not a valid GGUF model")
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.vocabulary = LlamaVocabulary(llama_cpp, self._model)
         self.device = device
         self.model_name = path.stem
         self.model_path = str(path)
         self.threads = threads or physical_cores()
         self.max_branches = max(1, max_branches)
-        self.vocab_size = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.vocab_size = self.vocabulary.vocab_size
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
         self.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
         self._n_batch = 512
@@ -106,13 +92,9 @@ class LlamaBackend:
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
 
-        self.eos_ids = frozenset(
-            t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(self._vocab, t)
-        )
-        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
-        self.bos_id = llama_cpp.llama_vocab_bos(self._vocab)
-        self._template = self._metadata("tokenizer.chat_template") or CHATML_TEMPLATE
-        self._piece_cache: dict[int, bytes] = {}
+        self.eos_ids = self.vocabulary.eos_ids
+        self.add_bos = self.vocabulary.add_bos
+        self.bos_id = self.vocabulary.bos_id
         # KV bookkeeping: the committed tokens; which sequence holds them all; how many of them
         # each other sequence's stream still holds.
         self._committed: list[int] = []
@@ -129,44 +111,15 @@ class LlamaBackend:
             self, key=f"llama|{path.name}|{path.stat().st_size}|{build_key}"
         )
 
-    # -- tokenizer -------------------------------------------------------------------------
-    def _metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(1 << 16)
-        n = self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        if n < 0:
-            return None
-        if n >= len(buf):
-            buf = ctypes.create_string_buffer(n + 1)
-            self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace")
-
+    # -- tokenizer (llama_vocab.py) -------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
-        data = text.encode("utf-8")
-        n_max = len(data) + 8
-        buf = (self._lib.llama_token * n_max)()
-        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, n_max, False, special)
-        if n < 0:
-            buf = (self._lib.llama_token * -n)()
-            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, -n, False, special)
-        return list(buf[:n])
+        return self.vocabulary.tokenize(text, special=special)
 
     def token_bytes(self, token_id: int) -> bytes:
-        piece = self._piece_cache.get(token_id)
-        if piece is None:
-            buf = ctypes.create_string_buffer(64)
-            n = self._lib.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = self._lib.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
-            piece = buf.raw[:n]
-            self._piece_cache[token_id] = piece
-        return piece
+        return self.vocabulary.token_bytes(token_id)
 
     def chat_prompt(self, messages: list[ChatMessage]) -> str:
-        bos = self.token_bytes(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
-        eos_id = self._lib.llama_vocab_eos(self._vocab)
-        eos = self.token_bytes(eos_id).decode("utf-8", "replace") if eos_id >= 0 else ""
-        return render_chat_template(self._template, messages, bos_token=bos, eos_token=eos)
+        return self.vocabulary.chat_prompt(messages)
 
     # -- KV cache --------------------------------------------------------------------------
     @property

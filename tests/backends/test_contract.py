@@ -1,10 +1,11 @@
 """What every backend promises the decoders (specchat/backends/base.py), checked the same way on
-each: llama.cpp and transformers with the bundled SmolLM2, and the small numpy backend.
+each: llama.cpp, transformers and the int4 runtime with the bundled SmolLM2, and the small numpy
+backend.
 
 Where a backend computes the same logits two ways (a block or one token at a time, a tree or its
 branches alone, a commit or a fresh prefill), they agree bitwise on llama.cpp (the batch-invariant
-build: GGML_LLAMAFILE=OFF, flash attention off) and on the numpy backend, and within float32
-rounding on transformers. Checks only one backend can make stay in its own test file.
+build: GGML_LLAMAFILE=OFF, flash attention off), on the int4 runtime and on the numpy backend, and
+within float32 rounding on transformers. Checks only one backend can make stay in its own test file.
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ def _small_hf(backend) -> Callable[[int], Backend]:
     return make
 
 
+def _small_int4(bundled_gguf) -> Callable[[int], Backend]:
+    def make(n_ctx: int) -> Backend:
+        from specchat.backends.int4 import Int4Backend
+
+        return Int4Backend(bundled_gguf, n_ctx=n_ctx, threads=1)
+
+    return make
+
+
 def _small_numpy(backend) -> Callable[[int], Backend]:
     def make(n_ctx: int) -> Backend:
         from tests.numpy_backend import NumpyBackend
@@ -63,7 +73,7 @@ def _small_numpy(backend) -> Callable[[int], Backend]:
     return make
 
 
-@pytest.fixture(params=["llama", "hf", "numpy"])
+@pytest.fixture(params=["llama", "hf", "int4", "numpy"])
 def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     if request.param == "llama":
         backend = request.getfixturevalue("llama_backend")
@@ -71,6 +81,9 @@ def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     elif request.param == "hf":
         backend = request.getfixturevalue("hf_bundled")
         made = Subject(backend, 1e-4, _small_hf(backend))
+    elif request.param == "int4":
+        backend = request.getfixturevalue("int4_backend")
+        made = Subject(backend, 0.0, _small_int4(request.getfixturevalue("bundled_gguf")))
     else:
         backend = request.getfixturevalue("numpy_backend")
         made = Subject(backend, 0.0, _small_numpy(backend))

@@ -90,7 +90,8 @@ def test_random_switch_schedules_equal_greedy(tiny_pair):
     assert accepted > 0, "the test must exercise accepted drafts"
 
 
-# -- the bundled model on llama.cpp: bitwise-invariant build, so identical ids ------------------
+# -- the bundled model on llama.cpp (bitwise-invariant build) and on the int4 runtime: blocks equal
+# one-token passes bit for bit, so identical ids ----------------------------------------------------
 
 LLAMA_PROMPTS = [
     "Summarize: The quick brown fox jumps over the lazy dog. The dog was not amused by the fox, "
@@ -100,20 +101,30 @@ LLAMA_PROMPTS = [
 ]
 
 
+@pytest.fixture(params=["llama", "int4"])
+def exact_backend(request):
+    backend = request.getfixturevalue(
+        "llama_backend" if request.param == "llama" else "int4_backend"
+    )
+    backend.rollback(0)
+    yield backend
+    backend.rollback(0)
+
+
 @pytest.mark.parametrize("name", ["pld", "lookahead", "suffix"])
 @pytest.mark.slow
-def test_greedy_family_equals_greedy_on_llama_cpp(fresh_llama, name):
+def test_greedy_family_equals_greedy_on_exact_runtimes(exact_backend, name):
     accepted = 0
     for text in LLAMA_PROMPTS:
-        ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", text)])
-        fresh_llama.rollback(0)
-        reference = _done(Engine(fresh_llama, DECODERS["greedy"].create()), ids, 96)
-        fresh_llama.rollback(0)
+        ids = chat_prompt_ids(exact_backend, [ChatMessage("user", text)])
+        exact_backend.rollback(0)
+        reference = _done(Engine(exact_backend, DECODERS["greedy"].create()), ids, 96)
+        exact_backend.rollback(0)
         # force drafting whatever the measured costs say, so verification is exercised
         decoder = DECODERS[name].create(
             **({"max_cost_ratio": 100.0} if name == "lookahead" else {})
         )
-        done = _done(Engine(fresh_llama, _ForceDraft(decoder)), ids, 96)
+        done = _done(Engine(exact_backend, _ForceDraft(decoder)), ids, 96)
         assert done.token_ids == reference.token_ids, text
         accepted += done.stats.accepted
     assert accepted > 0, "the test must exercise accepted drafts"

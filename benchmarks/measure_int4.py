@@ -1,0 +1,134 @@
+"""llama.cpp against the int4 runtime on the bundled model, in one run.
+
+Prints each runtime's 1-token pass (ms) and its k = 2, 4, 8, 16 chain passes as multiples of its
+own 1-token pass, behind 256 cached tokens (medians over repeats, the runtimes and sizes taken in
+turn so load changes hit all alike), then greedy tokens/s over 128 tokens of a short chat prompt
+(median of a few runs) and whether the two greedy answers agree.
+
+    PYTHONPATH=. python benchmarks/measure_int4.py [--threads 2] [--repeats 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from specchat.backends.base import Block, ChatMessage
+from specchat.prompting import chat_prompt_ids
+
+SIZES = (1, 2, 4, 8, 16)
+CONTEXT = 256
+GREEDY_TOKENS = 128
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+FILLER = (
+    "The history of the lighthouse goes back to antiquity, when fires were lit on hilltops to "
+    "guide ships; later towers carried lamps, then lenses that threw the light far out to sea. "
+)
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load(threads: int):
+    import torch
+
+    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.llama import LlamaBackend
+    from specchat.models import bundled_gguf
+
+    path = bundled_gguf()
+    say(f"loading {path.name} on llama.cpp and on the int4 runtime ({threads} threads)")
+    llama = LlamaBackend(path, n_ctx=2048, threads=threads, max_branches=1)
+    started = time.perf_counter()
+    int4 = Int4Backend(path, n_ctx=2048, threads=threads, progress=lambda m: say(f"  int4: {m}"))
+    say(f"  int4 loaded in {time.perf_counter() - started:.1f} s")
+    torch.set_num_threads(threads)
+    return {"llama.cpp": llama, "int4": int4}
+
+
+def pass_costs(backends: dict, repeats: int) -> dict[str, dict[int, float]]:
+    """Median seconds of a k-token chain pass behind CONTEXT cached tokens, per runtime and k."""
+    times: dict[str, dict[int, list[float]]] = {name: {k: [] for k in SIZES} for name in backends}
+    for backend in backends.values():
+        filler = (backend.tokenize(FILLER) * CONTEXT)[:CONTEXT]
+        backend.rollback(0)
+        backend.prefill(filler)
+    draft = backends["int4"].tokenize(FILLER)[: max(SIZES)]
+    for repeat in range(repeats):
+        if repeat % 10 == 0:
+            say(f"  timing passes: round {repeat + 1} of {repeats}")
+        for name, backend in backends.items():
+            for k in SIZES:
+                block = Block.chain(draft[:k])
+                started = time.perf_counter()
+                backend.evaluate(block)
+                times[name][k].append(time.perf_counter() - started)
+                backend.rollback(CONTEXT)
+    return {
+        name: {k: statistics.median(v) for k, v in per_k.items()} for name, per_k in times.items()
+    }
+
+
+def greedy(backend, prompt: list[int]) -> tuple[list[int], float]:
+    """GREEDY_TOKENS greedy tokens after the prompt (past any end of turn), and their seconds."""
+    backend.rollback(0)
+    backend.prefill(prompt[:-1])
+    token = prompt[-1]
+    out: list[int] = []
+    started = time.perf_counter()
+    for _ in range(GREEDY_TOKENS):
+        logits = backend.evaluate(Block.chain([token]))
+        backend.commit([0])
+        token = int(np.argmax(logits[0]))
+        out.append(token)
+    return out, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--greedy-runs", type=int, default=3)
+    args = parser.parse_args()
+    backends = load(args.threads)
+    say(f"chain passes behind {CONTEXT} cached tokens, {args.repeats} repeats")
+    costs = pass_costs(backends, args.repeats)
+    say(f"greedy, {GREEDY_TOKENS} tokens, {args.greedy_runs} runs each")
+    rates: dict[str, list[float]] = {name: [] for name in backends}
+    answers: dict[str, list[int]] = {}
+    for run in range(args.greedy_runs):
+        for name, backend in backends.items():
+            prompt = chat_prompt_ids(backend, [ChatMessage("user", PROMPT)])
+            tokens, seconds = greedy(backend, prompt)
+            rates[name].append(len(tokens) / seconds)
+            answers[name] = tokens
+            say(f"  run {run + 1}: {name} {len(tokens) / seconds:.1f} tok/s")
+
+    print(f"\nbundled SmolLM2-135M Q4_1, {args.threads} threads, behind {CONTEXT} cached tokens")
+    print(f"{'runtime':<10} {'1-token ms':>10}" + "".join(f"{f'k={k}':>8}" for k in SIZES[1:]))
+    for name, per_k in costs.items():
+        one = per_k[1]
+        ratios = "".join(f"{per_k[k] / one:>7.2f}x" for k in SIZES[1:])
+        print(f"{name:<10} {one * 1e3:>10.2f}{ratios}")
+    llama_one, int4_one = costs["llama.cpp"][1], costs["int4"][1]
+    print(f"int4 1-token pass / llama.cpp's: {int4_one / llama_one:.2f}")
+    print(f"\ngreedy tok/s over {GREEDY_TOKENS} tokens (median of {args.greedy_runs})")
+    medians = {name: statistics.median(r) for name, r in rates.items()}
+    for name, rate in medians.items():
+        print(f"{name:<10} {rate:>8.1f}")
+    print(f"int4 / llama.cpp: {medians['int4'] / medians['llama.cpp']:.2f}")
+    same = 0
+    while same < GREEDY_TOKENS and answers["int4"][same] == answers["llama.cpp"][same]:
+        same += 1
+    print(f"greedy answers agree on the first {same} of {GREEDY_TOKENS} tokens")
+    for backend in backends.values():
+        backend.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""A GGUF file's tensors in the forms the int4 runtime computes with.
+
+The file's own 4-bit blocks (Q4_0, Q4_1, and Q4_K's 32-weight sub-blocks) are already what torch's
+int4 kernel (`_weight_int4pack_mm_for_cpu`, groups of 32) multiplies by: each block is 32 codes
+q in 0..15 and a weight w = (q - 8) * scale + zero, so they are repacked without dequantizing
+(no float32 copy of the model is ever made). The kernel keeps its scales and zeros in bfloat16,
+which rounds them (8 significant bits against float16's 11): that, and nothing else, separates
+its weights from the file's.
+
+The other block types a file mixes in (a Q4_K_M file falls back to Q5_0, Q6_K or Q8_0 wherever a
+row is not a multiple of 256) are int8 codes with a scale (and zero) per 16 or 32 weights: they
+become exactly that (`GroupedInt8`, checked against the gguf package's own dequantizer tensor by
+tensor), a byte a weight for exact_kernels.c to multiply by. Float tensors, and anything that check
+refuses, are dequantized once to float32 by the gguf package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specchat.errors import SpecchatError
+
+GROUP_SIZE = 32  # weights per int4 group: Q4_0/Q4_1 blocks and Q4_K sub-blocks alike
+_ROWS_AT_ONCE = 4096  # rows converted per step, bounding the temporary float copies
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise SpecchatError("the int4 runtime needs the gguf package: pip install gguf") from exc
+    return gguf
+
+
+def int4_types() -> frozenset[str]:
+    """Quant types repacked straight into int4 groups."""
+    return frozenset({"Q4_0", "Q4_1", "Q4_K"})
+
+
+def dense_types() -> frozenset[str]:
+    """Types dequantized once (each checked against the gguf package's dequantizer in the tests)."""
+    return frozenset({"F32", "F16", "BF16", "Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K"})
+
+
+@dataclass(frozen=True)
+class Int4Blocks:
+    """A [rows, cols] weight as 4-bit codes and one (scale, zero) per 32 weights of a row:
+    w = (code - 8) * scale + zero. Scales and zeros are float64 and exact: evaluated in float64
+    and rounded once to float32, they give the gguf package's dequantized weights bit for bit."""
+
+    codes: np.ndarray  # uint8 [rows, cols], values 0..15
+    scales: np.ndarray  # float64 [rows, cols // 32]
+    zeros: np.ndarray  # float64 [rows, cols // 32]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.codes.shape
+
+    def dequantize(self) -> np.ndarray:
+        """The weights in float32, as exact as the file's (for checks; the runtime never needs
+        them)."""
+        rows, cols = self.codes.shape
+        codes = self.codes.reshape(rows, cols // GROUP_SIZE, GROUP_SIZE).astype(np.float64)
+        weights = (codes - 8.0) * self.scales[..., None] + self.zeros[..., None]
+        return weights.reshape(rows, cols).astype(np.float32)
+
+    @staticmethod
+    def concat(parts: list[Int4Blocks]) -> Int4Blocks:
+        """Rows of several weights stacked: one kernel call for q, k and v (or gate and up)."""
+        return Int4Blocks(
+            np.concatenate([p.codes for p in parts]),
+            np.concatenate([p.scales for p in parts]),
+            np.concatenate([p.zeros for p in parts]),
+        )
+
+
+def _halves(raw: np.ndarray) -> np.ndarray:
+    """float16 stored little-endian in the last axis (2 bytes), as float64."""
+    return np.ascontiguousarray(raw).view(np.float16)[..., 0].astype(np.float64)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """ggml's nibble order: byte j holds weight j in its low and weight j + 16 (of 32) in its
+    high nibble, so a block's 16 bytes give [low nibbles..., high nibbles...]."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _q4_0(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
+    # block: float16 d, 16 bytes of codes; w = d * (q - 8)
+    blocks = raw.reshape(rows, cols // 32, 18)
+    scale = _halves(blocks[..., 0:2])
+    codes = _nibbles(blocks[..., 2:18]).reshape(rows, cols)
+    return Int4Blocks(codes, scale, np.zeros_like(scale))
+
+
+def _q4_1(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
+    # block: float16 d, float16 m, 16 bytes of codes; w = d * q + m = d * (q - 8) + (m + 8d)
+    blocks = raw.reshape(rows, cols // 32, 20)
+    scale = _halves(blocks[..., 0:2])
+    minimum = _halves(blocks[..., 2:4])
+    codes = _nibbles(blocks[..., 4:20]).reshape(rows, cols)
+    return Int4Blocks(codes, scale, minimum + 8.0 * scale)
+
+
+def _q4_k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The eight 6-bit (scale, min) pairs of a Q4_K super-block, from its 12 packed bytes:
+    pairs 0-3 sit in the low 6 bits of bytes 0-3 / 4-7; pairs 4-7 take their low 4 bits from bytes
+    8-11 and their top 2 bits from the high bits of bytes 0-3 / 4-7."""
+    packed = packed.astype(np.uint16)
+    low, mid, high = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
+    scales = np.concatenate([low & 63, (high & 0x0F) | ((low >> 6) << 4)], axis=-1)
+    mins = np.concatenate([mid & 63, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
+    return scales, mins
+
+
+def _q4_k(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
+    # super-block of 256: float16 d, float16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of
+    # codes; sub-block s (32 weights): w = d * sc[s] * q - dmin * m[s]. The codes come in four
+    # 32-byte runs; run r holds sub-block 2r in its low and 2r + 1 in its high nibbles.
+    blocks = raw.reshape(rows, cols // 256, 144)
+    d = _halves(blocks[..., 0:2])[..., None]
+    dmin = _halves(blocks[..., 2:4])[..., None]
+    sc, m = _q4_k_scales(blocks[..., 4:16])
+    qs = blocks[..., 16:144].reshape(rows, cols // 256, 4, 1, 32)
+    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=3).reshape(rows, cols)
+    scale = (d * sc).reshape(rows, cols // 32)
+    offset = (dmin * m).reshape(rows, cols // 32)
+    return Int4Blocks(codes, scale, 8.0 * scale - offset)
+
+
+_INT4_READERS = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k}
+
+
+@dataclass(frozen=True)
+class GroupedInt8:
+    """A [rows, cols] weight as int8 codes and a float32 scale (and zero) per `group` weights of
+    a row: w = code * scale (+ zero, in one fused multiply-add), which is exactly how gguf
+    dequantizes Q8_0, Q5_0, Q5_1, Q5_K and Q6_K (their products are exact in float32, the one
+    addition rounds once), so a kernel reading this form multiplies by the file's weights."""
+
+    codes: np.ndarray  # int8 [rows, cols]
+    scales: np.ndarray  # float32 [rows, cols // group]
+    zeros: np.ndarray | None  # float32 [rows, cols // group], or None for pure scales
+    group: int
+
+    def dequantize(self) -> np.ndarray:
+        rows, cols = self.codes.shape
+        codes = self.codes.reshape(rows, -1, self.group).astype(np.float64)
+        weights = codes * self.scales[..., None].astype(np.float64)
+        if self.zeros is not None:
+            weights = weights + self.zeros[..., None]
+        return weights.reshape(rows, cols).astype(np.float32)
+
+
+def _grouped_scales(kind: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """(scale, zero or None, group) per group of a row's blocks, read from the block headers:
+    the codes themselves are then recovered from gguf's own dequantization."""
+    if kind in ("Q8_0", "Q5_0"):
+        return _halves(blocks[..., 0:2]), None, 32
+    if kind == "Q5_1":
+        return _halves(blocks[..., 0:2]), _halves(blocks[..., 2:4]), 32
+    if kind == "Q5_K":
+        d = _halves(blocks[..., 0:2])[..., None]
+        dmin = _halves(blocks[..., 2:4])[..., None]
+        sc, m = _q4_k_scales(blocks[..., 4:16])
+        return (d * sc).reshape(len(blocks), -1), -(dmin * m).reshape(len(blocks), -1), 32
+    if kind == "Q6_K":  # 16 int8 scales at bytes 192-207, float16 d at 208
+        d = _halves(blocks[..., 208:210])[..., None]
+        sc = blocks[..., 192:208].view(np.int8).astype(np.float64)
+        return (d * sc).reshape(len(blocks), -1), None, 16
+    raise KeyError(kind)
+
+
+_BLOCK_BYTES = {
+    "Q8_0": (32, 34),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+}
+
+
+class GGUFTensors:
+    """The tensors and metadata of one GGUF file, memory-mapped; each read converts one tensor."""
+
+    def __init__(self, path: str | Path) -> None:
+        gguf = _gguf()
+        self.path = Path(path)
+        try:
+            self._reader = gguf.GGUFReader(self.path)
+        except (ValueError, OSError) as exc:
+            raise SpecchatError(f"cannot read {self.path.name} as GGUF: {exc}") from exc
+        self._tensors = {t.name: t for t in self._reader.tensors}
+
+    def metadata(self, key: str, default: Any = None) -> Any:
+        field = self._reader.fields.get(key)
+        if field is None:
+            return default
+        return field.contents()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def type_name(self, name: str) -> str:
+        return self._tensor(name).tensor_type.name
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Shape as torch orders it: [rows (out features), cols (in features)]."""
+        return tuple(int(n) for n in reversed(self._tensor(name).shape))
+
+    def _tensor(self, name: str):
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise SpecchatError(f"{self.path.name} has no tensor {name}") from None
+
+    def is_int4(self, name: str) -> bool:
+        tensor = self._tensor(name)
+        return tensor.tensor_type.name in _INT4_READERS and len(tensor.shape) == 2
+
+    def int4_blocks(self, name: str) -> Int4Blocks:
+        """A Q4_0 / Q4_1 / Q4_K weight as codes, scales and zeros, without dequantizing it."""
+        tensor = self._tensor(name)
+        rows, cols = self.shape(name)
+        raw = np.asarray(tensor.data, dtype=np.uint8)
+        return _INT4_READERS[tensor.tensor_type.name](raw, rows, cols)
+
+    def dense(self, name: str) -> np.ndarray:
+        """The tensor dequantized to float32, [rows, cols] (or 1-D), exactly as the gguf package
+        dequantizes it."""
+        tensor = self._tensor(name)
+        kind = tensor.tensor_type.name
+        if kind not in dense_types() | int4_types():
+            raise SpecchatError(
+                f"{self.path.name}: tensor {name} is {kind}, which the int4 runtime does not "
+                f"read (it reads {', '.join(sorted(dense_types() | int4_types()))})"
+            )
+        gguf = _gguf()
+        values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
+        return np.array(values.reshape(self.shape(name)), dtype=np.float32)  # writable, owned
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes as stored, [rows, bytes per row] (memory-mapped)."""
+        return np.asarray(self._tensor(name).data, dtype=np.uint8)
+
+    def grouped_int8(self, name: str) -> GroupedInt8 | None:
+        """A Q8_0 / Q5_0 / Q5_1 / Q5_K / Q6_K weight as int8 codes with per-group scales (and
+        zeros), or None when it is not one, or when the codes fail to give back gguf's
+        dequantized weights exactly (then it is carried in float32 instead)."""
+        tensor = self._tensor(name)
+        kind = tensor.tensor_type.name
+        if kind not in _BLOCK_BYTES or len(tensor.shape) != 2:
+            return None
+        rows, cols = self.shape(name)
+        per_block, block_bytes = _BLOCK_BYTES[kind]
+        raw = self.raw(name).reshape(rows, cols // per_block, block_bytes)
+        scale, zero, group = _grouped_scales(kind, raw)
+        codes = np.empty((rows, cols), dtype=np.int8)
+        gguf = _gguf()
+        # a few thousand rows at a time: an embedding-sized tensor needs no float64 copy whole
+        for start in range(0, rows, _ROWS_AT_ONCE):
+            part = slice(start, min(rows, start + _ROWS_AT_ONCE))
+            exact = gguf.quants.dequantize(np.asarray(tensor.data[part]), tensor.tensor_type)
+            target = exact.reshape(-1, cols // group, group).astype(np.float64)
+            if zero is not None:
+                target -= zero[part, :, None]
+            safe = np.where(scale[part] == 0, 1.0, scale[part])[..., None]
+            recovered = np.rint(target / safe)
+            if np.abs(recovered).max(initial=0) > 127:
+                return None
+            codes[part] = recovered.reshape(-1, cols).astype(np.int8)
+            check = GroupedInt8(
+                codes[part],
+                scale[part].astype(np.float32),
+                None if zero is None else zero[part].astype(np.float32),
+                group,
+            )
+            if not np.array_equal(check.dequantize(), exact.reshape(-1, cols)):
+                return None
+        return GroupedInt8(
+            codes,
+            scale.astype(np.float32),
+            None if zero is None else zero.astype(np.float32),
+            group,
+        )
+
+    def dense_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Some rows of a 2-D tensor dequantized (an embedding lookup), float32 [len(rows), cols]."""
+        tensor = self._tensor(name)
+        gguf = _gguf()
+        values = gguf.quants.dequantize(np.asarray(tensor.data[rows]), tensor.tensor_type)
+        return values.reshape(len(rows), -1).astype(np.float32, copy=False)
+
+    def check_readable(self, names: list[str]) -> None:
+        """One line naming the first tensor of a type this runtime cannot carry."""
+        readable = dense_types() | int4_types()
+        for name in names:
+            kind = self.type_name(name)
+            if kind not in readable:
+                raise SpecchatError(
+                    f"{self.path.name}: tensor {name} is {kind}; the int4 runtime reads "
+                    f"{', '.join(sorted(readable))}"
+                )

@@ -1,0 +1,172 @@
+"""The int4 backend: a GGUF Llama on torch's int4 kernel, where a drafted token costs little.
+
+On this runtime a k-token block costs little more than one token (the 4-bit matmuls are bound by
+unpacking the weights, which k rows share), and every row of a block (chain or tree) is bitwise
+the logits of that token evaluated alone behind the same prefix, so greedy-family decoders stay
+exactly greedy. The forward is `int4_model.Int4Llama`; the tokenizer and chat template are
+llama.cpp's for the same file (`llama_vocab`), so prompts tokenize as on the llama backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
+from specchat.backends.block_cost import BlockCostTable
+from specchat.backends.gguf_tensors import GGUFTensors
+from specchat.backends.llama_vocab import LlamaVocabulary
+from specchat.errors import SpecchatError
+from specchat.hardware import physical_cores
+
+_PREFILL_CHUNK = 256
+_MAX_BLOCK = 512  # widest block (and prefill chunk) one pass takes
+
+
+def ancestry(parents: tuple[int, ...] | list[int]) -> np.ndarray:
+    """Row i: the block rows token i attends to (its ancestors from the root down, then itself),
+    padded with zeros to the deepest row's count."""
+    paths: list[list[int]] = []
+    for index, parent in enumerate(parents):
+        paths.append([*(paths[parent] if parent >= 0 else []), index])
+    table = np.zeros((len(paths), max((len(p) for p in paths), default=1)), dtype=np.int32)
+    for index, path in enumerate(paths):
+        table[index, : len(path)] = path
+    return table
+
+
+class Int4Backend:
+    """See the module docstring and base.Backend. The cache may also hold the last evaluated
+    block's entries until the next `commit`, `evaluate`, `prefill` or `rollback`."""
+
+    name = "int4"
+    capabilities = LOCAL
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str = "cpu",
+        threads: int | None = None,
+        n_ctx: int = 4096,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        import torch
+
+        path = Path(model_path)
+        if not path.is_file():
+            raise SpecchatError(f"model file not found: {path}")
+        if device != "cpu":
+            raise SpecchatError("the int4 backend runs on the CPU only (use --backend llama)")
+        if progress:
+            progress(f"loading {path.name} (int4)")
+        tensors = GGUFTensors(path)
+        from specchat.backends.int4_model import Int4Llama, LlamaShape
+
+        shape = LlamaShape.read(tensors)  # refuses other architectures before anything loads
+        self.threads = threads or physical_cores()
+        # torch's thread pool is process-wide, as on the hf backend
+        torch.set_num_threads(self.threads)
+        self.vocabulary = LlamaVocabulary.load(path)
+        self.device = device
+        self.model_name = path.stem
+        self.model_path = str(path)
+        self.vocab_size = shape.vocab
+        self.n_ctx = min(n_ctx, shape.context_length)
+        self.eos_ids = self.vocabulary.eos_ids
+        self.add_bos = self.vocabulary.add_bos
+        self.bos_id = self.vocabulary.bos_id
+        self.model = Int4Llama(
+            tensors, n_ctx=self.n_ctx, max_block=_MAX_BLOCK, threads=self.threads, progress=progress
+        )
+        self._n_committed = 0
+        self._pending: Block | None = None
+        self._costs = BlockCostTable(self, key=f"int4|{path.name}|{path.stat().st_size}")
+
+    # -- tokenizer (llama_vocab.py) -------------------------------------------------------------
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        return self.vocabulary.tokenize(text, special=special)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.vocabulary.token_bytes(token_id)
+
+    def chat_prompt(self, messages: list[ChatMessage]) -> str:
+        return self.vocabulary.chat_prompt(messages)
+
+    # -- KV cache and blocks ---------------------------------------------------------------------
+
+    @property
+    def n_committed(self) -> int:
+        return self._n_committed
+
+    def prefill(self, ids: list[int]) -> None:
+        self._pending = None
+        if self._n_committed + len(ids) > self.n_ctx:
+            raise SpecchatError(
+                f"the prompt needs {self._n_committed + len(ids)} tokens but the context "
+                f"holds {self.n_ctx}"
+            )
+        for start in range(0, len(ids), _PREFILL_CHUNK):
+            chunk = list(ids[start : start + _PREFILL_CHUNK])
+            depths = range(len(chunk))
+            self.model.forward(
+                chunk, depths, ancestry(range(-1, len(chunk) - 1)), self._n_committed, logits=False
+            )
+            self._n_committed += len(chunk)
+
+    def evaluate(self, block: Block) -> np.ndarray:
+        """Logits of every block token in one pass; its cache entries stay until `commit`."""
+        self._pending = None
+        if len(block) == 0:
+            return np.zeros((0, self.vocab_size), dtype=np.float32)
+        if self._n_committed + max(block.depths) + 1 > self.n_ctx:
+            raise SpecchatError("the context window is full")
+        if len(block) > _MAX_BLOCK:
+            raise SpecchatError(f"a block of {len(block)} tokens exceeds {_MAX_BLOCK}")
+        logits = self.model.forward(
+            list(block.tokens),
+            block.depths,
+            ancestry(block.parents),
+            self._n_committed,
+            logits=True,
+        )
+        self._pending = block
+        return logits.numpy()
+
+    def commit(self, path: list[int]) -> None:
+        """Keep the cache entries of `path` (root-to-node in the last block) as committed."""
+        block = self._pending
+        if block is None:
+            if path:
+                raise ValueError("commit without a block evaluated since the last commit")
+            return
+        for position, index in enumerate(path):
+            expected_parent = path[position - 1] if position else -1
+            if not 0 <= index < len(block) or block.parents[index] != expected_parent:
+                raise ValueError(f"commit path {path} is not a root-to-node chain of the block")
+        self.model.move(self._n_committed, list(path))
+        self._n_committed += len(path)
+        self._pending = None
+
+    def rollback(self, n_committed: int) -> None:
+        self._pending = None
+        self._n_committed = max(0, min(n_committed, self._n_committed))
+
+    def block_cost(self, k: int) -> float:
+        """Seconds of one k-token chain pass, measured once per model and thread count."""
+        return self._costs.cost(k)
+
+    def exactness(self) -> Exactness:
+        """Probed as on every runtime; here a block's rows equal one-token passes bit for bit,
+        chains and trees alike: every op on the path computes a row the same way whatever else
+        shares the pass."""
+        return self._costs.exactness()
+
+    def close(self) -> None:
+        self.model = None
+        self._pending = None
+        if getattr(self, "vocabulary", None) is not None:
+            self.vocabulary.close()

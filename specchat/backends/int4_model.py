@@ -1,0 +1,413 @@
+"""A lean Llama forward over a GGUF file's own 4-bit weights, with a static KV cache.
+
+Why it is shaped this way: on a CPU a speculative block is cheap only if the k-row matmuls cost
+little more than 1-row ones, and a decoder stays exactly greedy only if a block's rows equal
+one-token passes. torch's int4 kernel (`_weight_int4pack_mm_for_cpu`, bf16 activations) gives
+both: each output row is the same fixed sum whatever the number of rows. Everything else (norms,
+SwiGLU, RoPE, attention, the LM head and any weight the file stores in another type) runs in
+exact_kernels.c, whose rows are exact by construction, so a layer is four matmuls and three C
+calls: little per-op overhead, and a block row that equals the same token evaluated alone.
+
+Numbers: the residual stream is float32; matmul inputs and outputs are bf16 (the kernel's only
+fast type); keys are cached after RoPE in float32 and values in bf16 (what the projection gave);
+the LM head runs in float32, so logits are float32 too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from specchat.backends.exact_kernels import kernels
+from specchat.backends.gguf_tensors import GROUP_SIZE, GGUFTensors, GroupedInt8, Int4Blocks
+from specchat.errors import SpecchatError
+
+SUPPORTED_ARCHITECTURES = ("llama",)
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """The hyper-parameters a Llama GGUF declares."""
+
+    layers: int
+    dim: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    rope_base: float
+    norm_eps: float
+    context_length: int
+
+    @classmethod
+    def read(cls, tensors: GGUFTensors) -> LlamaShape:
+        arch = tensors.metadata("general.architecture", "unknown")
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise SpecchatError(
+                f"the int4 runtime runs Llama-family models; {tensors.path.name} is {arch!r} "
+                "(use --backend llama)"
+            )
+        scaling = tensors.metadata(f"{arch}.rope.scaling.type", "none")
+        if scaling not in ("none", None):
+            raise SpecchatError(
+                f"{tensors.path.name} uses {scaling} RoPE scaling, which the int4 runtime does "
+                "not implement (use --backend llama)"
+            )
+
+        def meta(key: str, default=None):
+            value = tensors.metadata(f"{arch}.{key}", default)
+            if value is None:
+                raise SpecchatError(f"{tensors.path.name} lacks {arch}.{key}")
+            return value
+
+        dim = int(meta("embedding_length"))
+        heads = int(meta("attention.head_count"))
+        head_dim = int(meta("attention.key_length", dim // heads))
+        vocab_rows = tensors.shape("token_embd.weight")[0]
+        shape = cls(
+            layers=int(meta("block_count")),
+            dim=dim,
+            ffn=int(meta("feed_forward_length")),
+            heads=heads,
+            kv_heads=int(meta("attention.head_count_kv", heads)),
+            head_dim=head_dim,
+            vocab=vocab_rows,
+            rope_base=float(meta("rope.freq_base", 10000.0)),
+            norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
+            context_length=int(meta("context_length", 4096)),
+        )
+        if int(meta("rope.dimension_count", head_dim)) != head_dim:
+            raise SpecchatError(f"{tensors.path.name}: partial RoPE is not supported")
+        if head_dim % 16 or head_dim > 256 or heads % shape.kv_heads:
+            raise SpecchatError(f"{tensors.path.name}: head layout {heads}x{head_dim} unsupported")
+        return shape
+
+
+# -- linear layers -------------------------------------------------------------------------------
+
+
+class Int4Linear:
+    """y = x W^T with W in torch's packed int4 layout (groups of 32, bf16 scale and zero)."""
+
+    def __init__(self, blocks: Int4Blocks) -> None:
+        rows, cols = blocks.shape
+        codes = torch.from_numpy(blocks.codes.astype(np.int32))
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+        pairs = np.stack([blocks.scales, blocks.zeros], axis=-1)  # [rows, groups, 2]
+        self.scales_and_zeros = (
+            torch.from_numpy(pairs.transpose(1, 0, 2).copy()).to(torch.bfloat16).contiguous()
+        )
+        self.out_features = rows
+        self.in_features = cols
+        self.mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mm(x, self.packed, GROUP_SIZE, self.scales_and_zeros)
+
+
+class RowsLinear:
+    """y = x W^T in exact_kernels.c for weights the int4 kernel cannot carry: Q8_0, Q5_x and Q6_K
+    as int8 codes with their blocks' scales (exactly the file's weights, a byte each), anything
+    else dequantized once to float32. Float32 sums whose order does not depend on how many rows
+    share the call; bf16 in and out in the layers, float32 for the LM head.
+
+    (oneDNN's prepacked bf16 linear was tried first: at 1536 inputs a row's bits changed with the
+    number of rows in the call, and its bf16 weights rounded the file's.)"""
+
+    def __init__(self, weight: GroupedInt8 | np.ndarray, *, float32_out: bool = False) -> None:
+        if isinstance(weight, GroupedInt8):
+            self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
+            self.group, self.f32 = weight.group, None
+        else:
+            self.f32 = np.ascontiguousarray(weight, dtype=np.float32)
+            self.codes = self.scales = self.zeros = None
+            self.group = 0
+        self.out_features, self.in_features = (weight.codes if self.f32 is None else weight).shape
+        if self.in_features % 32 or self.group not in (0, 16, 32):
+            raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
+        self.float32_out = float32_out
+        self.threads = 1
+        self._kernels = kernels()
+
+    @staticmethod
+    def _pointer(array: np.ndarray | None) -> int | None:
+        return None if array is None else array.ctypes.data
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out_type = torch.float32 if self.float32_out else torch.bfloat16
+        out = torch.empty((x.shape[0], self.out_features), dtype=out_type)
+        self._kernels.matmul_rows(
+            self._pointer(self.f32), self._pointer(self.codes), self._pointer(self.scales),
+            self._pointer(self.zeros), self.group, self.out_features, self.in_features,
+            x.data_ptr(), x.dtype == torch.bfloat16, x.shape[0], out.data_ptr(),
+            out_type == torch.bfloat16, self.threads,
+        )  # fmt: skip
+        return out
+
+
+def rows_linear(tensors: GGUFTensors, name: str, *, float32_out: bool = False) -> RowsLinear:
+    grouped = tensors.grouped_int8(name)
+    weight = grouped if grouped is not None else tensors.dense(name)
+    return RowsLinear(weight, float32_out=float32_out)
+
+
+class Projection:
+    """Several weights that read the same input (q, k, v; gate, up): one call when they share a
+    carrier. `parts(x)` gives each part's output as (tensor, first column)."""
+
+    def __init__(self, tensors: GGUFTensors, names: list[str]) -> None:
+        if all(tensors.is_int4(name) for name in names):
+            self.linears = [Int4Linear(Int4Blocks.concat([tensors.int4_blocks(n) for n in names]))]
+        else:
+            self.linears = [_linear(tensors, name) for name in names]
+        self.widths = [tensors.shape(name)[0] for name in names]
+        self._starts = [sum(self.widths[:i]) for i in range(len(names))]
+        self.carriers = [type(linear).__name__ for linear in self.linears]
+
+    def parts(self, x: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
+        if len(self.linears) == 1:
+            out = self.linears[0](x)
+            return [(out, start) for start in self._starts]
+        return [(linear(x), 0) for linear in self.linears]
+
+
+def _linear(tensors: GGUFTensors, name: str) -> Int4Linear | RowsLinear:
+    if tensors.is_int4(name):
+        return Int4Linear(tensors.int4_blocks(name))
+    return rows_linear(tensors, name)
+
+
+@dataclass
+class Layer:
+    attn_norm: torch.Tensor
+    qkv: Projection
+    output: Int4Linear | RowsLinear
+    ffn_norm: torch.Tensor
+    gate_up: Projection
+    down: Int4Linear | RowsLinear
+
+
+def rope_tables(shape: LlamaShape, positions: int, freq_factors: np.ndarray | None):
+    """cos and sin [positions, head_dim / 2] of each pair's angle, computed as llama.cpp does
+    (float32, the angle multiplied pair by pair by base^(-2/head_dim)), so both rotate alike."""
+    half = shape.head_dim // 2
+    theta_scale = np.float32(
+        np.power(np.float32(shape.rope_base), np.float32(-2.0 / shape.head_dim))
+    )
+    theta = np.empty((positions, half), dtype=np.float32)
+    theta[:, 0] = np.arange(positions, dtype=np.float32)
+    for j in range(1, half):
+        theta[:, j] = theta[:, j - 1] * theta_scale
+    if freq_factors is not None:
+        theta = theta / freq_factors.astype(np.float32)
+    angles = theta.astype(np.float64)
+    cos = torch.from_numpy(np.cos(angles).astype(np.float32))
+    sin = torch.from_numpy(np.sin(angles).astype(np.float32))
+    return cos, sin
+
+
+class Int4Llama:
+    """The model, its static KV cache ([layers, kv_heads, slots, head_dim]) and one forward.
+
+    Cache slots: the committed prefix from 0, then the rows of the block being evaluated, so a
+    block may be wider than the room left for its depth; `max_block` bounds its width.
+    """
+
+    def __init__(
+        self,
+        tensors: GGUFTensors,
+        *,
+        n_ctx: int,
+        max_block: int = 512,
+        threads: int = 2,
+        progress=None,
+    ) -> None:
+        shape = LlamaShape.read(tensors)
+        self.shape = shape
+        self.tensors = tensors
+        self.n_ctx = n_ctx
+        self.max_block = max_block
+        self._threads = threads
+        names = [f"blk.{i}.{part}.weight" for i in range(shape.layers) for part in _LAYER_PARTS]
+        self.head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+        tensors.check_readable([*names, "token_embd.weight", self.head_name, "output_norm.weight"])
+        self.layers: list[Layer] = []
+        for i in range(shape.layers):
+            if progress and i % 10 == 0:
+                progress(f"packing layer {i + 1} of {shape.layers}")
+            blk = f"blk.{i}."
+            self.layers.append(
+                Layer(
+                    attn_norm=torch.from_numpy(tensors.dense(blk + "attn_norm.weight")),
+                    qkv=Projection(tensors, [blk + "attn_q.weight", blk + "attn_k.weight", blk + "attn_v.weight"]),
+                    output=_linear(tensors, blk + "attn_output.weight"),
+                    ffn_norm=torch.from_numpy(tensors.dense(blk + "ffn_norm.weight")),
+                    gate_up=Projection(tensors, [blk + "ffn_gate.weight", blk + "ffn_up.weight"]),
+                    down=_linear(tensors, blk + "ffn_down.weight"),
+                )
+            )  # fmt: skip
+        self.final_norm = torch.from_numpy(tensors.dense("output_norm.weight"))
+        if progress:
+            progress("preparing the output layer")
+        # the LM head in float32 on the file's exact weights: float32 logits
+        self.head = rows_linear(tensors, self.head_name, float32_out=True)
+        factors = tensors.dense("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
+        self.cos, self.sin = rope_tables(shape, n_ctx, factors)
+        self.slots = n_ctx + max_block
+        # keys transposed ([.., head_dim, slots]) so that scores vectorise over keys
+        kv = (shape.layers, shape.kv_heads)
+        self.k_cache = torch.zeros((*kv, shape.head_dim, self.slots), dtype=torch.float32)
+        self.v_cache = torch.zeros((*kv, self.slots, shape.head_dim), dtype=torch.bfloat16)
+        self._kernels = kernels()
+        self._scale = float(shape.head_dim**-0.5)
+        self.threads = threads
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    @threads.setter
+    def threads(self, threads: int) -> None:
+        """Threads of the C kernels (the int4 kernel follows torch's own setting)."""
+        self._threads = threads
+        for linear in self._rows_linears():
+            linear.threads = threads
+
+    def _rows_linears(self) -> list[RowsLinear]:
+        found = [self.head] if hasattr(self, "head") else []
+        for layer in self.layers:
+            for linear in [*layer.qkv.linears, layer.output, *layer.gate_up.linears, layer.down]:
+                if isinstance(linear, RowsLinear):
+                    found.append(linear)
+        return found
+
+    def carriers(self) -> dict[str, int]:
+        """How many weights each carrier holds: what a file's types came to."""
+        counts: dict[str, int] = {}
+        for layer in self.layers:
+            kinds = [*layer.qkv.carriers, type(layer.output).__name__]
+            kinds += [*layer.gate_up.carriers, type(layer.down).__name__]
+            for kind in kinds:
+                counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
+    def embed(self, tokens: list[int]) -> torch.Tensor:
+        rows = self.tensors.dense_rows("token_embd.weight", np.asarray(tokens, dtype=np.int64))
+        return torch.from_numpy(np.array(rows, dtype=np.float32, copy=True))
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: list[int],
+        depths: list[int] | tuple[int, ...],
+        seen: np.ndarray,
+        n_prefix: int,
+        *,
+        logits: bool,
+    ) -> torch.Tensor | None:
+        """Evaluate a block of tokens behind the `n_prefix` cached ones, writing their keys and
+        values to slots n_prefix + i. Row i sits at position n_prefix + depths[i] and attends to
+        the prefix and to the block rows seen[i, :depths[i] + 1] (its ancestors, then itself).
+        Float32 logits [rows, vocab] when `logits`, else None."""
+        shape, lib = self.shape, self._kernels
+        rows = len(tokens)
+        seen = np.ascontiguousarray(seen, dtype=np.int32)
+        n_seen = np.asarray(depths, dtype=np.int32) + 1
+        positions = n_seen + np.int32(n_prefix - 1)
+        x = self.embed(tokens)
+        h = torch.empty((rows, shape.dim), dtype=torch.bfloat16)
+        attended = torch.empty((rows, shape.heads * shape.head_dim), dtype=torch.bfloat16)
+        activated = torch.empty((rows, shape.ffn), dtype=torch.bfloat16)
+        x_ptr, h_ptr = x.data_ptr(), h.data_ptr()
+        eps, dim, threads = shape.norm_eps, shape.dim, self.threads
+        k_layer = self.k_cache[0].numel() * 4
+        v_layer = self.v_cache[0].numel() * 2
+        k_base, v_base = self.k_cache.data_ptr(), self.v_cache.data_ptr()
+        fixed = (
+            self.cos.data_ptr(),
+            self.sin.data_ptr(),
+            positions.ctypes.data,
+        )
+        lib.residual_rms_norm(
+            x_ptr, None, 0, self.layers[0].attn_norm.data_ptr(), h_ptr, 1, rows, dim, eps
+        )
+        last = len(self.layers) - 1
+        for index, layer in enumerate(self.layers):
+            (q, q0), (k, k0), (v, v0) = layer.qkv.parts(h)
+            lib.attention(
+                q.data_ptr() + 2 * q0, q.shape[1], k.data_ptr() + 2 * k0, k.shape[1],
+                v.data_ptr() + 2 * v0, v.shape[1], *fixed,
+                k_base + index * k_layer, v_base + index * v_layer, self.slots,
+                n_prefix, rows, seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
+                attended.data_ptr(), shape.heads, shape.kv_heads, shape.head_dim, self._scale,
+                threads,
+            )  # fmt: skip
+            out = layer.output(attended)
+            lib.residual_rms_norm(
+                x_ptr,
+                out.data_ptr(),
+                out.shape[1],
+                layer.ffn_norm.data_ptr(),
+                h_ptr,
+                1,
+                rows,
+                dim,
+                eps,
+            )
+            (gate, g0), (up, u0) = layer.gate_up.parts(h)
+            lib.silu_mul(
+                gate.data_ptr() + 2 * g0,
+                up.data_ptr() + 2 * u0,
+                gate.shape[1],
+                activated.data_ptr(),
+                rows,
+                shape.ffn,
+            )
+            down = layer.down(activated)
+            if index < last:
+                lib.residual_rms_norm(
+                    x_ptr,
+                    down.data_ptr(),
+                    down.shape[1],
+                    self.layers[index + 1].attn_norm.data_ptr(),
+                    h_ptr,
+                    1,
+                    rows,
+                    dim,
+                    eps,
+                )
+            elif logits:
+                normed = torch.empty((rows, dim), dtype=torch.float32)
+                lib.residual_rms_norm(
+                    x_ptr,
+                    down.data_ptr(),
+                    down.shape[1],
+                    self.final_norm.data_ptr(),
+                    normed.data_ptr(),
+                    0,
+                    rows,
+                    dim,
+                    eps,
+                )
+                return self.head(normed)
+        return None  # fmt: skip
+
+    def move(self, n_prefix: int, block_rows: list[int]) -> None:
+        """Put the keys and values of block rows `block_rows` (a root-to-node path) right behind
+        the prefix, in that order: what committing the path means for the cache."""
+        if block_rows == list(range(len(block_rows))):
+            return
+        source = torch.tensor([n_prefix + row for row in block_rows])
+        target = slice(n_prefix, n_prefix + len(block_rows))
+        self.k_cache[..., target] = self.k_cache[..., source]
+        self.v_cache[:, :, target] = self.v_cache[:, :, source]
+
+
+_LAYER_PARTS = (
+    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+)  # fmt: skip
