@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from specchat.backends.gguf_header import GGUFHeader
 from specchat.errors import SpecchatError
 
 GROUP_SIZE = 32  # weights per int4 group: Q4_0/Q4_1 blocks and Q4_K sub-blocks alike
@@ -184,23 +185,36 @@ _BLOCK_BYTES = {
 }
 
 
+@dataclass(frozen=True)
+class _Tensor:
+    """A tensor as the gguf package's reader describes one: type, dims as stored, data."""
+
+    name: str
+    tensor_type: Any  # gguf.GGMLQuantizationType
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+
 class GGUFTensors:
     """The tensors and metadata of one GGUF file, memory-mapped; each read converts one tensor."""
 
     def __init__(self, path: str | Path) -> None:
         gguf = _gguf()
         self.path = Path(path)
-        try:
-            self._reader = gguf.GGUFReader(self.path)
-        except (ValueError, OSError) as exc:
-            raise SpecchatError(f"cannot read {self.path.name} as GGUF: {exc}") from exc
-        self._tensors = {t.name: t for t in self._reader.tensors}
+        self._header = GGUFHeader(self.path)  # milliseconds: no vocabulary is parsed
+        self._tensors = {
+            name: _Tensor(
+                name,
+                gguf.GGMLQuantizationType(info.type_id),
+                info.dims,
+                self._header.data(name),
+            )
+            for name, info in self._header.tensors.items()
+        }
 
     def metadata(self, key: str, default: Any = None) -> Any:
-        field = self._reader.fields.get(key)
-        if field is None:
-            return default
-        return field.contents()
+        value = self._header.metadata.get(key)
+        return default if value is None else value
 
     def __contains__(self, name: str) -> bool:
         return name in self._tensors

@@ -1,0 +1,154 @@
+"""A GGUF file's header: its metadata and where each tensor lies, read without touching the data.
+
+The gguf package's reader turns every metadata array (a vocabulary of 49,152 strings, its scores
+and types) into numpy objects before anything else: about two seconds for the bundled model. The
+int4 runtime needs the model's hyper-parameters and its tensors' types, shapes and offsets, and
+the runtime choice needs them to know whether the int4 runtime can run a file at all; this reads
+them in milliseconds, skipping large arrays. Tensor data is memory-mapped, in the shapes the gguf
+package gives them (float arrays for F32/F16, bytes per row for block-quantized types), so its
+dequantizer reads them as it reads its own.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specchat.errors import SpecchatError
+
+_MAGIC = b"GGUF"
+_ALIGNMENT_KEY = "general.alignment"
+_KEPT_ARRAY = 64  # metadata arrays up to this long are read; longer ones are skipped
+
+# GGUF metadata value types: (struct format, size) for scalars
+_SCALARS = {
+    0: ("<B", 1),
+    1: ("<b", 1),
+    2: ("<H", 2),
+    3: ("<h", 2),
+    4: ("<I", 4),
+    5: ("<i", 4),
+    6: ("<f", 4),
+    7: ("<?", 1),
+    10: ("<Q", 8),
+    11: ("<q", 8),
+    12: ("<d", 8),
+}
+_STRING, _ARRAY = 8, 9
+_FLOAT_TYPES = {0: np.float32, 1: np.float16}  # GGML_TYPE_F32, GGML_TYPE_F16
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dims: tuple[int, ...]  # as stored: innermost first
+    type_id: int
+    offset: int  # from the start of the data section
+
+
+class _Cursor:
+    def __init__(self, data: memoryview) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, fmt: str, size: int) -> Any:
+        value = struct.unpack_from(fmt, self.data, self.at)[0]
+        self.at += size
+        return value
+
+    def u32(self) -> int:
+        return self.take("<I", 4)
+
+    def u64(self) -> int:
+        return self.take("<Q", 8)
+
+    def string(self) -> str:
+        length = self.u64()
+        text = bytes(self.data[self.at : self.at + length]).decode("utf-8", "replace")
+        self.at += length
+        return text
+
+    def value(self, kind: int) -> Any:
+        if kind in _SCALARS:
+            return self.take(*_SCALARS[kind])
+        if kind == _STRING:
+            return self.string()
+        if kind == _ARRAY:
+            item, count = self.u32(), self.u64()
+            if count > _KEPT_ARRAY:
+                self.skip(item, count)
+                return None
+            return [self.value(item) for _ in range(count)]
+        raise ValueError(f"unknown metadata type {kind}")
+
+    def skip(self, kind: int, count: int) -> None:
+        if kind in _SCALARS:
+            self.at += _SCALARS[kind][1] * count
+        elif kind == _STRING:
+            for _ in range(count):
+                length = self.u64()  # read first: `self.at += self.u64()` would lose its 8 bytes
+                self.at += length
+        else:
+            for _ in range(count):
+                self.value(kind)
+
+
+class GGUFHeader:
+    """The metadata and tensor table of one GGUF file (`SpecchatError` if it is not one)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+            cursor = _Cursor(memoryview(self._map))
+            if bytes(self._map[:4]) != _MAGIC:
+                raise ValueError("no GGUF magic")
+            cursor.at = 4
+            version = cursor.u32()
+            if version < 2:
+                raise ValueError(f"GGUF version {version} is too old")
+            n_tensors, n_fields = cursor.u64(), cursor.u64()
+            self.metadata: dict[str, Any] = {}
+            for _ in range(n_fields):
+                key = cursor.string()
+                self.metadata[key] = cursor.value(cursor.u32())
+            self.tensors: dict[str, TensorInfo] = {}
+            for _ in range(n_tensors):
+                name = cursor.string()
+                dims = tuple(cursor.u64() for _ in range(cursor.u32()))
+                type_id, offset = cursor.u32(), cursor.u64()
+                self.tensors[name] = TensorInfo(name, dims, type_id, offset)
+        except (ValueError, OSError, struct.error, IndexError) as exc:
+            raise SpecchatError(f"cannot read {self.path.name} as GGUF: {exc}") from None
+        alignment = int(self.metadata.get(_ALIGNMENT_KEY) or 32)
+        self._data_start = -(-cursor.at // alignment) * alignment
+
+    @cached_property
+    def _gguf(self):
+        import gguf
+
+        return gguf
+
+    def type_name(self, name: str) -> str:
+        return self._gguf.GGMLQuantizationType(self.tensors[name].type_id).name
+
+    def data(self, name: str) -> np.ndarray:
+        """The tensor as the gguf package's reader gives it: float32/float16 values in their
+        shape, or for block types the bytes of each row (memory-mapped, read-only)."""
+        gguf = self._gguf
+        info = self.tensors[name]
+        shape = tuple(reversed(info.dims))
+        count = int(np.prod(shape)) if shape else 1
+        start = self._data_start + info.offset
+        if info.type_id in _FLOAT_TYPES:
+            kind = np.dtype(_FLOAT_TYPES[info.type_id])
+            flat = self._map[start : start + count * kind.itemsize].view(kind)
+            return flat.reshape(shape)
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(info.type_id)]
+        row_bytes = shape[-1] // block * size
+        flat = self._map[start : start + count // shape[-1] * row_bytes]
+        return flat.reshape((*shape[:-1], row_bytes))
