@@ -149,7 +149,7 @@ def list_models() -> list[ModelListing]:
 class LoadOptions:
     """How to load a model, whichever it is, as the user asked for it (CLI flags or settings)."""
 
-    backend: str | None = None  # "llama", "hf", "int4" or "openai"; None: llama for a GGUF, else hf
+    backend: str | None = None  # "llama", "int4", "hf" or "openai"; None: see load_model
     device: str = "cpu"
     threads: int | None = None  # CPU threads; None: the physical cores
     n_ctx: int = 4096  # context size in tokens, at most the model's own
@@ -159,12 +159,17 @@ class LoadOptions:
     timeout: float | None = None  # openai: seconds of silence before a stream counts as stalled
     allow_pickle: bool = False  # hf: load pickle (.bin) weights, which can run code when loaded
     trust_remote_code: bool = False  # hf: run Python code shipped with the model
+    # a GGUF's runtime, when not forced, is the one fastest for the decoder: speculative or not
+    speculative: bool = True
 
     @classmethod
-    def of(cls, config: RunConfig, threads: int | None = None) -> LoadOptions:
+    def of(
+        cls, config: RunConfig, threads: int | None = None, speculative: bool = True
+    ) -> LoadOptions:
         """What a run's configuration says about loading its model (`threads`: the caller's
-        choice when the configuration names none)."""
+        choice when the configuration names none; `speculative`: whether its decoder drafts)."""
         return cls(
+            speculative=speculative,
             backend=config.backend,
             device=config.device,
             threads=config.threads or threads,
@@ -183,32 +188,28 @@ def load_model(
     options: LoadOptions = LoadOptions(),  # frozen: one shared default is safe
     progress: Callable[[str], None] | None = None,
 ) -> Backend:
-    """Resolve a model spec and load it on the runtime `options` ask for (or the model's own).
-    With the openai backend, `spec` is the name the server serves the model under (None: the one
-    it lists first) and nothing is loaded here: the server runs it."""
+    """Resolve a model spec and load it on the runtime `options` ask for; else a GGUF on the
+    fastest of its runtimes for the decoder (`backends/runtimes.py`), a Hugging Face model on
+    transformers. With the openai backend, `spec` is the name the server serves the model under
+    (None: the one it lists first) and nothing is loaded here: the server runs it."""
     if options.backend == REMOTE_BACKEND or options.base_url:
         return _connect(spec, options)
     ref, runtime = _choose_runtime(spec, options)
-    if runtime == "int4":
-        from specchat.backends.int4 import Int4Backend
+    if ref.kind == "gguf" and options.backend is None:
+        from specchat.backends.runtimes import choose
 
-        return Int4Backend(
+        runtime, loaded = choose(
             ref.path,
-            device=options.device,
-            threads=options.threads,
-            n_ctx=options.n_ctx,
-            progress=progress,
+            options.device,
+            options.threads,
+            options.speculative,
+            lambda name: _load_gguf(ref.path, name, options, progress),
+            progress or (lambda text: None),
         )
-    if runtime == "llama":
-        from specchat.backends.llama import LlamaBackend
-
-        return LlamaBackend(
-            ref.path,
-            device=options.device,
-            threads=options.threads,
-            n_ctx=options.n_ctx,
-            progress=progress,
-        )
+        if loaded is not None:
+            return loaded
+    if runtime in ("int4", "llama"):
+        return _load_gguf(ref.path, runtime, options, progress)
     offline()
     from specchat.backends.hf_loading import load_hf_backend
 
@@ -231,6 +232,22 @@ def server_options(options: LoadOptions, url: str) -> LoadOptions:
     key only when `url` is the run's own server (a key never goes to a URL it was not meant for)."""
     key_env = options.api_key_env if url == options.base_url else None
     return replace(options, backend=REMOTE_BACKEND, base_url=url, api_key_env=key_env)
+
+
+def _load_gguf(
+    path: Path, runtime: str, options: LoadOptions, progress: Callable[[str], None] | None
+) -> Backend:
+    if runtime == "int4":
+        from specchat.backends.int4 import Int4Backend as Runtime
+    else:
+        from specchat.backends.llama import LlamaBackend as Runtime
+    return Runtime(
+        path,
+        device=options.device,
+        threads=options.threads,
+        n_ctx=options.n_ctx,
+        progress=progress,
+    )
 
 
 def _connect(spec: str | None, options: LoadOptions):

@@ -20,6 +20,7 @@ from specchat.decoding.registry import (
     default_decoder,
     run_params,
     sampling_for,
+    speculates,
 )
 from specchat.engine.choice import engine_for
 from specchat.engine.events import DoneEvent, StepEvent
@@ -112,7 +113,8 @@ def run_ask(
     if decoder is not None:  # bad parameters fail before the model loads
         run_params([decoder], config, raw_params)
         sampling_for(decoder, config)
-    loaded = load_model(config.model, LoadOptions.of(config), progress)
+    options = LoadOptions.of(config, speculative=speculates(config.decoder))
+    loaded = load_model(config.model, options, progress)
     progress_done()
     decoder = decoder or default_decoder(loaded)
     decoder_params = run_params([decoder], config, raw_params)[decoder]

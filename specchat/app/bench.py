@@ -76,7 +76,7 @@ def run_bench(
         loaded = load_model(config.model, LoadOptions.of(config))
     for name in names:  # unavailable decoders stop here, before any run
         build_decoder(name, per[name], loaded)
-    library_peers = peers_for(loaded, config.llama_server) if peers else []
+    library_peers = peers_for(loaded, config.llama_server, names) if peers else []
     methods = [*(DecoderEntrant(loaded, name, per[name]) for name in names), *library_peers]
     total = sum(len(q.turns) for q in questions) * len(methods) * repeats
     try:

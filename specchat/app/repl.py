@@ -5,7 +5,13 @@ from __future__ import annotations
 import sys
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.registry import build_decoder, default_decoder, run_params, sampling_for
+from specchat.decoding.registry import (
+    build_decoder,
+    default_decoder,
+    run_params,
+    sampling_for,
+    speculates,
+)
 from specchat.engine.choice import engine_for
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.protocol import GenerationRequest
@@ -33,7 +39,8 @@ def _read_line() -> str | None:
 
 def run_repl(config: RunConfig) -> None:
     """The chat, a line at a time, with the run's model, decoder, sampling and answer length."""
-    loaded = load_model(config.model, LoadOptions.of(config))
+    options = LoadOptions.of(config, speculative=speculates(config.decoder))
+    loaded = load_model(config.model, options)
     name = config.decoder or default_decoder(loaded)
     params = run_params([name], config)[name]
     sampling = sampling_for(name, config)

@@ -24,6 +24,7 @@ from specchat.decoding.registry import (
     default_decoder,
     run_params,
     sampling_for,
+    speculates,
     unavailable_reason,
 )
 from specchat.decoding.sampling import SamplingParams
@@ -140,7 +141,8 @@ class ChatSession:
         made the load fail."""
         start = time.perf_counter()
         progress("loading model")
-        options = LoadOptions.of(self.config, threads=ui_model_threads())
+        speculative = speculates(self.decoder_name)
+        options = LoadOptions.of(self.config, ui_model_threads(), speculative)
         backend = load_model(self.config.model, options, progress=progress)
         warning = self.use_model(backend)
         return time.perf_counter() - start, warning

@@ -33,11 +33,25 @@ class BlockCostTable:
 
     def __init__(self, backend, key: str) -> None:
         self._backend = backend
-        threads = getattr(backend, "threads", "")
-        self._key = f"{key}|{backend.device}|threads={threads}|context={CONTEXT}"
+        self._key = self.full_key(key, backend.device, getattr(backend, "threads", ""))
         self._costs: dict[int, float] = {}
         self._loaded = False
         self._exactness: Exactness | None = None
+
+    @staticmethod
+    def full_key(key: str, device: str, threads: object) -> str:
+        """Where a runtime's costs are kept: its model key, device, threads and context."""
+        return f"{key}|{device}|threads={threads}|context={CONTEXT}"
+
+    @classmethod
+    def kept(cls, key: str, device: str, threads: object) -> BlockCostTable | None:
+        """The costs measured before for this model key, device and threads, without loading
+        the model (None: never measured)."""
+        table = cls.__new__(cls)
+        table._backend, table._key = None, cls.full_key(key, device, threads)
+        table._costs, table._loaded, table._exactness = {}, False, None
+        table._load()
+        return table if table._costs else None
 
     @staticmethod
     def _read(name: str) -> dict:

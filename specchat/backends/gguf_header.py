@@ -123,9 +123,29 @@ class GGUFHeader:
                 type_id, offset = cursor.u32(), cursor.u64()
                 self.tensors[name] = TensorInfo(name, dims, type_id, offset)
         except (ValueError, OSError, struct.error, IndexError) as exc:
-            raise SpecchatError(f"cannot read {self.path.name} as GGUF: {exc}") from None
+            raise self._invalid(str(exc)) from None
         alignment = int(self.metadata.get(_ALIGNMENT_KEY) or 32)
         self._data_start = -(-cursor.at // alignment) * alignment
+        end = max(
+            (self._data_start + t.offset + self._size(t) for t in self.tensors.values()), default=0
+        )
+        if end > len(self._map):
+            raise self._invalid(f"{len(self._map)} bytes where its tensors need {end}: truncated?")
+
+    def _invalid(self, why: str) -> SpecchatError:
+        return SpecchatError(f"cannot load {self.path.name}: not a valid GGUF model ({why})")
+
+    def _size(self, info: TensorInfo) -> int:
+        """The bytes tensor `info` takes in the file."""
+        count = int(np.prod(info.dims)) if info.dims else 1
+        if info.type_id in _FLOAT_TYPES:
+            return count * np.dtype(_FLOAT_TYPES[info.type_id]).itemsize
+        gguf = self._gguf
+        try:
+            block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(info.type_id)]
+        except (ValueError, KeyError):
+            raise self._invalid(f"tensor {info.name} has unknown type {info.type_id}") from None
+        return count // block * size
 
     @cached_property
     def _gguf(self):

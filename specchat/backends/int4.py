@@ -16,7 +16,13 @@ import numpy as np
 
 from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
 from specchat.backends.block_cost import BlockCostTable
-from specchat.backends.gguf_tensors import GGUFTensors
+from specchat.backends.gguf_header import GGUFHeader
+from specchat.backends.gguf_tensors import (
+    SUPPORTED_ARCHITECTURES,
+    GGUFTensors,
+    dense_types,
+    int4_types,
+)
 from specchat.backends.llama_vocab import LlamaVocabulary
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
@@ -35,6 +41,28 @@ def ancestry(parents: tuple[int, ...] | list[int]) -> np.ndarray:
     for index, path in enumerate(paths):
         table[index, : len(path)] = path
     return table
+
+
+def cost_key(path: Path) -> str:
+    """What this runtime's pass costs (and exactness) on the file are kept under."""
+    return f"int4|{path.name}|{path.stat().st_size}"
+
+
+def unavailable_reason(path: Path, device: str) -> str | None:
+    """Why the int4 runtime cannot run the GGUF at `path` on `device` (None: it can), from the
+    file's header alone: a Llama-family model without RoPE scaling whose tensors are all of
+    types it carries, on the CPU."""
+    if device != "cpu":
+        return "the int4 runtime runs on the CPU only"
+    header = GGUFHeader(path)
+    arch = header.metadata.get("general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        return f"the int4 runtime runs Llama-family models, not {arch!r}"
+    if header.metadata.get(f"{arch}.rope.scaling.type") not in (None, "none"):
+        return "the int4 runtime does not implement RoPE scaling"
+    carried = int4_types() | dense_types()
+    other = sorted({header.type_name(name) for name in header.tensors} - carried)
+    return f"the int4 runtime does not read {', '.join(other)} tensors" if other else None
 
 
 class Int4Backend:
@@ -83,7 +111,7 @@ class Int4Backend:
         )
         self._n_committed = 0
         self._pending: Block | None = None
-        self._costs = BlockCostTable(self, key=f"int4|{path.name}|{path.stat().st_size}")
+        self._costs = BlockCostTable(self, key=cost_key(path))
 
     # -- tokenizer (llama_vocab.py) -------------------------------------------------------------
 

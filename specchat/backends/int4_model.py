@@ -21,10 +21,14 @@ import numpy as np
 import torch
 
 from specchat.backends.exact_kernels import kernels
-from specchat.backends.gguf_tensors import GROUP_SIZE, GGUFTensors, GroupedInt8, Int4Blocks
+from specchat.backends.gguf_tensors import (
+    GROUP_SIZE,
+    SUPPORTED_ARCHITECTURES,
+    GGUFTensors,
+    GroupedInt8,
+    Int4Blocks,
+)
 from specchat.errors import SpecchatError
-
-SUPPORTED_ARCHITECTURES = ("llama",)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,15 @@ from specchat.hardware import physical_cores
 _CATCH_UP_BY_EVALUATION = 32
 
 
+def cost_key(path: Path) -> str:
+    """What this runtime's pass costs (and exactness) on the file are kept under: the build's
+    features (LLAMAFILE, REPACK, ...) are in it, since they change both."""
+    llama_cpp = import_llama_cpp()
+    build = llama_cpp.llama_print_system_info().decode(errors="replace")
+    build_key = hashlib.sha256(build.encode()).hexdigest()[:8]
+    return f"llama|{path.name}|{path.stat().st_size}|{build_key}"
+
+
 class LlamaBackend:
     """One GGUF model with a multi-stream KV cache; see the module docstring for the layout."""
 
@@ -103,13 +112,7 @@ class LlamaBackend:
         self._last_block: Block | None = None
         self._last_paths: list[list[int]] = []  # root-to-leaf paths of the last pass
         self._last_streams: list[int] = []  # the stream each of those paths ran in
-        # the build's features (LLAMAFILE, REPACK, ...) are in the key: they change both the
-        # costs and whether a block's logits are one-token passes'
-        build = llama_cpp.llama_print_system_info().decode(errors="replace")
-        build_key = hashlib.sha256(build.encode()).hexdigest()[:8]
-        self._costs = BlockCostTable(
-            self, key=f"llama|{path.name}|{path.stat().st_size}|{build_key}"
-        )
+        self._costs = BlockCostTable(self, key=cost_key(path))
 
     # -- tokenizer (llama_vocab.py) -------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from specchat.backends.base import Backend
 from specchat.backends.hf_packed import stock_linears
+from specchat.backends.runtimes import GGUF_RUNTIMES
 from specchat.engine.events import DoneEvent
 from specchat.engine.protocol import Cancel
 from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
-from specchat.evaluation.race import IDS, RaceTurn
+from specchat.evaluation.race import IDS, DecoderEntrant, RaceTurn
 
 
 class Peer:
@@ -80,8 +81,8 @@ class LlamaCppPeer(Peer):
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         path = getattr(backend, "model_path", None)
-        if backend.name != "llama" or path is None:
-            raise SpecchatError("llama-cpp-python peers need the llama backend")
+        if backend.name not in GGUF_RUNTIMES or path is None:
+            raise SpecchatError("llama-cpp-python peers need a GGUF model")
         self.label = f"peer:llama-cpp-python:{'pld' if prompt_lookup else 'greedy'}"
         self._eos = backend.eos_ids
         draft = (
@@ -187,8 +188,8 @@ class LlamaServerPeer(Peer):
         )
 
         path = getattr(backend, "model_path", None)
-        if backend.name != "llama" or path is None:
-            raise SpecchatError("llama-server peers need the llama backend")
+        if backend.name not in GGUF_RUNTIMES or path is None:
+            raise SpecchatError("llama-server peers need a GGUF model")
         self.label = f"peer:llama-server:{spec}"
         spec_type, flags = LLAMA_SERVER_SPECS[spec]
         self._backend = backend
@@ -287,19 +288,57 @@ def llama_server_peers(backend: Backend, binary: str | None = None) -> list[Peer
     return peers
 
 
-def peers_for(backend: Backend, llama_server: str | None = None) -> list[Peer]:
-    """The libraries' own methods on `backend`'s runtime (`llama_server`: the settings' binary)."""
-    if backend.name == "llama":
+def other_runtime_peers(backend: Backend, decoders: list[str]) -> list[DecoderEntrant]:
+    """The same GGUF on specchat's other runtime (int4 beside llama.cpp, llama.cpp beside int4):
+    its greedy and the first of `decoders` that drafts, named NAME@RUNTIME. Their answers are
+    that runtime's, so they are not judged against this one's greedy."""
+    from specchat.backends.runtimes import candidates
+    from specchat.decoding.registry import DECODERS, run_params
+    from specchat.models import LoadOptions, load_model
+    from specchat.options import RunConfig
+
+    others = [r for r in candidates(Path(backend.model_path), backend.device) if r != backend.name]
+    if not others:
+        return []
+    options = LoadOptions(backend=others[0], threads=backend.threads, n_ctx=backend.n_ctx)
+    other = load_model(backend.model_path, options)
+    names = ["greedy", *[n for n in decoders if DECODERS[n].speculative][:1]]
+    params = run_params(names, RunConfig())
+    entrants = []
+    for name in names:
+        entrant = DecoderEntrant(other, name, params[name], f"{name}@{other.name}")
+        entrant.compared_by, entrant.owns_backend = None, True
+        entrants.append(entrant)
+    return entrants
+
+
+def peers_for(
+    backend: Backend, llama_server: str | None = None, decoders: list[str] | None = None
+) -> list:
+    """The libraries' own methods on `backend`'s model (`llama_server`: the settings' binary),
+    and for a GGUF the same model on specchat's other runtime (`decoders`: ours in the run)."""
+    if backend.name in GGUF_RUNTIMES:
         return [
             LlamaCppPeer(backend, False),
             LlamaCppPeer(backend, True),
             *llama_server_peers(backend, llama_server),
+            *other_runtime_peers(backend, decoders or []),
         ]
     return [
         TransformersPeer(backend, "greedy"),
         TransformersPeer(backend, "pld"),
         TransformersPeer(backend, "draft"),
     ]
+
+
+# What every one of our methods is set beside, in absolute tok/s and as a ratio: llama.cpp's
+# greedy (specchat's llama.cpp runtime, llama-cpp-python) and llama-server's own speculation.
+REFERENCE_PEERS = (
+    "greedy@llama",
+    "peer:llama-cpp-python:greedy",
+    "peer:llama-server:none",
+    "peer:llama-server:ngram-mod",
+)
 
 
 # Which peer each of our methods is compared with.

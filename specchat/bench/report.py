@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from specchat.bench.peers import MATCHING_PEER
+from specchat.bench.peers import MATCHING_PEER, REFERENCE_PEERS
 from specchat.bench.summary import OVERALL, QuestionRow
+from specchat.evaluation import figures
 from specchat.tables import Column, print_table
 
 _BAR = 30  # characters for the longest bar
@@ -67,17 +68,20 @@ def _figure_cells(fig: dict) -> list[str]:
 
 
 def ours_over_peers(summary: dict) -> list[tuple[str, str, float]]:
-    """(ours, peer, ratio of overall tok/s) for every matching pair present."""
+    """(ours, peer, ratio of overall tok/s): each of our methods over its library counterparts
+    and over what a user would otherwise run (REFERENCE_PEERS), where they ran."""
     pairs = []
-    for ours, peers in MATCHING_PEER.items():
-        if ours not in summary:
-            continue
-        for peer in peers:
-            if peer in summary:
-                mine = summary[ours][OVERALL]["tokens_per_second"]
-                theirs = summary[peer][OVERALL]["tokens_per_second"]
-                if theirs:
-                    pairs.append((ours, peer, mine / theirs))
+    ours = [m for m in summary if not m.startswith("peer:") and "@" not in m]
+    for method in ours:
+        for peer in dict.fromkeys([*MATCHING_PEER.get(method, ()), *REFERENCE_PEERS]):
+            if peer not in summary:
+                continue
+            ratio = figures.speedup(
+                summary[method][OVERALL]["tokens_per_second"],
+                summary[peer][OVERALL]["tokens_per_second"],
+            )
+            if ratio is not None:
+                pairs.append((method, peer, ratio))
     return pairs
 
 

@@ -78,6 +78,12 @@ def default_decoder(backend: Backend) -> str:
     return next((n for n in DECODERS if unavailable_reason(n, backend) is None), base)
 
 
+def speculates(name: str | None) -> bool:
+    """Whether decoder `name` (None: the default) drafts: the runtime is then chosen for cheap
+    blocks rather than the cheapest single pass."""
+    return decoder_class(name or baseline_name()).speculative
+
+
 def unavailable_reason(
     name: str, backend: Backend, values: Mapping[str, object] | None = None
 ) -> str | None:

@@ -80,6 +80,7 @@ class DecoderEntrant:
         self.backend, self.name, self.params = backend, name, dict(params)
         self.label = label or name
         self.sampling = sampling
+        self.owns_backend = False  # `close` closes the backend (one loaded for this race)
         sampled = sampling is not None and not sampling.greedy
         self.compared_by = (
             None if sampled else TEXT if cls.needs_server else IDS if cls.greedy_family else None
@@ -95,6 +96,10 @@ class DecoderEntrant:
             turn.prompt_ids, turn.max_tokens, (), sampling, turn.sources, messages
         )
         return engine.generate(request, cancel=cancel)
+
+    def close(self) -> None:
+        if self.owns_backend:
+            self.backend.close()
 
     def oracle(self, turn: RaceTurn, answer: Sequence[int]) -> OracleFigures | None:
         if self.compared_by != IDS:

@@ -33,8 +33,7 @@ def test_tensors_and_metadata_equal_the_gguf_packages_reader(bundled_gguf: Path)
 def test_what_is_not_gguf_is_one_line(tmp_path: Path, bundled_gguf: Path, kind: str):
     broken = tmp_path / f"{kind}.gguf"
     data = bundled_gguf.read_bytes()
-    broken.write_bytes(
-        {"empty": b"", "junk": b"not a model\n" * 99, "truncated": data[:4096]}[kind]
-    )
-    with pytest.raises(SpecchatError, match=f"cannot read {kind}.gguf as GGUF"):
+    cut = {"empty": b"", "junk": b"not a model\n" * 99, "truncated": data[: len(data) // 2]}
+    broken.write_bytes(cut[kind])
+    with pytest.raises(SpecchatError, match=f"cannot load {kind}.gguf: not a valid GGUF model"):
         GGUFHeader(broken)

@@ -91,7 +91,7 @@ def test_hf_honours_dtype_and_threads(model_dirs: dict[str, Path]) -> None:
 
 @pytest.mark.slow
 def test_llama_honours_threads_and_n_ctx(bundled_gguf: Path) -> None:
-    backend = load_model(None, LoadOptions(threads=1, n_ctx=512))
+    backend = load_model(None, LoadOptions(backend="llama", threads=1, n_ctx=512))
     try:
         assert backend.name == "llama" and backend.threads == 1 and backend.n_ctx == 512
         done = generate(backend, backend.tokenize("word " * 600)[:500], max_tokens=100)

@@ -28,7 +28,7 @@ def tui_backend():
     the suite runs, and llama.cpp's threads spin badly when the cores are oversubscribed."""
     from specchat.models import LoadOptions, load_model
 
-    loaded = load_model(None, LoadOptions(threads=1, n_ctx=2048))
+    loaded = load_model(None, LoadOptions(backend="llama", threads=1, n_ctx=2048))
     yield loaded
     loaded.close()
 

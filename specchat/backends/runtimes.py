@@ -1,0 +1,85 @@
+"""Which runtime runs a GGUF file: the one whose measured pass costs make the chosen decoder
+fastest.
+
+A GGUF runs on llama.cpp, and on the int4 runtime when its header says it can (a Llama-family
+model of types it carries, on the CPU). Each runtime's pass costs are measured once per model,
+device and threads and kept (`block_cost.py`); the choice reads them — measuring, once and with
+progress, a runtime whose costs were never measured — and picks the faster for the decoder: a
+plain decoder by its one-token pass, a speculative one by the most tokens per second a draft of
+the best length gives when each drafted token is accepted with `PRIOR_ACCEPTANCE` (the rate the
+draft policy itself starts from). `--backend` forces a runtime and skips all this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from specchat.backends.base import Backend
+from specchat.hardware import physical_cores
+
+GGUF_RUNTIMES = ("int4", "llama")  # in the order a tie goes
+PRIOR_ACCEPTANCE = 0.5
+_LONGEST_DRAFT = 16
+
+
+def candidates(path: Path, device: str) -> list[str]:
+    """The runtimes that can run the GGUF at `path` on `device`."""
+    from specchat.backends.int4 import unavailable_reason
+
+    return [r for r in GGUF_RUNTIMES if r != "int4" or unavailable_reason(path, device) is None]
+
+
+def speed(cost: Callable[[int], float], speculative: bool) -> float:
+    """Tokens per second a decoder can expect from a runtime with pass costs `cost(k)`."""
+    if not speculative:
+        return 1.0 / cost(1)
+    best, expected = 0.0, 0.0
+    for drafted in range(_LONGEST_DRAFT + 1):
+        expected += PRIOR_ACCEPTANCE**drafted  # tokens a pass yields, drafting this many
+        best = max(best, expected / cost(drafted + 1))
+    return best
+
+
+def cost_key(runtime: str, path: Path) -> str:
+    if runtime == "int4":
+        from specchat.backends.int4 import cost_key as int4_key
+
+        return int4_key(path)
+    from specchat.backends.llama import cost_key as llama_key
+
+    return llama_key(path)
+
+
+def choose(
+    path: Path,
+    device: str,
+    threads: int | None,
+    speculative: bool,
+    load: Callable[[str], Backend],
+    progress: Callable[[str], None],
+) -> tuple[str, Backend | None]:
+    """The runtime to run `path` with, and that runtime's backend when measuring it loaded it
+    (None: `load` it). `load(runtime)` loads the file on a runtime."""
+    from specchat.backends.block_cost import BlockCostTable
+
+    names = candidates(path, device)
+    if len(names) == 1:
+        return names[0], None
+    threads = threads or physical_cores()
+    costs: dict[str, Callable[[int], float]] = {}
+    loaded: dict[str, Backend] = {}
+    for name in names:
+        kept = BlockCostTable.kept(cost_key(name, path), device, threads)
+        if kept is not None:
+            costs[name] = kept.cost
+            continue
+        progress(f"measuring {name}'s pass costs to choose the runtime (once)")
+        backend = load(name)
+        backend.block_cost(1)  # measures every size, and keeps them
+        costs[name], loaded[name] = backend.block_cost, backend
+    chosen = max(names, key=lambda name: speed(costs[name], speculative))
+    for name, backend in loaded.items():
+        if name != chosen:
+            backend.close()
+    return chosen, loaded.get(chosen)

@@ -1,0 +1,88 @@
+"""A GGUF runs on the runtime whose measured pass costs make the chosen decoder fastest: the int4
+runtime where its header says it can, else llama.cpp; costs never measured are measured once, with
+progress, and kept; `--backend` forces one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specchat.backends.block_cost import BlockCostTable
+from specchat.backends.runtimes import candidates, choose, cost_key, speed
+from specchat.hardware import physical_cores
+from specchat.models import LoadOptions, load_model
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of its own: these tests write made-up costs, never the suite's measured ones."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def keep_costs(cache: Path, runtime: str, gguf: Path, costs: dict[int, float]) -> None:
+    key = BlockCostTable.full_key(cost_key(runtime, gguf), "cpu", 1)
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / "block_costs.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[key] = {str(k): v for k, v in costs.items()}
+    path.write_text(json.dumps(data))
+
+
+def test_the_int4_runtime_is_a_candidate_where_its_header_allows(bundled_gguf: Path):
+    assert candidates(bundled_gguf, "cpu") == ["int4", "llama"]
+    assert candidates(bundled_gguf, "cuda") == ["llama"]
+
+
+def test_a_plain_decoder_wants_the_cheapest_pass_a_speculative_one_cheap_blocks():
+    cheap_single = {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0, 17: 17.0}  # every token costs a pass
+    cheap_blocks = {1: 1.2, 2: 1.3, 4: 1.5, 8: 2.5, 17: 5.0}
+
+    def cost(table):
+        return lambda k: table[min(table, key=lambda size: abs(size - k))]
+
+    assert speed(cost(cheap_single), False) > speed(cost(cheap_blocks), False)
+    assert speed(cost(cheap_blocks), True) > speed(cost(cheap_single), True)
+
+
+@pytest.mark.parametrize("speculative,expected", [(False, "llama"), (True, "int4")])
+def test_the_choice_reads_the_kept_costs(empty_cache, bundled_gguf, speculative, expected):
+    sizes = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
+    keep_costs(empty_cache, "llama", bundled_gguf, {k: 0.010 * k for k in sizes})
+    keep_costs(empty_cache, "int4", bundled_gguf, {k: 0.011 + 0.0005 * k for k in sizes})
+    heard: list[str] = []
+    options = LoadOptions(threads=1, n_ctx=512, speculative=speculative)
+    backend = load_model(None, options, heard.append)
+    try:
+        assert backend.name == expected
+        assert not [text for text in heard if "measuring" in text]
+    finally:
+        backend.close()
+    forced = load_model(None, LoadOptions(backend="llama", threads=1, n_ctx=512))
+    assert forced.name == "llama"
+    forced.close()
+
+
+@pytest.mark.slow
+def test_costs_never_measured_are_measured_once_and_kept(empty_cache, bundled_gguf):
+    heard: list[str] = []
+    loaded = {}
+
+    def load(name: str):
+        from specchat.models import _load_gguf
+
+        loaded[name] = _load_gguf(bundled_gguf, name, LoadOptions(threads=1, n_ctx=512), None)
+        return loaded[name]
+
+    chosen, backend = choose(bundled_gguf, "cpu", 1, True, load, heard.append)
+    assert {"int4", "llama"} == set(loaded) and backend is loaded[chosen]
+    assert sum("measuring" in text for text in heard) == 2
+    for name in ("int4", "llama"):
+        assert BlockCostTable.kept(cost_key(name, bundled_gguf), "cpu", 1) is not None
+    backend.close()
+    again, none_loaded = choose(bundled_gguf, "cpu", 1, True, load, heard.append)
+    assert again == chosen and none_loaded is None
+    assert sum("measuring" in text for text in heard) == 2
+    assert physical_cores() >= 1
