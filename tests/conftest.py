@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +41,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # One model thread everywhere, subprocesses included: the suite runs two tests at a time on two
 # cores (pytest -n 2), and llama.cpp's and torch's pool threads spin badly on busy cores.
 os.environ["SPECCHAT_THREADS"] = "1"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """torch's thread pool is the process's: a test that sets it (loading a model with other
+    threads) would leave every later test in this worker spinning on busy cores."""
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

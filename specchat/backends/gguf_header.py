@@ -112,6 +112,8 @@ class GGUFHeader:
             if version < 2:
                 raise ValueError(f"GGUF version {version} is too old")
             n_tensors, n_fields = cursor.u64(), cursor.u64()
+            if max(n_tensors, n_fields) > len(self._map):  # each needs a byte at least
+                raise ValueError(f"{n_tensors} tensors and {n_fields} fields cannot fit")
             self.metadata: dict[str, Any] = {}
             for _ in range(n_fields):
                 key = cursor.string()
@@ -122,7 +124,7 @@ class GGUFHeader:
                 dims = tuple(cursor.u64() for _ in range(cursor.u32()))
                 type_id, offset = cursor.u32(), cursor.u64()
                 self.tensors[name] = TensorInfo(name, dims, type_id, offset)
-        except (ValueError, OSError, struct.error, IndexError) as exc:
+        except (ValueError, OSError, OverflowError, MemoryError, struct.error, IndexError) as exc:
             raise self._invalid(str(exc)) from None
         alignment = int(self.metadata.get(_ALIGNMENT_KEY) or 32)
         self._data_start = -(-cursor.at // alignment) * alignment

@@ -155,7 +155,7 @@ def test_seeded_sampling_is_reproducible(fresh_llama, story_ids):
 def test_prompt_past_the_context_window_is_refused(bundled_gguf):
     from specchat.backends.llama import LlamaBackend
 
-    small = LlamaBackend(bundled_gguf, n_ctx=64, max_branches=1)
+    small = LlamaBackend(bundled_gguf, n_ctx=64, max_branches=1, threads=1)
     try:
         long_ids = raw_prompt_ids(small, "word " * 100)
         with pytest.raises(SpecchatError, match="context window"):
