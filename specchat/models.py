@@ -195,6 +195,7 @@ def load_model(
     if options.backend == REMOTE_BACKEND or options.base_url:
         return _connect(spec, options)
     ref, runtime = _choose_runtime(spec, options)
+    loaded = None
     if ref.kind == "gguf" and options.backend is None:
         from specchat.backends.runtimes import choose
 
@@ -206,8 +207,17 @@ def load_model(
             lambda name: _load_gguf(ref.path, name, options, progress),
             progress or (lambda text: None),
         )
-        if loaded is not None:
-            return loaded
+    if loaded is None:
+        loaded = _load_local(ref, runtime, options, progress)
+    # what the decoders need to know of the runtime, measured now if never before: no answer
+    # waits for a measurement
+    loaded.calibrate(progress)
+    return loaded
+
+
+def _load_local(
+    ref: ModelRef, runtime: str, options: LoadOptions, progress: Callable[[str], None] | None
+) -> Backend:
     if runtime in ("int4", "llama"):
         return _load_gguf(ref.path, runtime, options, progress)
     offline()

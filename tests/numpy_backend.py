@@ -206,6 +206,9 @@ class NumpyBackend:
         """Modelled seconds of a k-token pass: what the draft-length policy plans with."""
         return self.overhead + self.per_token * k
 
+    def calibrate(self, progress=None) -> None:
+        """Its costs are modelled, its exactness probed when asked."""
+
     def exactness(self) -> Exactness:
         """Probed as on any backend (its rows never depend on the block: bitwise)."""
         return probe_exactness(self)

@@ -47,9 +47,9 @@ def _step_json(event: StepEvent) -> str:
     )
 
 
-def _done_json(event: DoneEvent, exactness: Exactness | None) -> str:
-    """The last line of `--json`; `exactness`: whether the model's block logits are its
-    one-token passes' (null on a remote server)."""
+def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None) -> str:
+    """The last line of `--json`: `decoder` ran last; `exactness`: whether the model's block
+    logits are its one-token passes' (null on a remote server)."""
     return json.dumps(
         {
             "type": "done",
@@ -57,6 +57,7 @@ def _done_json(event: DoneEvent, exactness: Exactness | None) -> str:
             "prompt_token_ids": list(event.prompt_token_ids),
             "token_ids": list(event.token_ids),
             "text": event.text,
+            "decoder": decoder,
             "stats": event.stats.as_dict(),
             "exactness": None if exactness is None else exactness.as_dict(),
         },
@@ -148,8 +149,10 @@ def run_ask(
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
+        ran = decoder
         for event in handle:
             if isinstance(event, StepEvent):
+                ran = event.decoder or ran
                 if not (event.tokens or event.text):
                     # a step that produced only EOS, or a beam step whose beams do not agree yet:
                     # nothing to show, and --json lists only steps that added something
@@ -167,7 +170,7 @@ def run_ask(
                     sys.stdout.flush()
             elif isinstance(event, DoneEvent):
                 if as_json:
-                    print(_done_json(event, exactness), flush=True)
+                    print(_done_json(event, ran, exactness), flush=True)
                 else:
                     sys.stdout.write("\n")
                     if event.finish_reason == "cancelled":

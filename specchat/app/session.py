@@ -102,7 +102,7 @@ class ChatSession:
         self.history = history
         self.backend = backend
         self.engine: AnswerEngine | None = None
-        self.decoder_name = config.decoder if config.decoder in DECODERS else baseline_name()
+        self.decoder_name = config.decoder if config.decoder in DECODERS else default_decoder()
         self.busy = False  # an answer or a race holds the engine
         self.racing = False
         self.ready_seconds: float | None = None  # from start-up to a usable model
@@ -149,8 +149,8 @@ class ChatSession:
 
     def use_model(self, backend: Backend) -> str | None:
         """Make the engine on `backend` with the chosen decoder, or with the backend's default
-        (the baseline; a remote server's own method) when that one cannot be built (the returned
-        warning says why, unless no decoder was chosen)."""
+        (`registry.default_decoder`; a remote server's own method) when that one cannot be
+        built (the returned warning says why, unless no decoder was chosen)."""
         self.backend = backend
         warning = None
         if not self.config.decoder and self.unavailable_reason(self.decoder_name):

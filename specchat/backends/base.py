@@ -7,6 +7,7 @@ path they accepted; nothing above this module knows how a runtime lays out its c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol, runtime_checkable
@@ -156,6 +157,9 @@ class Backend(Protocol):
 
     def exactness(self) -> Exactness:
         """Whether a block's logits equal one-token passes' (`exactness.py`), probed once."""
+
+    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
+        """Measure the pass costs and the exactness if they were never measured (at load)."""
 
     def close(self) -> None:
         """Free the model."""

@@ -9,9 +9,11 @@ says whether greedy-family decoders are bitwise greedy there, or only to near-ti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 
 from specchat import locations
 from specchat.backends.base import Block, Exactness
@@ -20,6 +22,8 @@ from specchat.backends.exactness import probe_exactness
 _COSTS_FILE = "block_costs.json"
 _EXACTNESS_FILE = "exactness.json"
 _REPEATS = 3
+_REFINE_BELOW = 0.97  # a pass this much faster than the table says lowers it
+_SAVE_EVERY = 10.0  # seconds between writes of refined costs
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
 # Passes are timed behind this many cached tokens: a pass attends to the whole context, and on
@@ -37,6 +41,7 @@ class BlockCostTable:
         self._costs: dict[int, float] = {}
         self._loaded = False
         self._exactness: Exactness | None = None
+        self._refined, self._saved_at = 0, time.monotonic()
 
     @staticmethod
     def full_key(key: str, device: str, threads: object) -> str:
@@ -50,6 +55,7 @@ class BlockCostTable:
         table = cls.__new__(cls)
         table._backend, table._key = None, cls.full_key(key, device, threads)
         table._costs, table._loaded, table._exactness = {}, False, None
+        table._refined, table._saved_at = 0, time.monotonic()
         table._load()
         return table if table._costs else None
 
@@ -81,6 +87,47 @@ class BlockCostTable:
     def _save(self) -> None:
         self._write(_COSTS_FILE, {str(k): v for k, v in sorted(self._costs.items())})
 
+    @contextlib.contextmanager
+    def timing(self, block: Block) -> Iterator[None]:
+        """Time a chain pass in use: the table keeps the least time each size has taken (noise
+        only ever adds time), so costs measured on a busy machine come down to what the runtime
+        does, and the policy sizes drafts by them. Kept on disk now and then."""
+        start = time.perf_counter()
+        yield
+        if block.is_chain and self._costs:
+            self._observe(len(block), time.perf_counter() - start)
+
+    def _observe(self, k: int, seconds: float) -> None:
+        if seconds >= self.cost(k) * _REFINE_BELOW:
+            return
+        self._costs[k] = seconds
+        for size in self._costs:  # a smaller block costs no more, a larger no less
+            if size < k:
+                self._costs[size] = min(self._costs[size], seconds)
+        self._refined += 1
+        if time.monotonic() - self._saved_at > _SAVE_EVERY:
+            self.keep()
+
+    def keep(self) -> None:
+        """Write what use refined to disk (also called when the backend closes)."""
+        if self._refined:
+            self._refined = 0
+            self._saved_at = time.monotonic()
+            self._save()
+
+    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
+        """Measure now what was never measured for this backend — the pass costs and the
+        exactness — saying so through `progress`: a model's first answer then waits for
+        neither."""
+        if not self._loaded:
+            self._load()
+        if not self._costs and progress:
+            progress("measuring pass costs (once per model)")
+        self._measured()
+        if self._exactness is None and self._key not in self._read(_EXACTNESS_FILE) and progress:
+            progress("checking that blocks are exact (once per model)")
+        self.exactness()
+
     def exactness(self) -> Exactness:
         """Whether a block's logits equal one-token passes' here: probed once, then kept."""
         if self._exactness is None:
@@ -92,12 +139,16 @@ class BlockCostTable:
                 self._write(_EXACTNESS_FILE, self._exactness.as_dict())
         return self._exactness
 
-    def cost(self, k: int) -> float:
+    def _measured(self) -> None:
+        """The costs kept, or measured now and kept."""
         if not self._loaded:
             self._load()
-            if not self._costs:
-                self._measure_all()
-                self._save()
+        if not self._costs:
+            self._measure_all()
+            self._save()
+
+    def cost(self, k: int) -> float:
+        self._measured()
         if k in self._costs:
             return self._costs[k]
         return self._interpolate(k)

@@ -14,6 +14,7 @@ needs a model and a tokenizer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -188,6 +189,11 @@ class HFBackend:
         return mask[None, None]
 
     def evaluate(self, block: Block) -> np.ndarray:
+        """Logits of every block token in one pass (timed: use refines the pass costs)."""
+        with self._costs.timing(block):
+            return self._evaluate(block)
+
+    def _evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one forward pass; the block's KV stays until `commit`."""
         return self.evaluate_tensor(block).float().cpu().numpy()
 
@@ -265,6 +271,9 @@ class HFBackend:
         """Seconds of one k-token chain pass, measured once per model, device, dtype and threads."""
         return self._costs.cost(k)
 
+    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
+        self._costs.calibrate(progress)
+
     def exactness(self) -> Exactness:
         """Whether a block's rows equal one-token passes' bitwise (float32 on the CPU: to
         rounding), probed once per model, device, dtype and threads."""
@@ -274,6 +283,7 @@ class HFBackend:
         """Free the model and the cache (and the GPU memory they held)."""
         import torch
 
+        self._costs.keep()
         self._cache = None
         self._pending = None
         self.model = None

@@ -146,6 +146,11 @@ class Int4Backend:
             self._n_committed += len(chunk)
 
     def evaluate(self, block: Block) -> np.ndarray:
+        """Logits of every block token in one pass (timed: use refines the pass costs)."""
+        with self._costs.timing(block):
+            return self._evaluate(block)
+
+    def _evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass; its cache entries stay until `commit`."""
         self._pending = None
         if len(block) == 0:
@@ -187,6 +192,9 @@ class Int4Backend:
         """Seconds of one k-token chain pass, measured once per model and thread count."""
         return self._costs.cost(k)
 
+    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
+        self._costs.calibrate(progress)
+
     def exactness(self) -> Exactness:
         """Probed as on every runtime; here a block's rows equal one-token passes bit for bit,
         chains and trees alike: every op on the path computes a row the same way whatever else
@@ -194,6 +202,8 @@ class Int4Backend:
         return self._costs.exactness()
 
     def close(self) -> None:
+        if getattr(self, "_costs", None) is not None:  # what use refined
+            self._costs.keep()
         self.model = None
         self._pending = None
         if getattr(self, "vocabulary", None) is not None:

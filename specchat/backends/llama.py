@@ -186,6 +186,11 @@ class LlamaBackend:
         return self._committed[self._valid[seq] :]
 
     def evaluate(self, block: Block) -> np.ndarray:
+        """Logits of every block token in one pass (timed: use refines the pass costs)."""
+        with self._costs.timing(block):
+            return self._evaluate(block)
+
+    def _evaluate(self, block: Block) -> np.ndarray:
         self._drop_block()
         n = len(self._committed)
         if n + max(block.depths, default=0) + 1 > self.n_ctx:
@@ -284,10 +289,15 @@ class LlamaBackend:
     def block_cost(self, k: int) -> float:
         return self._costs.cost(k)
 
+    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
+        self._costs.calibrate(progress)
+
     def exactness(self) -> Exactness:
         return self._costs.exactness()
 
     def close(self) -> None:
+        if getattr(self, "_costs", None) is not None:  # what use refined
+            self._costs.keep()
         if getattr(self, "_ctx", None):
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self._ctx)

@@ -318,12 +318,15 @@ def peers_for(
     """The libraries' own methods on `backend`'s model (`llama_server`: the settings' binary),
     and for a GGUF the same model on specchat's other runtime (`decoders`: ours in the run)."""
     if backend.name in GGUF_RUNTIMES:
-        return [
+        llama_cpp = [
             LlamaCppPeer(backend, False),
             LlamaCppPeer(backend, True),
             *llama_server_peers(backend, llama_server),
-            *other_runtime_peers(backend, decoders or []),
         ]
+        if backend.name != "llama":  # llama.cpp's answers are not this runtime's greedy's
+            for peer in llama_cpp:
+                peer.compared_by = None
+        return [*llama_cpp, *other_runtime_peers(backend, decoders or [])]
     return [
         TransformersPeer(backend, "greedy"),
         TransformersPeer(backend, "pld"),

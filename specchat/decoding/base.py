@@ -38,6 +38,8 @@ class Decoder:
     needs_draft_model: ClassVar[bool] = False  # built with a loaded draft (`draft_model=`)
     reads_saved_chats: ClassVar[bool] = False  # drafts from the saved chats' index, when allowed
     needs_server: ClassVar[bool] = False  # a remote server's own method (runs nowhere else)
+    # answers run with the available decoder of the highest rank unless one is chosen (0: never)
+    default_rank: ClassVar[int] = 0
 
     def __init__(self, **values: Any) -> None:
         self.values: dict[str, Any] = values
@@ -75,6 +77,11 @@ class Decoder:
     @classmethod
     def check(cls, values: dict[str, object]) -> None:
         """Rules between parameters (e.g. min ≤ max); raise SpecchatError with one line."""
+
+    @classmethod
+    def unavailable_anywhere(cls) -> str | None:
+        """Why it cannot run on any model here (a library it needs is missing), else None."""
+        return None
 
     @classmethod
     def unavailable(cls, backend: Backend, values: Mapping[str, object]) -> str | None:

@@ -18,6 +18,7 @@ def plain_step(target: Backend, context: list[int], sampler: Sampler) -> Step:
 class GreedyDecoder(Decoder):
     name = "greedy"
     key = "f2"
+    default_rank = 1
     description = "plain greedy decoding: one pass, one token (the baseline)"
     takes_temperature = False
     baseline = True

@@ -100,6 +100,7 @@ class PromptLookupDrafter:
 class PromptLookupDecoder(SpeculativeDecoder):
     name = "pld"
     key = "f5"
+    default_rank = 2
     description = (
         "prompt lookup: drafts what followed the latest earlier match of the context's tail"
     )

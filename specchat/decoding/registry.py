@@ -69,11 +69,23 @@ def default_race(backend: Backend | None = None) -> list[str]:
     ]
 
 
-def default_decoder(backend: Backend) -> str:
+def default_decoder(backend: Backend | None = None) -> str:
     """The decoder an answer runs with when none is chosen or the chosen one cannot run: the
-    baseline, or on a backend that cannot run it (a remote server) the first one that can."""
+    available one of the highest `default_rank` — speculative and exact, so the first answer
+    that copies anything is coloured (suffix where its trees are built, else pld) — or on a
+    backend that runs none of them (a remote server) the first one that can. Without a backend,
+    the one it would be on a model specchat runs."""
+    ranked = sorted(DECODERS.values(), key=lambda cls: -cls.default_rank)
+    for cls in ranked:
+        if not cls.default_rank:
+            break
+        if backend is None:
+            if cls.unavailable_anywhere() is None:
+                return cls.name
+        elif unavailable_reason(cls.name, backend) is None:
+            return cls.name
     base = baseline_name()
-    if unavailable_reason(base, backend) is None:
+    if backend is None or unavailable_reason(base, backend) is None:
         return base
     return next((n for n in DECODERS if unavailable_reason(n, backend) is None), base)
 
@@ -81,7 +93,7 @@ def default_decoder(backend: Backend) -> str:
 def speculates(name: str | None) -> bool:
     """Whether decoder `name` (None: the default) drafts: the runtime is then chosen for cheap
     blocks rather than the cheapest single pass."""
-    return decoder_class(name or baseline_name()).speculative
+    return decoder_class(name or default_decoder()).speculative
 
 
 def unavailable_reason(

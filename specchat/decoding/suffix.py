@@ -187,6 +187,7 @@ def _new_nodes(children: dict[int, dict[int, int]], branch: list[int]) -> int:
 class SuffixDecoder(SpeculativeDecoder):
     name = "suffix"
     key = "f8"
+    default_rank = 3
     description = (
         "SuffixDecoding: drafts from this chat, the answer being regenerated and every saved chat"
     )
@@ -218,6 +219,10 @@ class SuffixDecoder(SpeculativeDecoder):
         ),
     ) + SPECULATIVE_PARAMS
     reads_saved_chats = True
+
+    @classmethod
+    def unavailable_anywhere(cls) -> str | None:
+        return unavailable_reason()  # ArcticInference's suffix trees, built by setup
 
     @classmethod
     def unavailable(cls, backend: Backend, values: Mapping[str, object]) -> str | None:
