@@ -41,6 +41,9 @@ def _step_json(event: StepEvent) -> str:
             "drafted": event.drafted,
             "accepted": event.accepted,
             "source": event.source,
+            "rejected": list(event.rejected),
+            "depth": event.depth,
+            "pass_seconds": round(event.pass_seconds, 6),
             "decoder": event.decoder,
         },
         ensure_ascii=False,
@@ -132,10 +135,7 @@ def run_ask(
         saved=saved,
     )
     colour_by = config.colour_by
-    exactness = engine.exactness()
-    note = exactness.note if exactness and decoder_class(decoder).speculative else None
-    if note and not as_json:
-        sys.stderr.write(f"[{note}]\n")
+    exactness = engine.exactness()  # --json says how exact greedy-family decoders are here
     colour = sys.stdout.isatty() and not as_json
     handle = engine.start(request)
     interrupted = threading.Event()

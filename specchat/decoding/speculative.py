@@ -71,6 +71,15 @@ class Draft:
     def chain_tokens(self) -> list[int]:
         return self.tokens[1:]
 
+    def rejected_after(self, node: int) -> tuple[int, ...]:
+        """The drafted tokens below `node` that the target did not take: its first child's
+        branch (a chain draft's rest)."""
+        tail = []
+        while self.children.get(node):
+            token, node = next(iter(self.children[node].items()))
+            tail.append(token)
+        return tuple(tail)
+
 
 def insert_branch(
     tokens: list[int],
@@ -190,7 +199,9 @@ class SpeculativeDecoder(Decoder):
         depth = self.choose_depth(target, plan, room)
         draft = self.drafter.draft(target, context, sampler, plan, depth)
         block = draft.block
+        started = time.perf_counter()
         logits = target.evaluate(block)
+        pass_seconds = time.perf_counter() - started
         if draft.q is not None and not sampler.greedy:
             chain = draft.chain_tokens()
             n, next_token = verify_chain(logits, chain, sampler, draft.q)
@@ -206,4 +217,7 @@ class SpeculativeDecoder(Decoder):
             drafted=draft.drafted,
             accepted=len(accepted),
             source=draft.source_of(node),
+            rejected=draft.rejected_after(node),
+            depth=depth,
+            pass_seconds=pass_seconds,
         )

@@ -152,6 +152,9 @@ class Engine(AnswerEngine):
                 decoder=self.decoder.name,
                 seconds=seconds,
                 source=step.source if step.accepted else "",
+                rejected=step.rejected,
+                depth=step.depth,
+                pass_seconds=step.pass_seconds,
             )
             stats = stats.with_step(event).with_decoder(self.decoder.name, self.decoder.values)
             yield event

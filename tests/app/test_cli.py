@@ -103,7 +103,7 @@ def test_models_lists_the_bundled_default():
         (("ask", "hi", "--backend", "vllm"), "--backend must be one of llama, int4, hf, openai"),
         (("ask", "hi", "--param", "oops"), "name=value"),
         (("ask", "hi", "--decoder", "greedy", "--param", "width=3"), "no parameter"),
-        (("ask", "hi", "--temperature", "0.5"), "greedy never samples"),
+        (("ask", "hi", "-d", "greedy", "--temperature", "0.5"), "greedy never samples"),
         (("ask", "word " * 300, "--n-ctx", "128", "--raw"), "context window"),
         (("ask", "word " * 300, "--n-ctx", "128", "--raw", "--backend", "hf"), "context window"),
         (("ask", "hi", "--max-tokens", "0"), "--max-tokens"),
