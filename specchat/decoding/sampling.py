@@ -158,12 +158,18 @@ def _choose_child(
         if residual is None:  # p == q: the rejection cannot happen, but rounding can claim it did
             return None, p
         p = residual
-        q[token] = 0.0
-        mass = q.sum()
-        if mass <= 0:
+        q = without(q, token)
+        if q is None:
             break
-        q /= mass
     return None, p
+
+
+def without(q: np.ndarray, token: int) -> np.ndarray | None:
+    """q once `token` was drawn from it: what the next child, drawn without replacement, follows
+    (None: nothing left to draw)."""
+    q[token] = 0.0
+    mass = q.sum()
+    return q / mass if mass > 0 else None
 
 
 def rejection_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray | None:
