@@ -120,11 +120,12 @@ class DraftModelDrafter:
             positions = chain_positions(tokens, probs_seen, stopped)
             rng = sampler.rng if sampled else None
             widen(draft, positions, self.tree_width, target.block_cost, rng)
+        draft.state = len(tokens)  # the chain the draft drafted, which K measures
         return draft
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
         if draft.drafted:
-            full = accepted == draft.drafted
+            full = accepted >= draft.state  # the chain was taken whole (a tree may add one)
             self.k = min(self.k_max, self.k + 2) if full else max(1, self.k - 1)
 
 
