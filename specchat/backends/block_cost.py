@@ -39,6 +39,7 @@ class BlockCostTable:
         self._backend = backend
         self._key = self.full_key(key, backend.device, getattr(backend, "threads", ""))
         self._costs: dict[int, float] = {}
+        self._memo: dict[int, float] = {}  # every size asked for, read per draft: kept
         self._loaded = False
         self._exactness: Exactness | None = None
         self._refined, self._saved_at = 0, time.monotonic()
@@ -54,7 +55,7 @@ class BlockCostTable:
         the model (None: never measured)."""
         table = cls.__new__(cls)
         table._backend, table._key = None, cls.full_key(key, device, threads)
-        table._costs, table._loaded, table._exactness = {}, False, None
+        table._costs, table._memo, table._loaded, table._exactness = {}, {}, False, None
         table._refined, table._saved_at = 0, time.monotonic()
         table._load()
         return table if table._costs else None
@@ -105,6 +106,7 @@ class BlockCostTable:
             return
         for size in self._costs:
             self._costs[size] *= factor
+        self._memo.clear()
         self._refined += 1
         if time.monotonic() - self._saved_at > _SAVE_EVERY:
             self.keep()
@@ -149,10 +151,11 @@ class BlockCostTable:
             self._save()
 
     def cost(self, k: int) -> float:
-        self._measured()
-        if k in self._costs:
-            return self._costs[k]
-        return self._interpolate(k)
+        known = self._memo.get(k)
+        if known is None:
+            self._measured()
+            known = self._memo[k] = self._costs[k] if k in self._costs else self._interpolate(k)
+        return known
 
     def _interpolate(self, k: int) -> float:
         sizes = sorted(self._costs)

@@ -22,10 +22,11 @@ fall to 0.90×.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specchat import locations
@@ -126,14 +127,8 @@ class DraftLengthPolicy:
         """Conditional acceptance per depth 1..top (optimistic by default, as the policy uses)."""
         optimism = self.optimism if optimism is None else optimism
         stats = self.situations.get(plan.key) or SituationStats()
-        by_bucket: dict[int, float] = {}
-        rates = []
-        for depth in range(1, top + 1):
-            b = depth_bucket(depth)
-            if b not in by_bucket:
-                by_bucket[b] = stats.rate(b, plan.prior, optimism)
-            rates.append(by_bucket[b])
-        return rates
+        by_bucket = [stats.rate(b, plan.prior, optimism) for b in range(depth_bucket(top) + 1)]
+        return [by_bucket[b] for b in _buckets(top)]
 
     def depth(self, target: Backend, plan: Plan, room: int) -> int:
         """The depth in [0, min(available, room - 1)] with the most expected tokens per second,
@@ -141,18 +136,18 @@ class DraftLengthPolicy:
         top = max(0, min(plan.available, room - 1))
         if top == 0:
             return 0
-
-        def cost(d: int) -> float:
-            return target.block_cost(plan.base + plan.branches * d) + plan.draft_cost * d
-
+        costs = [
+            target.block_cost(plan.base + plan.branches * d) + plan.draft_cost * d
+            for d in range(top + 1)
+        ]
         known = expected_from_rates(self.rates(plan, top, optimism=0.0))
-        best = best_depth(known, cost)
-        if best and known[best] / cost(best) < (1.0 + self.margin) * known[0] / cost(0):
+        best = best_depth(known, costs)
+        if best and known[best] / costs[best] < (1.0 + self.margin) * known[0] / costs[0]:
             best = 0  # a gain within the margin is no reason to risk a pass
         if not self.optimism:
             return best
-        hopeful = best_depth(expected_from_rates(self.rates(plan, top)), cost)
-        keeps = (known[hopeful] / cost(hopeful)) / (known[best] / cost(best))
+        hopeful = best_depth(expected_from_rates(self.rates(plan, top)), costs)
+        keeps = (known[hopeful] / costs[hopeful]) / (known[best] / costs[best])
         return hopeful if keeps >= 1.0 - self.explore_budget else best
 
     def update(self, plan: Plan, drafted: int, accepted: int) -> None:
@@ -196,11 +191,17 @@ def _read_store() -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def best_depth(expected: list[float], pass_cost: Callable[[int], float]) -> int:
-    """The d with the most expected[d] / pass_cost(d) (ties go to the shorter draft)."""
-    best_d, best_rate = 0, expected[0] / pass_cost(0)
+def best_depth(expected: list[float], costs: Sequence[float]) -> int:
+    """The d with the most expected[d] / costs[d] (ties go to the shorter draft)."""
+    best_d, best_rate = 0, expected[0] / costs[0]
     for d in range(1, len(expected)):
-        rate = expected[d] / pass_cost(d)
+        rate = expected[d] / costs[d]
         if rate > best_rate * 1.0001:
             best_d, best_rate = d, rate
     return best_d
+
+
+@functools.cache
+def _buckets(top: int) -> tuple[int, ...]:
+    """The statistics bucket of each depth 1..top (read on every draft: computed once)."""
+    return tuple(depth_bucket(d) for d in range(1, top + 1))
