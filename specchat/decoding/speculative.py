@@ -35,7 +35,9 @@ class Draft:
     `children[node]` maps a drafted token to its block index (a trie rooted at 0); block nodes
     outside the trie (lookahead's window) are evaluated but never accepted. `q[node]` is the
     distribution a draft model drew that node's children from (in their order, without
-    replacement), for sampled verification; `drafted` is the most the pass can accept. `soft` is
+    replacement), for sampled verification; `drafted` is the most the pass can accept, `sized`
+    the depth the policy's choice drafted where that is less (a token tree's alternatives where
+    its chain stopped: the policy learns from what it sized, never from them). `soft` is
     soft matching's β (0: exact; see sampling.verify_tree). `source` says where the drafts came
     from; a trie merged from several sources names each node's in `node_sources` (a node shared
     by several keeps the first's).
@@ -50,6 +52,7 @@ class Draft:
     source: str = ""
     node_sources: dict[int, str] | None = None
     soft: float = 0.0
+    sized: int | None = None
 
     @classmethod
     def chain(
@@ -222,8 +225,9 @@ class SpeculativeDecoder(Decoder):
         verdict = verify_tree(logits, draft.children, sampler, draft.q, draft.soft)
         accepted, node = verdict.accepted, verdict.node
         target.commit(block.path_to(node))
-        if draft.drafted:
-            self.policy.update(plan, draft.drafted, len(accepted))
+        sized = draft.drafted if draft.sized is None else draft.sized
+        if sized:
+            self.policy.update(plan, sized, min(len(accepted), sized))
         self.drafter.observe(draft, logits, len(accepted))
         return Step(
             tokens=(*accepted, verdict.next_token),

@@ -92,12 +92,15 @@ def widen(
         size += 1
         added += 1
         counts[index] += 1
+    chain = draft.drafted
     for position, count in zip(positions, counts):
         if count:
             _hang(draft, position, count, width, rng)
             if draft.q is not None:
                 draft.q[position.node] = position.probs
             draft.drafted = max(draft.drafted, position.node + 1)
+    if draft.drafted > chain:  # alternatives where the chain stopped: not a depth the policy chose
+        draft.sized = chain
     return added
 
 

@@ -271,6 +271,23 @@ def test_token_trees_grow_where_a_wider_pass_is_cheap(char_ngram_model):
         assert dear_tree == reference and narrow == 0
 
 
+def test_a_tree_teaches_the_policy_only_the_chain_it_sized():
+    """Alternatives hung where the draft model stopped for want of confidence make the tree one
+    node deeper than the chain the policy asked for; the policy must learn from the chain alone,
+    or every miss there reads as a failed deeper draft and later drafts shrink."""
+    from specchat.decoding.token_tree import chain_positions, widen
+
+    peaked = np.full(8, 0.02)
+    peaked[[1, 2]] = 0.86
+    unsure = np.full(8, 1 / 8)
+    draft = Draft.chain(0, [1, 2])
+    positions = chain_positions([1, 2], [peaked, peaked], stopped=(3, unsure))
+    assert widen(draft, positions, 4, lambda n: 1.0, None) > 0  # a flat pass: every node pays
+    assert draft.drafted == 3 and draft.sized == 2
+    plain = Draft.chain(0, [1, 2])
+    assert plain.sized is None
+
+
 def test_lookahead_sizes_its_window_from_the_pass_costs(char_ngram_model):
     """Where a wide pass is nearly free the Jacobi window runs; where every token costs as much
     as a pass, lookahead drafts little and never widens its pass for the window; exact both
