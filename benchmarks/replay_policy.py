@@ -172,6 +172,9 @@ def main() -> None:
     parser.add_argument(
         "--by-situation", action="store_true", help="where the oracle and the policy save time"
     )
+    parser.add_argument("--optimism", type=float, help="the policy's optimism (default: its own)")
+    parser.add_argument("--budget", type=float, help="the policy's exploration budget")
+    parser.add_argument("--margin", type=float, help="the gain a draft must promise")
     args = parser.parse_args()
     backend = load_model(None, LoadOptions(backend=args.backend), lambda *a: None)
     # One thread generates the answers (a 2-thread pool collapses when anything else runs);
@@ -185,7 +188,10 @@ def main() -> None:
     decoder = build_decoder(
         args.decoder, scoped_params([args.decoder], params)[args.decoder], backend
     )
-    policy = DraftLengthPolicy()  # from the priors, learning over the whole run (not the user's)
+    # from the priors, learning over the whole run (not the user's)
+    knobs = {k: v for k, v in (("optimism", args.optimism), ("explore_budget", args.budget),
+                               ("margin", args.margin)) if v is not None}  # fmt: skip
+    policy = DraftLengthPolicy(**knobs)
     by_category: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     drafted = accepted = 0
     policy_saved: dict[tuple, float] = defaultdict(float)
@@ -239,6 +245,9 @@ def main() -> None:
     speed = statistics.mean(q[0] / q[2] for q in by_question.values()) / base
     oracle = statistics.mean(q[0] / q[3] for q in by_question.values()) / base
     print(f"per question, as bench reports: replayed {speed:.3f}×, oracle {oracle:.3f}×")
+    worst = min(by_question, key=lambda q: by_question[q][1] / by_question[q][2])
+    worst_ratio = by_question[worst][1] / by_question[worst][2]
+    print(f"slowest question: {worst_ratio:.3f}× (question {worst})")
     if args.by_situation:
         print("\nshare of plain decoding time saved, by the situation drafted in")
         print(f"{'situation':<20} {'oracle':>7} {'policy':>7}")

@@ -79,7 +79,8 @@ class RunConfig:
     )
     backend: str | None = option(
         None,
-        f"llama, hf, or {REMOTE_BACKEND} (a remote server); default: the model's own",
+        f"{', '.join(LOCAL_BACKENDS)} or {REMOTE_BACKEND} (a remote server); default: the fastest "
+        "runtime for the model and decoder",
         choices=(*LOCAL_BACKENDS, REMOTE_BACKEND),
     )
     device: str = option("cpu", "cpu or cuda", choices=("cpu", "cuda"))

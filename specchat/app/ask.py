@@ -24,7 +24,8 @@ from specchat.decoding.registry import (
 )
 from specchat.engine.choice import engine_for
 from specchat.engine.events import DoneEvent, StepEvent
-from specchat.history import HistoryStore, StoredMessage
+from specchat.history import DB_FILE, HistoryStore, StoredMessage
+from specchat.locations import data_dir
 from specchat.models import LoadOptions, load_model
 from specchat.options import RunConfig
 from specchat.prompting import messages_for
@@ -124,7 +125,9 @@ def run_ask(
     decoder_params = run_params([decoder], config, raw_params)[decoder]
     chosen_sampling = sampling_for(decoder, config)
     engine = engine_for(loaded, build_decoder(decoder, decoder_params, loaded))
-    store = HistoryStore() if log or decoder_class(decoder).reads_saved_chats else None
+    # --no-log writes nothing: the saved chats are read only where a store already exists
+    reads = decoder_class(decoder).reads_saved_chats and (data_dir() / DB_FILE).exists()
+    store = HistoryStore() if log or reads else None
     saved = _saved_chats(loaded, decoder, config, store)
     request = engine.request(
         messages_for(prompt, system),

@@ -196,8 +196,10 @@ class ChatSession:
             return sampling_for(name, replace(self.config, temperature=None, decoders={}))
 
     def params_label(self, name: str) -> str:
-        """The decoder's parameters; on a remote server, what it reports of its own method."""
-        params = dict(self.decoder_params(name))
+        """The decoder's parameters set apart from its defaults; on a remote server, what it
+        reports of its own method."""
+        defaults = DECODERS[name].defaults()
+        params = {k: v for k, v in self.decoder_params(name).items() if v != defaults.get(k)}
         sampling = self.sampling(name)
         if not sampling.greedy:
             params["T"] = sampling.temperature

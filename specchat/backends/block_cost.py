@@ -39,6 +39,7 @@ class BlockCostTable:
         self._backend = backend
         self._key = self.full_key(key, backend.device, getattr(backend, "threads", ""))
         self._costs: dict[int, float] = {}
+        self._memo: dict[int, float] = {}  # every size asked for, read per draft: kept
         self._loaded = False
         self._exactness: Exactness | None = None
         self._refined, self._saved_at = 0, time.monotonic()
@@ -54,7 +55,7 @@ class BlockCostTable:
         the model (None: never measured)."""
         table = cls.__new__(cls)
         table._backend, table._key = None, cls.full_key(key, device, threads)
-        table._costs, table._loaded, table._exactness = {}, False, None
+        table._costs, table._memo, table._loaded, table._exactness = {}, {}, False, None
         table._refined, table._saved_at = 0, time.monotonic()
         table._load()
         return table if table._costs else None
@@ -89,21 +90,23 @@ class BlockCostTable:
 
     @contextlib.contextmanager
     def timing(self, block: Block) -> Iterator[None]:
-        """Time a chain pass in use: the table keeps the least time each size has taken (noise
-        only ever adds time), so costs measured on a busy machine come down to what the runtime
-        does, and the policy sizes drafts by them. Kept on disk now and then."""
+        """Time a chain pass in use. A table measured while the machine was busy is too high
+        everywhere (noise only ever adds time); a pass faster than it says brings the whole
+        table down by that factor, keeping the shape it was measured with — the ratios the
+        policy sizes drafts by — and never below what passes have shown. Kept on disk now and
+        then."""
         start = time.perf_counter()
         yield
         if block.is_chain and self._costs:
             self._observe(len(block), time.perf_counter() - start)
 
     def _observe(self, k: int, seconds: float) -> None:
-        if seconds >= self.cost(k) * _REFINE_BELOW:
+        factor = seconds / self.cost(k)
+        if factor >= _REFINE_BELOW:
             return
-        self._costs[k] = seconds
-        for size in self._costs:  # a smaller block costs no more, a larger no less
-            if size < k:
-                self._costs[size] = min(self._costs[size], seconds)
+        for size in self._costs:
+            self._costs[size] *= factor
+        self._memo.clear()
         self._refined += 1
         if time.monotonic() - self._saved_at > _SAVE_EVERY:
             self.keep()
@@ -148,10 +151,11 @@ class BlockCostTable:
             self._save()
 
     def cost(self, k: int) -> float:
-        self._measured()
-        if k in self._costs:
-            return self._costs[k]
-        return self._interpolate(k)
+        known = self._memo.get(k)
+        if known is None:
+            self._measured()
+            known = self._memo[k] = self._costs[k] if k in self._costs else self._interpolate(k)
+        return known
 
     def _interpolate(self, k: int) -> float:
         sizes = sorted(self._costs)
@@ -171,12 +175,17 @@ class BlockCostTable:
         filled up to `CONTEXT` tokens first and given back after."""
         backend = self._backend
         n = backend.n_committed
+        # a small context window takes the sizes that fit it (two at least, to extrapolate)
+        sizes = [k for k in _SIZES if k < backend.n_ctx - n] or [1]
+        sizes = sizes if len(sizes) > 1 else [1, 2]
         filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
-        backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - _SIZES[-1]) - n))
+        backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - sizes[-1] - 1) - n))
         base = backend.n_committed
-        best = {k: float("inf") for k in _SIZES}
+        backend.evaluate(Block.chain([filler]))  # a first pass sets up what later ones reuse
+        backend.rollback(base)
+        best = {k: float("inf") for k in sizes}
         for _ in range(_REPEATS):
-            for k in _SIZES:
+            for k in sizes:
                 block = Block.chain([filler] * k)
                 start = time.perf_counter()
                 backend.evaluate(block)
@@ -184,6 +193,6 @@ class BlockCostTable:
                 backend.rollback(base)
         backend.rollback(n)
         running = 0.0
-        for k in _SIZES:
+        for k in sizes:
             running = max(running, best[k])
             self._costs[k] = running

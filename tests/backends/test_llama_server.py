@@ -160,7 +160,8 @@ def test_bench_peers_include_llama_servers_own_speculation(llama_server_binary, 
     out = tmp_path / "r.json"
     result = subprocess.run(
         [sys.executable, "-m", "specchat", "bench", "--data", str(data), "-d", "pld"]
-        + ["--max-tokens", "24", "--threads", "1", "--peers", "--json", str(out)],
+        + ["--max-tokens", "24", "--threads", "1", "--peers", "--json", str(out)]
+        + ["--backend", "llama"],  # the peers' answers are judged against this runtime's
         capture_output=True,
         text=True,
         timeout=900,

@@ -124,7 +124,9 @@ def store_with_answer(fresh_llama, tmp_path):
 
 def test_the_same_question_again_drafts_the_saved_answer(fresh_llama, store_with_answer):
     ids, greedy, _, index = store_with_answer
-    done, steps = _generate(fresh_llama, "suffix", ids, sources=DraftSources(saved=index))
+    # a fixed draft length: what the saved chat offers, whatever the pass costs measured here
+    saved = DraftSources(saved=index)
+    done, steps = _generate(fresh_llama, "suffix", ids, sources=saved, fixed_draft=16)
     assert done.token_ids == greedy.token_ids
     assert done.stats.generated_tokens / done.stats.steps >= 4
     sources = {s.source for s in steps if s.accepted}
@@ -161,7 +163,8 @@ def test_regenerating_reverifies_the_previous_answer(fresh_llama, name):
     ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", QUESTION)])
     greedy, _ = _generate(fresh_llama, "greedy", ids)
     sources = DraftSources(previous_answer=greedy.token_ids)
-    done, steps = _generate(fresh_llama, name, ids, sources=sources)
+    # a fixed draft length: what the old answer offers, whatever the pass costs measured here
+    done, steps = _generate(fresh_llama, name, ids, sources=sources, fixed_draft=16)
     assert done.token_ids == greedy.token_ids
     assert {s.source for s in steps if s.accepted} == {PREVIOUS}
     assert done.stats.generated_tokens / done.stats.steps >= 3

@@ -11,7 +11,7 @@ from specchat.app.tui.widgets.answer_body import Piece
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.decoding.base import Decoder
-from specchat.decoding.registry import DECODERS
+from specchat.decoding.registry import DECODERS, default_decoder
 from specchat.engine.events import StepEvent
 from specchat.options import RunConfig
 
@@ -46,7 +46,7 @@ async def type_and_send(pilot, text: str) -> None:
 
 
 async def test_answer_streams_and_status_updates(backend):
-    app = SpecchatApp(settings=RunConfig(max_tokens=40), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=40, decoder="greedy"), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.screen
         with StepGate(app.session.engine, after=2) as gate:
@@ -186,7 +186,7 @@ async def test_decoder_key_mid_answer_switches(backend):
         next((i for i in DECODERS.values() if i.name != "greedy" and i.greedy_family), None)
         or DECODERS["sample"]
     )
-    app = SpecchatApp(settings=RunConfig(max_tokens=40), backend=backend)
+    app = SpecchatApp(settings=RunConfig(max_tokens=40, decoder="greedy"), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         with StepGate(app.session.engine, after=2) as gate:
             await type_and_send(pilot, LONG_PROMPT)
@@ -262,9 +262,10 @@ async def test_unavailable_decoder_says_why(backend, monkeypatch):
     monkeypatch.setitem(DECODERS, NeedsGpu.name, NeedsGpu)
     app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
+        before = app.session.decoder_name
         await pilot.press("f12")
         await pilot.pause()
-        assert app.session.decoder_name == "greedy"
+        assert app.session.decoder_name == before == default_decoder(backend)
         assert any("needs a GPU" in n.message for n in app._notifications)
 
 
@@ -413,7 +414,7 @@ async def test_broken_settings_file_gives_message(backend, private_dirs, content
         await pilot.pause()
         assert app.settings_error and "broken" in app.settings_error
         assert any("broken" in n.message for n in app._notifications)
-        assert app.session.decoder_name == "greedy"
+        assert app.session.decoder_name == default_decoder(backend)  # the defaults
 
 
 async def test_model_loads_in_the_background_with_progress():

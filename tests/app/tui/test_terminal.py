@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from specchat.decoding.registry import default_decoder
+
 from .tmux import ask, needs_tmux, quit_and_close, start_specchat, wait_for, wait_until_usable
 
 pytestmark = needs_tmux
@@ -23,13 +25,15 @@ def test_specchat_in_tmux(private_dirs):
     try:
         wait_until_usable(session)
         print(f"\nstart-up to a usable input: {time.monotonic() - start:.2f} s")
-        ask(session, "What is the capital of France?", shows="assistant · greedy")
+        ask(session, "What is the capital of France?", shows=f"assistant · {default_decoder()}")
         screen = wait_for(session, lambda s: "ended:" in s)
         assert "What is the capital of France?" in screen
-        assert "assistant · greedy" in screen
+        assert f"assistant · {default_decoder()}" in screen
         assert "tok/s" in screen and "tok/step" in screen
         lines = screen.splitlines()
-        header = next(i for i, line in enumerate(lines) if "assistant · greedy" in line)
+        header = next(
+            i for i, line in enumerate(lines) if f"assistant · {default_decoder()}" in line
+        )
         assert lines[header + 1].strip(" █"), "the answer's first line is on screen"
         assert "ended: " in screen
     finally:

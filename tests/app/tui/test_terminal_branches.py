@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from specchat.decoding.registry import default_decoder
+
 from .tmux import (
     ask,
     keys,
@@ -24,7 +26,10 @@ def answered(screen: str, after: str = "you") -> bool:
     marks = [i for i, line in enumerate(lines) if after in line]
     if not marks or "ended:" not in screen:
         return False
-    return any("assistant · greedy" in line and "…" not in line for line in lines[marks[-1] + 1 :])
+    return any(
+        f"assistant · {default_decoder()}" in line and "…" not in line
+        for line in lines[marks[-1] + 1 :]
+    )
 
 
 def switched_with_left(session: str, tries: int = 4) -> bool:
@@ -43,7 +48,7 @@ def test_edit_a_question_see_the_branch_and_switch_back(private_dirs):
     session = start_specchat(private_dirs, "threads = 1\nmax_tokens = 12\n", 40, "branch")
     try:
         wait_until_usable(session)
-        ask(session, "Name a colour.", shows="assistant · greedy")
+        ask(session, "Name a colour.", shows=f"assistant · {default_decoder()}")
         wait_for(session, answered)
 
         keys(session, "Up")  # the prompt is empty: edit the last question
