@@ -201,6 +201,26 @@ class DraftFigures:
         """(speedup − 1) / (oracle − 1): how much of what the drafts allowed the policy took."""
         return efficiency(self.modelled_speedup, self.oracle.speedup if self.oracle else None)
 
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form (`ask --explain --json`), figures rounded."""
+
+        def rounded(value: float | None) -> float | None:
+            return None if value is None else round(value, 4)
+
+        return {
+            "tokens": self.tokens,
+            "steps": self.steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "pass_seconds": round(self.pass_seconds, 6),
+            "costs_from": self.costs_from,
+            "modelled_speedup": rounded(self.modelled_speedup),
+            "oracle_speedup": rounded(self.oracle.speedup) if self.oracle else None,
+            "efficiency": rounded(self.efficiency),
+            "drafted_right": rounded(self.oracle.copyable) if self.oracle else None,
+        }
+
 
 def draft_figures(answer: AnswerSteps) -> DraftFigures:
     steps = answer.steps

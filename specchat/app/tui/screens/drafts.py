@@ -1,7 +1,8 @@
 """The drafts of one answer (`d` on it): its figures and oracle, a sparkline of tokens per step,
-and a row per step — source, the draft length the policy chose, drafted and kept tokens, the
-pass's cost, what landed in its run's colour and the rejected tail struck through. Everything
-comes from the steps stored with the answer, so a chat reopened later shows the same."""
+and a row per step — source, the draft length the policy chose, drafted and kept tokens, tokens
+landed, the pass's cost, and the draft: what landed in its run's colour, then the rejected tail
+struck through. Everything comes from the steps stored with the answer, so a chat reopened later
+shows the same."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
-from specchat.app.drafts_view import COLUMNS, step_cells, summary_lines, tokens_per_step_line
+from specchat.app.drafts_view import (
+    NUMBERS,
+    draft_cell,
+    number_cells,
+    summary_lines,
+    tokens_per_step_line,
+)
 from specchat.drafts import AnswerSteps, draft_figures
 from specchat.history import StoredMessage
+
+DRAFT_CELL_WIDTH = 72  # a long step's draft is cut with "…"
 
 
 class TokensPerStep(Static):
@@ -38,21 +47,28 @@ class DraftsScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="drafts"):
-            title = f"drafts · {self.message.decoder or 'answer'} · {len(self.answer.steps)} steps"
+            steps = len(self.answer.steps)
+            title = f"drafts · {self.message.decoder or 'answer'} · {steps} steps"
             yield Label(title, id="drafts-title")
             yield Static(
                 "\n".join(summary_lines(self.figures, self.message.stats)), id="drafts-figures"
             )
             yield TokensPerStep(self.answer)
             yield DataTable(id="drafts-steps", cursor_type="row", zebra_stripes=True)
-            yield Label("↑/↓ move · Esc closes", id="drafts-close")
+            yield Label(
+                "draft: landed (run colour), then rejected (struck) · ↑/↓ move · Esc closes",
+                id="drafts-close",
+            )
 
     def on_mount(self) -> None:
         session = self.app.session
         table = self.query_one(DataTable)
-        for name in COLUMNS:
+        for name in (*NUMBERS, "draft"):
             table.add_column(name, key=name)
         palette = self.app.palette if session.colour_runs else None
         for number, step in enumerate(self.answer.steps, 1):
-            table.add_row(*step_cells(number, step, palette, session.colour_by))
+            table.add_row(
+                *number_cells(number, step, palette),
+                draft_cell(step, palette, session.colour_by, DRAFT_CELL_WIDTH),
+            )
         table.focus()

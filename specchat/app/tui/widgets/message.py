@@ -129,7 +129,8 @@ class AssistantMessage(Turn):
         `rejected`: each step's drafted text the target did not take, for the drafts view."""
         for i, event in enumerate(events):
             self.runs.add_step(event.text, len(event.tokens), event.source)
-            self.steps.append(DraftStep.of(event, rejected[i] if i < len(rejected) else ""))
+            if not event.tail:  # text held back and released at the end: no step
+                self.steps.append(DraftStep.of(event, rejected[i] if i < len(rejected) else ""))
         decoder = events[-1].decoder if events else self.decoder
         if decoder != self.decoder:
             self.decoder = decoder
