@@ -126,10 +126,18 @@ Done: the end.
 """
 
 
-async def test_streamed_answer_looks_as_the_finished_one(backend):
-    """While streaming, finished blocks move out of the live tail into static pieces drawn once;
-    the streamed answer shows the same lines and colours as after it ends, and as the same
-    answer reopened from the store (drawn in one go)."""
+async def test_streamed_answer_looks_as_the_finished_one(backend, monkeypatch):
+    """While streaming, finished blocks move out of the live tail into static pieces drawn once
+    (never again); the streamed answer shows the same lines and colours as after it ends, and as
+    the same answer reopened from the store (drawn in one go)."""
+    drawn: dict[int, int] = {}  # piece → how many times it was drawn
+    draw = Piece.update
+
+    def counted(piece, *args, **kwargs):
+        drawn[id(piece)] = drawn.get(id(piece), 0) + 1
+        return draw(piece, *args, **kwargs)
+
+    monkeypatch.setattr(Piece, "update", counted)
     app = SpecchatApp(settings=RunConfig(max_tokens=40), backend=backend)
     async with app.run_test(size=(100, 60)) as pilot:
         chat = app.screen
@@ -155,6 +163,7 @@ async def test_streamed_answer_looks_as_the_finished_one(backend):
             await app.workers.wait_for_complete()
             await pilot.pause()
         assert body_lines(app, answer) == streamed
+        assert len(drawn) >= 2 and set(drawn.values()) == {1}, "every piece drawn once"
         assert answer.text == STREAMED_MARKDOWN
         shown = ["".join(char for char, _ in line) for line in streamed]
         assert "A plan" in shown[0] and not any("**" in line or "```" in line for line in shown)
