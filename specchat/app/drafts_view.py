@@ -155,7 +155,7 @@ def explanation(
 ) -> Group:
     """`ask --explain`: the figures, the sparkline, then every step."""
     return Group(
-        Text("\n".join(summary_lines(figures, stats)), end=""),
+        Text("\n".join(summary_lines(figures, stats))),
         tokens_per_step_line(steps, width),
         Text(""),
         steps_table(steps, palette, by),
