@@ -23,6 +23,8 @@ from specchat.engine.events import StepEvent
 from specchat.evaluation import figures
 from specchat.evaluation.oracle import OracleFigures, efficiency, oracle_speedup
 
+TIME_DIGITS = 7  # seconds are kept to a tenth of a microsecond
+
 
 @dataclass(frozen=True)
 class DraftStep:
@@ -42,6 +44,8 @@ class DraftStep:
 
     @classmethod
     def of(cls, event: StepEvent, rejected_text: str = "") -> DraftStep:
+        """The step as it is kept: times to a tenth of a microsecond, as stored, so an answer's
+        drafts read the same live and reopened."""
         return cls(
             text=event.text,
             tokens=len(event.tokens),
@@ -51,8 +55,8 @@ class DraftStep:
             rejected_tokens=len(event.rejected),
             source=event.source,
             depth=event.depth,
-            pass_seconds=event.pass_seconds,
-            seconds=event.seconds,
+            pass_seconds=round(event.pass_seconds, TIME_DIGITS),
+            seconds=round(event.seconds, TIME_DIGITS),
             decoder=event.decoder,
         )
 
@@ -67,8 +71,8 @@ class DraftStep:
             self.rejected_tokens,
             self.source,
             self.depth,
-            round(self.pass_seconds, 7),
-            round(self.seconds, 7),
+            round(self.pass_seconds, TIME_DIGITS),
+            round(self.seconds, TIME_DIGITS),
             self.decoder,
         ]
 
@@ -102,7 +106,7 @@ class AnswerSteps:
     def as_dict(self) -> dict:
         return {
             "steps": [step.as_list() for step in self.steps],
-            "pass_costs": [round(cost, 7) for cost in self.pass_costs],
+            "pass_costs": [round(cost, TIME_DIGITS) for cost in self.pass_costs],
         }
 
     @classmethod
@@ -130,7 +134,7 @@ def measured_pass_costs(
 ) -> tuple[float, ...]:
     """block_cost(k) for every pass size the oracle of steps that drafted at most
     `largest_draft` tokens can ask for."""
-    return tuple(block_cost(k) for k in range(1, largest_draft + 2))
+    return tuple(round(block_cost(k), TIME_DIGITS) for k in range(1, largest_draft + 2))
 
 
 # -- the oracle over the answer's own drafts --------------------------------------------------

@@ -64,14 +64,21 @@ def draft_cell(
     step: DraftStep, palette: RunPalette | None, by: str = "length", width: int = 0
 ) -> Text:
     """What landed, then the rejected tail struck through, in one cell: the draft as the target
-    judged it (its first rejected token stood where the target's own token now is). `width`:
-    cut to that many cells with "…" (0: whole)."""
-    cell = landed_cell(step, palette, by)
-    cell.append_text(rejected_cell(step))
-    if width and cell.cell_len > width:
-        cell.truncate(width - 1)
-        cell.append("…", style="dim")
-    return cell
+    judged it (its first rejected token stood where the target's own token now is). `width`: at
+    most that many cells (0: whole); what landed gives way first ("…" where it was cut), so the
+    rejected tail stays in view."""
+    landed, rejected = landed_cell(step, palette, by), rejected_cell(step)
+    if width and landed.cell_len + rejected.cell_len > width:
+        keep = max(min(landed.cell_len, 8), width - rejected.cell_len)
+        if keep < landed.cell_len:
+            landed.truncate(max(0, keep - 1))
+            landed.append("…", style="dim")
+        room = max(0, width - landed.cell_len)
+        if rejected.cell_len > room:
+            rejected.truncate(max(0, room - 1))
+            rejected.append("…", style="dim")
+    landed.append_text(rejected)
+    return landed
 
 
 def steps_table(

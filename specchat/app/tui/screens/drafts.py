@@ -22,7 +22,7 @@ from specchat.app.drafts_view import (
 from specchat.drafts import AnswerSteps, draft_figures
 from specchat.history import StoredMessage
 
-DRAFT_CELL_WIDTH = 72  # a long step's draft is cut with "…"
+NUMBERS_WIDTH = 58  # the figures' columns with their padding, and the dialog's frame
 
 
 class TokensPerStep(Static):
@@ -66,9 +66,11 @@ class DraftsScreen(ModalScreen):
         for name in (*NUMBERS, "draft"):
             table.add_column(name, key=name)
         palette = self.app.palette if session.colour_runs else None
+        # a long draft is cut to what the dialog shows beside the figures (see drafts.tcss)
+        width = max(24, min(140, self.app.size.width * 95 // 100) - NUMBERS_WIDTH)
         for number, step in enumerate(self.answer.steps, 1):
             table.add_row(
                 *number_cells(number, step, palette),
-                draft_cell(step, palette, session.colour_by, DRAFT_CELL_WIDTH),
+                draft_cell(step, palette, session.colour_by, width),
             )
         table.focus()
