@@ -20,9 +20,10 @@ def _cache_key() -> str:
     libraries under it. A change to any of them starts a new cache."""
     from importlib.metadata import version
 
-    made_by = [Path(__file__).parents[1] / "specchat" / "backends" / name for name in (
+    root = Path(__file__).parents[1]
+    made_by = [root / "specchat" / "backends" / name for name in (
         "hf_loading.py", "block_cost.py"
-    )]  # fmt: skip
+    )] + [root / "tests" / "pass_costs.py"]  # fmt: skip
     text = "|".join(p.read_text() for p in made_by)
     text += "|".join(version(p) for p in ("transformers", "torch", "llama-cpp-python"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -41,6 +42,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # One model thread everywhere, subprocesses included: the suite runs two tests at a time on two
 # cores (pytest -n 2), and llama.cpp's and torch's pool threads spin badly on busy cores.
 os.environ["SPECCHAT_THREADS"] = "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fixed_pass_costs():
+    """Pass costs fixed for the whole run (tests/pass_costs.py): drafts and runtimes never
+    follow the load of the machine running the suite."""
+    from tests import pass_costs
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        pass_costs.fix(monkeypatch)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def measured_costs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A test marked `measured_costs` times passes for real."""
+    if request.node.get_closest_marker("measured_costs"):
+        from tests import pass_costs
+
+        pass_costs.unfix(monkeypatch)
 
 
 @pytest.fixture(autouse=True)
@@ -109,16 +130,13 @@ def hf_bundled(session_cache: Path, bundled_gguf: Path):
     held the conversion before are kept on the backend."""
     import torch
 
-    from specchat.backends.hf_loading import GGUF_CACHE_FOLDER, load_hf_backend
+    from specchat.backends.hf_loading import conversion_dir, load_hf_backend
 
     threads = torch.get_num_threads()
     messages: list[str] = []
     with (session_cache / ".conversion.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        folder = session_cache / GGUF_CACHE_FOLDER
-        converted_before = folder.is_dir() and any(
-            (p / "model.safetensors").is_file() for p in folder.iterdir()
-        )
+        converted_before = (conversion_dir(bundled_gguf) / "model.safetensors").is_file()
         started = time.perf_counter()
         backend = load_hf_backend(
             str(bundled_gguf.parent),

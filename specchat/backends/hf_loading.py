@@ -10,6 +10,7 @@ loaded from there (well under a second) ever after.
 from __future__ import annotations
 
 import contextlib
+import glob
 import io
 import os
 import shutil
@@ -231,19 +232,24 @@ def _looks_like_hub_id(text: str) -> bool:
     return len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
 
 
+def conversion_dir(gguf_path: Path) -> Path:
+    """Where the conversion of `gguf_path` is kept: under the file's name, size and mtime, so an
+    edited or replaced file converts again."""
+    stat = gguf_path.stat()
+    key = f"{gguf_path.stem}-{stat.st_size}-{stat.st_mtime_ns}-v{_CONVERSION_FORMAT}"
+    return locations.cache_dir() / GGUF_CACHE_FOLDER / key
+
+
 def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None) -> Path:
     """The safetensors directory converted from `gguf_path`, converting it first if needed.
 
-    The key holds the file's name, size and mtime, so an edited or replaced file converts again.
     The conversion is written to a temporary folder and renamed into place, so a killed conversion
     never leaves a half-written directory that a later run would trust.
     """
     progress = progress or _quiet
-    stat = gguf_path.stat()
-    key = f"{gguf_path.stem}-{stat.st_size}-{stat.st_mtime_ns}-v{_CONVERSION_FORMAT}"
-    root = locations.cache_dir() / GGUF_CACHE_FOLDER
+    target = conversion_dir(gguf_path)
+    root, key = target.parent, target.name
     root.mkdir(parents=True, exist_ok=True)
-    target = root / key
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return target
     if target.exists():
@@ -263,8 +269,19 @@ def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None) -> Pat
                 raise
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+    _remove_replaced(target, gguf_path)
     progress(f"converted {gguf_path.name} in {time.perf_counter() - started:.1f} s")
     return target
+
+
+def _remove_replaced(target: Path, gguf_path: Path) -> None:
+    """Drop the conversions of an earlier copy of the same file (same name and size, another
+    mtime or format): a reinstalled model package would otherwise leave a full-size float32
+    copy behind each time."""
+    prefix = f"{gguf_path.stem}-{gguf_path.stat().st_size}-"
+    for earlier in target.parent.glob(f"{glob.escape(prefix)}*"):
+        if earlier != target and earlier.is_dir():
+            shutil.rmtree(earlier, ignore_errors=True)
 
 
 def _remove_stale_temporaries(root: Path, key: str) -> None:

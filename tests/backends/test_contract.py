@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from specchat.backends.base import Backend, Block, ChatMessage, sync_cache
+from specchat.backends.block_cost import BlockCostTable
 from specchat.decoding.plain import GreedyDecoder
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.local import Engine
@@ -395,11 +397,17 @@ def test_eos_ends_the_answer(subject: Subject) -> None:
     assert "yes" in done.text.lower()
 
 
-def test_block_cost(subject: Subject) -> None:
+@pytest.mark.measured_costs
+def test_block_cost(subject: Subject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass costs timed on this backend: more tokens never cost less, measured once and kept,
+    and the context the measurement filled is given back."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
     backend = subject.backend
     backend.prefill(backend.tokenize("Measuring the cost of a block"))
     committed = backend.n_committed
-    one, eight = backend.block_cost(1), backend.block_cost(8)
-    assert 0 < one <= eight < 5
-    assert backend.block_cost(1) == one
+    table = BlockCostTable(backend, key="contract")
+    costs = [table.cost(k) for k in (1, 2, 4, 8, 16)]
+    assert costs[0] > 0 and costs == sorted(costs) and costs[-1] < 5
     assert backend.n_committed == committed
+    kept = BlockCostTable.kept("contract", backend.device, getattr(backend, "threads", ""))
+    assert kept is not None and kept.cost(8) == costs[3]

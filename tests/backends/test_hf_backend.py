@@ -419,6 +419,13 @@ def test_killed_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(hf_loading, "_convert_gguf", interrupted)
     assert hf_loading.converted_gguf_dir(gguf) == converted  # reused, not converted again
 
+    # the same file installed again (a reinstalled package): converted again, the old copy goes
+    os.utime(gguf, ns=(gguf.stat().st_atime_ns, gguf.stat().st_mtime_ns + 10**9))
+    monkeypatch.setattr(hf_loading, "_convert_gguf", complete)
+    again = hf_loading.converted_gguf_dir(gguf)
+    assert again != converted and again.is_dir()
+    assert list(again.parent.iterdir()) == [again]
+
 
 def test_chat_prompt_without_template(tiny: HFBackend) -> None:
     prompt = tiny.chat_prompt([ChatMessage("system", "Be brief."), ChatMessage("user", "Hi")])
