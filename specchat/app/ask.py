@@ -7,12 +7,11 @@ later answers — in the TUI or another `ask` — can draft from it; `--no-log` 
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 from collections.abc import Callable
 
 from specchat.app.drafts_view import explanation
+from specchat.app.foreground import generating
 from specchat.app.tui.runs import RunText
 from specchat.backends.base import Backend, Exactness
 from specchat.decoding.registry import (
@@ -179,8 +178,6 @@ def run_ask(
     colour_by = config.colour_by
     exactness = engine.exactness()  # --json says how exact greedy-family decoders are here
     colour = sys.stdout.isatty() and not as_json
-    handle = engine.start(request)
-    interrupted = threading.Event()
     failed = False
     runs = RunText()
     steps: list[DraftStep] = []
@@ -190,63 +187,58 @@ def run_ask(
             return ""
         return rejected_text(loaded.token_bytes, event.rejected)
 
-    def on_interrupt(signum, frame) -> None:
-        # Ctrl+C stops the answer between steps and keeps what was generated.
-        interrupted.set()
-        handle.cancel()
-
-    previous = signal.signal(signal.SIGINT, on_interrupt)
-    try:
-        ran = decoder
-        for event in handle:
-            if isinstance(event, StepEvent):
-                ran = event.decoder or ran
-                rejected = rejected_of(event)
-                if not event.tail:  # every step, also one that only ended the answer
-                    steps.append(DraftStep.of(event, rejected))
-                if not (event.tokens or event.text):
-                    # a step that produced only EOS, or a beam step whose beams do not agree yet:
-                    # nothing to show, and --json lists only steps that added something
-                    continue
-                runs.add_step(event.text, len(event.tokens), event.source)
-                if as_json:
-                    print(_step_json(event, rejected), flush=True)
-                else:
-                    run_colour = (
-                        COLOUR_BLIND_SAFE.colour(len(event.tokens), event.source, colour_by)
-                        if colour
-                        else None
-                    )
-                    sys.stdout.write(ansi(run_colour, event.text) if run_colour else event.text)
-                    sys.stdout.flush()
-            elif isinstance(event, DoneEvent):
-                answer = AnswerSteps(tuple(steps), _pass_costs(loaded, steps))
-                if as_json:
-                    if explain:
-                        print(_drafts_json(answer), flush=True)
-                    print(_done_json(event, ran, exactness), flush=True)
-                else:
-                    sys.stdout.write("\n")
-                    if event.finish_reason == "cancelled":
-                        sys.stderr.write("[stopped]\n")
-                    if explain:
-                        _explain(answer, event, colour_by)
-                if engine.note and not as_json:  # what a remote server reported
-                    sys.stderr.write(f"[{server_summary(event, engine.note)}]\n")
-                if event.error:
-                    sys.stderr.write(f"specchat: error: {event.error}\n")
-                    failed = True
-                if log and store is not None:
-                    _record(store, prompt, event, runs, decoder, answer)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if saved is not None:
-            if not interrupted.is_set():
-                # a first build finishes (and is saved) after the answer, not at every ask
-                saved.wait_idle()
-            saved.close()
-        if store is not None:
-            store.close()
+    # in this thread, where the model was loaded (foreground.py)
+    with generating(engine, request) as (events, interrupted):
+        try:
+            ran = decoder
+            for event in events:
+                if isinstance(event, StepEvent):
+                    ran = event.decoder or ran
+                    rejected = rejected_of(event)
+                    if not event.tail:  # every step, also one that only ended the answer
+                        steps.append(DraftStep.of(event, rejected))
+                    if not (event.tokens or event.text):
+                        # a step that produced only EOS, or a beam step whose beams do not agree yet:
+                        # nothing to show, and --json lists only steps that added something
+                        continue
+                    runs.add_step(event.text, len(event.tokens), event.source)
+                    if as_json:
+                        print(_step_json(event, rejected), flush=True)
+                    else:
+                        run_colour = (
+                            COLOUR_BLIND_SAFE.colour(len(event.tokens), event.source, colour_by)
+                            if colour
+                            else None
+                        )
+                        sys.stdout.write(ansi(run_colour, event.text) if run_colour else event.text)
+                        sys.stdout.flush()
+                elif isinstance(event, DoneEvent):
+                    answer = AnswerSteps(tuple(steps), _pass_costs(loaded, steps))
+                    if as_json:
+                        if explain:
+                            print(_drafts_json(answer), flush=True)
+                        print(_done_json(event, ran, exactness), flush=True)
+                    else:
+                        sys.stdout.write("\n")
+                        if event.finish_reason == "cancelled":
+                            sys.stderr.write("[stopped]\n")
+                        if explain:
+                            _explain(answer, event, colour_by)
+                    if engine.note and not as_json:  # what a remote server reported
+                        sys.stderr.write(f"[{server_summary(event, engine.note)}]\n")
+                    if event.error:
+                        sys.stderr.write(f"specchat: error: {event.error}\n")
+                        failed = True
+                    if log and store is not None:
+                        _record(store, prompt, event, runs, decoder, answer)
+        finally:
+            if saved is not None:
+                if not interrupted.is_set():
+                    # a first build finishes (and is saved) after the answer, not at every ask
+                    saved.wait_idle()
+                saved.close()
+            if store is not None:
+                store.close()
     if interrupted.is_set():
         return 130
     return 2 if failed else 0
