@@ -58,7 +58,8 @@ async def chat_shots() -> None:
     from specchat.models import LoadOptions, load_model
     from specchat.options import RunConfig
 
-    backend = load_model(None, LoadOptions(threads=1, n_ctx=2048))
+    # loaded off the main thread, as the chat does (app/foreground.py says why)
+    backend = await asyncio.to_thread(load_model, None, LoadOptions(n_ctx=2048))
     speculative = next(
         (n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"), "greedy"
     )
@@ -132,7 +133,8 @@ async def code_shots() -> None:
     from specchat.models import LoadOptions, load_model
     from specchat.options import RunConfig
 
-    backend = load_model(None, LoadOptions(threads=1, n_ctx=2048))
+    # loaded off the main thread, as the chat does (app/foreground.py says why)
+    backend = await asyncio.to_thread(load_model, None, LoadOptions(n_ctx=2048))
     app = SpecchatApp(settings=RunConfig(max_tokens=200), backend=backend, save_settings_file=False)
     async with app.run_test(size=SIZE) as pilot:
         app.screen.query_one("#prompt").insert(CODE_PROMPT)
