@@ -54,15 +54,13 @@ class StoppedClock:
 async def chat_shots() -> None:
     from specchat.app.tui.app import SpecchatApp
     from specchat.app.tui.screens.race import RaceScreen
-    from specchat.decoding.registry import DECODERS
+    from specchat.decoding.registry import default_decoder
     from specchat.models import LoadOptions, load_model
     from specchat.options import RunConfig
 
     # loaded off the main thread, as the chat does (app/foreground.py says why)
     backend = await asyncio.to_thread(load_model, None, LoadOptions(n_ctx=2048))
-    speculative = next(
-        (n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"), "greedy"
-    )
+    speculative = default_decoder(backend)  # what the chat starts on
     app = SpecchatApp(
         settings=RunConfig(decoder=speculative, max_tokens=160),
         backend=backend,
@@ -101,9 +99,9 @@ async def chat_shots() -> None:
         await pilot.pause(0.3)
         from specchat.evaluation.variants import LIBRARY_FIXED_DRAFT
 
-        # greedy, a speculative decoder with its learned draft lengths, and the same drafting a
-        # fixed number of tokens as llama-cpp-python does
-        variant = f"{speculative}:fixed_draft={LIBRARY_FIXED_DRAFT}"
+        # greedy, the default decoder with its learned draft lengths, and prompt lookup drafting
+        # a fixed number of tokens as llama-cpp-python does
+        variant = f"pld:fixed_draft={LIBRARY_FIXED_DRAFT}"
         app.push_screen(RaceScreen(PROMPT, ["greedy", speculative, variant], 160))
         await pilot.pause(0.3)
         screen = app.screen
