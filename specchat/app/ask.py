@@ -31,6 +31,7 @@ from specchat.drafts import (
 )
 from specchat.engine.choice import engine_for
 from specchat.engine.events import DoneEvent, StepEvent
+from specchat.evaluation.figures import not_target_distribution
 from specchat.history import DB_FILE, HistoryStore, StoredMessage
 from specchat.locations import data_dir
 from specchat.models import LoadOptions, load_model
@@ -54,6 +55,8 @@ def _step_json(event: StepEvent, rejected: str) -> str:
             "rejected_text": rejected,
             "depth": event.depth,
             "pass_seconds": round(event.pass_seconds, 6),
+            # not None: soft matching verified the step, NOT sampled from the target's distribution
+            "distance": None if event.distance is None else round(event.distance, 6),
             "decoder": event.decoder,
         },
         ensure_ascii=False,
@@ -73,6 +76,8 @@ def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None) -> s
             "decoder": decoder,
             "stats": event.stats.as_dict(),
             "exactness": None if exactness is None else exactness.as_dict(),
+            # null: sampled from the target's distribution (or greedy); else what soft matching did
+            "distribution_note": not_target_distribution(event.stats.distance_per_token),
         },
         ensure_ascii=False,
     )
@@ -222,6 +227,9 @@ def run_ask(
                         sys.stdout.write("\n")
                         if event.finish_reason == "cancelled":
                             sys.stderr.write("[stopped]\n")
+                        inexact = not_target_distribution(event.stats.distance_per_token)
+                        if inexact:
+                            sys.stderr.write(f"[{inexact}]\n")
                         if explain:
                             _explain(answer, event, colour_by)
                     if engine.note and not as_json:  # what a remote server reported

@@ -19,9 +19,16 @@ from specchat.bench.peers import peers_for
 from specchat.bench.report import markdown, print_report
 from specchat.bench.runner import run_benchmark
 from specchat.bench.summary import summarize
-from specchat.decoding.registry import baseline_name, build_decoder, default_race, run_params
+from specchat.decoding.registry import (
+    baseline_name,
+    build_decoder,
+    default_race,
+    run_params,
+    sampling_for,
+)
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import DecoderEntrant
+from specchat.evaluation.variants import DecoderVariant, parse_variant
 from specchat.models import LoadOptions, load_model
 from specchat.options import REMOTE_BACKEND, RunConfig
 
@@ -68,16 +75,26 @@ def run_bench(
             "speculation with `bench --peers`"
         )
     questions = load_questions(data, categories, limit_per_category)
-    names = list(dict.fromkeys([baseline_name(), *(config.race or default_race())]))
+    variants = [DecoderVariant(baseline_name())] + [
+        parse_variant(spec) for spec in (config.race or default_race())
+    ]
+    variants = list({v.label: v for v in variants}.values())
+    if any(v.server is not None for v in variants):
+        raise SpecchatError("bench races local decoders: race a server with `compare`")
+    names = list(dict.fromkeys(v.name for v in variants))
     per = run_params(names, config, params)
+    sampling = sampling_for(None, config)
     max_tokens, repeats = config.max_tokens, config.repeats
     console = Console(file=sys.stderr)
     with console.status("loading the model…"):
         loaded = load_model(config.model, LoadOptions.of(config))
-    for name in names:  # unavailable decoders stop here, before any run
-        build_decoder(name, per[name], loaded)
+    for variant in variants:  # unavailable decoders stop here, before any run
+        build_decoder(variant.name, variant.with_params(per[variant.name]), loaded)
     library_peers = peers_for(loaded, config.llama_server, names) if peers else []
-    methods = [*(DecoderEntrant(loaded, name, per[name]) for name in names), *library_peers]
+    methods = [
+        *(DecoderEntrant(loaded, v.name, v.with_params(per[v.name]), v.label) for v in variants),
+        *library_peers,
+    ]
     total = sum(len(q.turns) for q in questions) * len(methods) * repeats
     try:
         with Progress(
@@ -99,6 +116,7 @@ def run_bench(
                     repeats=repeats,
                     on_run=lambda: progress.advance(task),
                     saved=saved,
+                    sampling=sampling,
                 )
     finally:
         for peer in library_peers:  # peers that run a server stop it
@@ -113,6 +131,7 @@ def run_bench(
         "threads": getattr(loaded, "threads", None),
         "max_tokens": max_tokens,
         "repeats": repeats,
+        "sampling": sampling.__dict__,
         "history": history,  # earlier questions saved as chats, a draft source
         # greedy-family decoders are bitwise greedy here, or only to near-ties
         "exactness": loaded.exactness().as_dict(),
@@ -137,6 +156,9 @@ def run_bench(
                     "first_divergence": r.first_divergence,
                     "oracle_seconds": r.oracle_seconds,
                     "plain_seconds": r.plain_seconds,
+                    # soft matching: not sampled from the target's distribution
+                    "inexact_steps": r.inexact_steps,
+                    "total_variation": round(r.distance, 6),
                 }
                 for r in rows
             ],

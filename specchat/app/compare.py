@@ -30,6 +30,7 @@ def _row_json(row: RaceRow, lane: Lane) -> dict[str, object]:
     """One decoder's line of `compare --json`; `oracle` is the speedup its drafter's proposals
     would allow with perfect draft lengths, `efficiency` the share of that it realised."""
     eff = efficiency(row.speedup, lane.oracle.speedup if lane.oracle else None)
+    stats = lane.last.stats
     return {
         "decoder": row.decoder,
         "params": getattr(lane.entrant, "params", {}),
@@ -42,10 +43,17 @@ def _row_json(row: RaceRow, lane: Lane) -> dict[str, object]:
         "first_divergence": lane.divergence.as_dict() if lane.divergence else None,
         "oracle": None if lane.oracle is None else round(lane.oracle.speedup, 3),
         "efficiency": None if eff is None else round(eff, 3),
+        # False where soft matching verified it: not sampled from the target's distribution
+        "target_distribution": stats.target_distribution,
+        "total_variation_per_token": None
+        if stats.distance_per_token is None
+        else round(stats.distance_per_token, 6),
     }
 
 
 def _exact_cell(row: dict[str, object]) -> str:
+    if not row["target_distribution"]:
+        return f"NOT target's distribution (soft, TV {row['total_variation_per_token']:.3f}/tok)"
     same = row["identical_to_greedy"]
     if same is None:
         return "—"

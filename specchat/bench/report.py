@@ -7,7 +7,9 @@ from rich.text import Text
 
 from specchat.bench.peers import MATCHING_PEER, REFERENCE_PEERS
 from specchat.bench.summary import OVERALL, QuestionRow
+from specchat.errors import SpecchatError
 from specchat.evaluation import figures
+from specchat.evaluation.variants import DecoderVariant, parse_variant
 from specchat.tables import Column, print_table
 
 _BAR = 30  # characters for the longest bar
@@ -60,7 +62,9 @@ def _figure_cells(fig: dict) -> list[str]:
         maybe(fig["speedup"], ".2f") + ("×" if fig["speedup"] is not None else ""),
         maybe(fig["mean_accepted_tokens"], ".2f"),
         maybe(fig["acceptance_rate"], ".0%"),
-        maybe(fig["exact_rate"], ".0%"),
+        "soft"
+        if fig.get("total_variation_per_token") is not None
+        else maybe(fig["exact_rate"], ".0%"),
         maybe(fig.get("oracle"), ".2f") + ("×" if fig.get("oracle") is not None else ""),
         maybe(fig.get("efficiency"), ".2f"),
         str(fig["questions"]),
@@ -83,6 +87,40 @@ def ours_over_peers(summary: dict) -> list[tuple[str, str, float]]:
             if ratio is not None:
                 pairs.append((method, peer, ratio))
     return pairs
+
+
+def soft_matching_lines(summary: dict) -> list[str]:
+    """For each method that soft matching verified: it is not sampled from the target's
+    distribution, how far it moved (total variation per token), and what it gained over the same
+    decoder verified exactly, where that ran too."""
+    lines = []
+    for method, per in summary.items():
+        fig = per[OVERALL]
+        note = figures.not_target_distribution(fig.get("total_variation_per_token"))
+        if note is None:
+            continue
+        line = f"{method}: {note}"
+        exact = _exact_counterpart(method)
+        base = summary.get(exact, {}).get(OVERALL) if exact else None
+        if base and base["acceptance_rate"] is not None and fig["acceptance_rate"] is not None:
+            speed = figures.speedup(fig["tokens_per_second"], base["tokens_per_second"])
+            line += (
+                f"; over {exact}: acceptance {base['acceptance_rate']:.0%} → "
+                f"{fig['acceptance_rate']:.0%}, tokens/step {base['mean_accepted_tokens']:.2f} → "
+                f"{fig['mean_accepted_tokens']:.2f}, speed {speed:.2f}×"
+            )
+        lines.append(line)
+    return lines
+
+
+def _exact_counterpart(label: str) -> str | None:
+    """The label of the same variant without soft matching (None: not a variant spelling)."""
+    try:
+        variant = parse_variant(label)
+    except SpecchatError:
+        return None
+    rest = tuple((k, v) for k, v in variant.params if k != "soft_match")
+    return DecoderVariant(variant.name, rest).label
 
 
 def chart_lines(summary: dict, categories: list[str]) -> list[tuple[str, str, float, float | None]]:
@@ -127,6 +165,8 @@ def print_report(console: Console, summary: dict, categories: list[str], rows: l
     console.print(chart_text(summary, categories, width=console.width))
     for ours, peer, ratio in ours_over_peers(summary):
         console.print(f"{ours} ÷ {peer}: {ratio:.2f}×")
+    for line in soft_matching_lines(summary):
+        console.print(line, markup=False, style="bold")
     differing = [r for r in rows if r.identical_to_greedy is False]
     for row in differing:
         console.print(
@@ -161,6 +201,10 @@ def markdown(
         out.append("")
         for ours, peer, ratio in pairs:
             out.append(f"- {ours} ÷ {peer}: **{ratio:.2f}×**")
+    soft = soft_matching_lines(summary)
+    if soft:
+        out.append("")
+        out.extend(f"- {line}" for line in soft)
     out.append("\n```\n" + chart_text(summary, categories, colour=False).plain + "```")
     differing = [r for r in rows if r.identical_to_greedy is False]
     if differing:

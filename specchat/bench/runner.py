@@ -19,6 +19,7 @@ from specchat.backends.base import Backend, ChatMessage
 from specchat.bench.data import Question
 from specchat.bench.history import BenchHistory
 from specchat.bench.summary import QuestionRow
+from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import DraftSources
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import Entrant, Lane, RaceTurn, RunFinished, race
@@ -38,6 +39,8 @@ class MethodTotals:
     plain_seconds: float = 0.0
     identical: bool = True
     divergence: dict | None = None  # the question's first difference from greedy
+    inexact_steps: int = 0  # soft matching's (not the target's distribution)
+    distance: float = 0.0
 
     def add(self, lane: Lane, turn_index: int) -> None:
         last = lane.last.stats
@@ -46,6 +49,8 @@ class MethodTotals:
         self.steps += last.steps
         self.drafted += last.drafted
         self.accepted += last.accepted
+        self.inexact_steps += last.inexact_steps
+        self.distance += last.distance
         if lane.oracle is not None:
             self.oracle_seconds += lane.oracle.seconds
             self.plain_seconds += lane.oracle.plain_seconds
@@ -65,8 +70,11 @@ def run_benchmark(
     repeats: int,
     on_run: Callable[[], None] | None = None,
     saved: BenchHistory | None = None,
+    sampling: SamplingParams = SamplingParams(),  # frozen: one shared default is safe
 ) -> list[QuestionRow]:
-    """A row per question and method; `methods` start with the baseline."""
+    """A row per question and method; `methods` start with the baseline. With a temperature
+    every method samples (greedy's lane too: one pass a token, the speed baseline) and nothing
+    is compared token for token."""
     rows: list[QuestionRow] = []
     for question in questions:
         history: list[ChatMessage] = []
@@ -78,7 +86,7 @@ def run_benchmark(
                 turn_start=turn_start(backend, history, prompt),
                 saved=saved.index if saved is not None else None,
             )
-            turn = RaceTurn(tuple(history), tuple(prompt), max_tokens, sources=sources)
+            turn = RaceTurn(tuple(history), tuple(prompt), max_tokens, sampling, sources=sources)
 
             def heard(event) -> None:
                 if on_run is not None and isinstance(event, RunFinished):
@@ -94,7 +102,7 @@ def run_benchmark(
             saved.record(question.turns[0], history)
         for method in methods:
             total = totals[method.label]
-            judged = method.compared_by is not None
+            judged = method.compared_by is not None and sampling.greedy
             rows.append(
                 QuestionRow(
                     question.question_id,
@@ -109,6 +117,8 @@ def run_benchmark(
                     total.divergence,
                     total.oracle_seconds or None,
                     total.plain_seconds or None,
+                    total.inexact_steps,
+                    total.distance,
                 )
             )
     return rows

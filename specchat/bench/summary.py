@@ -30,6 +30,10 @@ class QuestionRow:
     # the oracle over the drafter's own proposals (decoding.oracle), in pass-cost seconds
     oracle_seconds: float | None = None
     plain_seconds: float | None = None
+    # soft matching: steps not sampled from the target's distribution, and their summed total
+    # variation from it (GenerationStats.inexact_steps / distance)
+    inexact_steps: int = 0
+    distance: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -75,6 +79,7 @@ def summarize(rows: list[QuestionRow], baseline: str) -> dict[str, dict[str, dic
                 if judged
                 else None,
                 **_oracle(mine, ratio),
+                "total_variation_per_token": _distance(mine),
                 "questions": len(mine),
             }
     return summary
@@ -92,6 +97,14 @@ def _oracle(rows: list[QuestionRow], speedup: float | None) -> dict[str, object]
     )
     share = efficiency(speedup, oracle)
     return {"oracle": round(oracle, 4), "efficiency": None if share is None else round(share, 4)}
+
+
+def _distance(rows: list[QuestionRow]) -> float | None:
+    """Mean total variation from the target's distribution per generated token; None where
+    every token was drawn from it."""
+    if not any(r.inexact_steps for r in rows):
+        return None
+    return round(sum(r.distance for r in rows) / max(1, sum(r.tokens for r in rows)), 6)
 
 
 def _in(row: QuestionRow, category: str) -> bool:

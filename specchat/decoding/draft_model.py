@@ -2,8 +2,12 @@
 the target verifies them in one pass.
 
 K adapts (+2 after a fully accepted draft, -1 after a rejection) and drafting stops early when the
-draft's own top probability falls below a threshold. The draft may run on another backend or
-device than the target: it only ever exchanges token ids with it, and it is handed in loaded.
+draft's own top probability falls below a threshold. With `tree_width` above 1 the chain becomes a
+SpecInfer token tree: the draft's next-likeliest tokens join where it is unsure, as far as the
+target's pass costs pay for them (token_tree.py). With `soft_match` β above 0 (opt-in) sampled
+drafts are verified by soft matching, which is faster and NOT sampled from the target's
+distribution; every step so verified says so (Step.distance). The draft may run on another backend
+or device than the target: it only ever exchanges token ids with it, and it is handed in loaded.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler, SamplingParams, logits_to_probs, sample
 from specchat.decoding.sources import DRAFT, NO_SOURCES, DraftSources
 from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
+from specchat.decoding.token_tree import chain_positions, widen
 
 _PLAIN = SamplingParams(temperature=1.0)
 _PRIOR = 0.8  # a draft of the same family agrees most of the time
@@ -30,9 +35,18 @@ class DraftModelDrafter:
         """Its drafts depend on more than the context: nothing to replay."""
         return []
 
-    def __init__(self, draft: Backend, k: int, k_max: int, threshold: float) -> None:
+    def __init__(
+        self,
+        draft: Backend,
+        k: int,
+        k_max: int,
+        threshold: float,
+        tree_width: int = 1,
+        soft_match: float = 0.0,
+    ) -> None:
         self.model = draft
         self.k, self.k_max, self.threshold = k, k_max, threshold
+        self.tree_width, self.soft_match = tree_width, soft_match
         self._tokens: list[int] = []  # what the draft's cache holds
         # Seconds per drafted token as actually paid: alternating two runtimes' thread pools on
         # shared cores can cost several times the draft's stand-alone block cost.
@@ -58,13 +72,16 @@ class DraftModelDrafter:
     def plan(self, context: list[int], room: int) -> Plan:
         if self._cost is None:
             self._cost = self.model.block_cost(1)
-        return Plan(available=self.k, key=("draft",), draft_cost=self._cost, prior=_PRIOR)
+        # a tree's alternatives make deeper tokens likelier to be kept: learned apart
+        key = ("draft", "tree") if self.tree_width > 1 else ("draft",)
+        return Plan(available=self.k, key=key, draft_cost=self._cost, prior=_PRIOR)
 
     def draft(
         self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
     ) -> Draft:
         tokens: list[int] = []
         probs_seen: list[np.ndarray] = []
+        stopped: tuple[int, np.ndarray] | None = None  # where the draft lost confidence
         last = context[-1]
         started = time.perf_counter()
         if depth:
@@ -80,6 +97,7 @@ class DraftModelDrafter:
                 probs = sampler.probs(logits)
                 token = sample(probs, sampler.rng)
             if tokens and probs.max() < self.threshold:
+                stopped = (token, probs)
                 break
             tokens.append(token)
             probs_seen.append(probs)
@@ -93,12 +111,21 @@ class DraftModelDrafter:
                 # Costs drift (load, cache length): let the estimate recover now and then.
                 self._cost *= 0.9
                 self._probe_countdown = 16
-        q = np.stack(probs_seen) if tokens and not sampler.greedy else None
-        return Draft.chain(context[-1], tokens, q, source=DRAFT)
+        sampled = not sampler.greedy
+        soft = self.soft_match if sampled else 0.0
+        draft = Draft.chain(
+            context[-1], tokens, probs_seen if sampled and tokens else None, DRAFT, soft
+        )
+        if self.tree_width > 1 and tokens and not soft:  # soft matching verifies chains
+            positions = chain_positions(tokens, probs_seen, stopped)
+            rng = sampler.rng if sampled else None
+            widen(draft, positions, self.tree_width, target.block_cost, rng)
+        draft.state = len(tokens)  # the chain the draft drafted, which K measures
+        return draft
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
         if draft.drafted:
-            full = accepted == draft.drafted
+            full = accepted >= draft.state  # the chain was taken whole (a tree may add one)
             self.k = min(self.k_max, self.k + 2) if full else max(1, self.k - 1)
 
 
@@ -131,11 +158,34 @@ class DraftModelDecoder(SpeculativeDecoder):
         Param(
             "threshold", float, 0.3, "stop drafting when the draft's top probability is lower", 0, 1
         ),
+        Param(
+            "tree_width",
+            int,
+            1,
+            "1: a chain; N: a token tree, up to N of the draft's likeliest tokens where it is "
+            "unsure, as many as the pass costs pay for (SpecInfer)",
+            1,
+            16,
+        ),
+        Param(
+            "soft_match",
+            float,
+            0.0,
+            "β, sampling only: also keep a drafted token when 1 − p/q ≤ β — faster, and the "
+            "answer is NOT sampled from the target's distribution (0: exact)",
+            0,
+            0.99,
+        ),
     ) + SPECULATIVE_PARAMS
     needs_draft_model = True
 
     def __init__(self, draft_model: Backend, **values: object) -> None:
         super().__init__(**values)
         self.drafter = DraftModelDrafter(
-            draft_model, int(values["k"]), int(values["k_max"]), float(values["threshold"])
+            draft_model,
+            int(values["k"]),
+            int(values["k_max"]),
+            float(values["threshold"]),
+            int(values["tree_width"]),
+            float(values["soft_match"]),
         )

@@ -74,65 +74,115 @@ class Sampler:
         return logits_to_probs(logits, self.params)
 
 
-def verify_tree(
-    logits: np.ndarray, children: dict[int, dict[int, int]], sampler: Sampler
-) -> tuple[list[int], int, int]:
-    """Accept a path through a trie of copied drafts (n-grams: the drafter puts q(x) = 1).
+@dataclass(frozen=True)
+class Verdict:
+    """What verification kept: the accepted drafted tokens, the block node reached, and the
+    target's next token there. `distance` is None when every token was drawn from the target's
+    distribution; under soft matching it is the summed total variation between the distribution
+    each verified position's token was drawn from and the target's there."""
 
-    `children[node]` maps a drafted token to its block index; node 0 is the pending token.
-    Returns (accepted tokens, the node reached, the target's next token there). Greedy: follow the
-    child equal to the argmax. Sampling: try each child x in turn and keep it with probability
-    p(x); on rejection zero x and renormalise — the residual max(0, p - q) — before trying the next
-    (SpecInfer's multi-candidate rule); when all fail, sample the residual. Either way the output
+    accepted: list[int]
+    node: int
+    next_token: int
+    distance: float | None = None
+
+
+def verify_tree(
+    logits: np.ndarray,
+    children: dict[int, dict[int, int]],
+    sampler: Sampler,
+    draft_q: dict[int, np.ndarray] | None = None,
+    soft: float = 0.0,
+) -> Verdict:
+    """Accept a path through a trie of drafts.
+
+    `children[node]` maps a drafted token to its block index (node 0 is the pending token), in
+    the order the drafter proposed them. Greedy: follow the child equal to the argmax. Sampling,
+    one node at a time, children in order (SpecInfer's multi-branch rule, as recursive rejection
+    sampling): a child x is kept with probability min(1, p(x)/q(x)); on rejection p becomes the
+    normalised residual max(0, p − q), x leaves q and q is renormalised, and the next child is
+    tried; when all fail the next token is drawn from what p has become. `draft_q[node]` is the
+    distribution a draft model drew that node's children from — one after another without
+    replacement, which is what keeps the rule exact; a node without one holds copied drafts, a
+    point mass each (q(x) = 1: keep x with probability p(x), else zero it). Either way the output
     follows the target exactly.
+
+    `soft` (β > 0, opt-in) is soft matching and is NOT exact: at a node with a draft model's q
+    and one child, x is also kept when 1 − p(x)/q(x) ≤ β. The verdict's `distance` then says how
+    far each such position's distribution moved from p.
     """
     accepted: list[int] = []
     node = 0
+    distance: float | None = None
     while True:
         row = logits[node]
         options = children.get(node, {})
         if sampler.greedy:
             best = int(np.argmax(row))
             if best not in options:
-                return accepted, node, best
+                return Verdict(accepted, node, best)
             accepted.append(best)
             node = options[best]
             continue
         p = sampler.probs(row)
-        chosen = None
-        for token, child in options.items():
-            if sampler.rng.random() < p[token]:
-                chosen = (token, child)
-                break
-            p[token] = 0.0
-            p /= p.sum()  # p(x) < 1 here, or x would have been kept
+        q = draft_q.get(node) if draft_q else None
+        beta = soft if q is not None and len(options) == 1 else 0.0
+        if beta:
+            distance = (distance or 0.0) + soft_distance(p, q, beta)
+        chosen, p = _choose_child(options, p, q, sampler.rng, beta)
         if chosen is None:
-            return accepted, node, sample(p, sampler.rng)
+            return Verdict(accepted, node, sample(p, sampler.rng), distance)
         accepted.append(chosen[0])
         node = chosen[1]
 
 
-def verify_chain(
-    logits: np.ndarray, draft: list[int], sampler: Sampler, draft_probs: np.ndarray | None = None
-) -> tuple[int, int]:
-    """Accept a prefix of `draft` against target logits of a chain [pending, *draft].
-
-    Returns (accepted count, the target's next token after the accepted prefix). Copied drafts
-    (no `draft_probs`) are a one-branch trie: see verify_tree. A draft model's tokens come with the
-    distribution q they were sampled from: keep x with probability min(1, p(x)/q(x)), and on
-    rejection draw from the normalised residual max(0, p - q) — exact speculative sampling.
-    """
-    if draft_probs is None or sampler.greedy:
-        children = {i: {token: i + 1} for i, token in enumerate(draft)}
-        accepted, _, next_token = verify_tree(logits, children, sampler)
-        return len(accepted), next_token
-    for i, token in enumerate(draft):
-        p = sampler.probs(logits[i])
-        if sampler.rng.random() * draft_probs[i][token] < p[token]:
+def _choose_child(
+    options: dict[int, int],
+    p: np.ndarray,
+    q: np.ndarray | None,
+    rng: np.random.Generator,
+    soft: float,
+) -> tuple[tuple[int, int] | None, np.ndarray]:
+    """The child the target keeps (None: none) and the distribution p has become."""
+    q = None if q is None else q.astype(np.float64, copy=True)
+    for token, child in options.items():
+        if q is None:  # a copied draft
+            if rng.random() < p[token]:
+                return (token, child), p
+            p[token] = 0.0
+            p /= p.sum()  # p(x) < 1 here, or x would have been kept
             continue
-        residual = np.maximum(p - draft_probs[i], 0.0)
-        total = residual.sum()
-        if total <= 0:  # p == q: the rejection cannot happen, but rounding can claim it did
-            return i, sample(p, sampler.rng)
-        return i, sample(residual / total, sampler.rng)
-    return len(draft), sampler.next_token(logits[len(draft)])
+        if rng.random() * q[token] < p[token] or (soft and p[token] >= (1.0 - soft) * q[token]):
+            return (token, child), p
+        residual = rejection_residual(p, q)
+        if residual is None:  # p == q: the rejection cannot happen, but rounding can claim it did
+            return None, p
+        p = residual
+        q = without(q, token)
+        if q is None:
+            break
+    return None, p
+
+
+def without(q: np.ndarray, token: int) -> np.ndarray | None:
+    """q once `token` was drawn from it: what the next child, drawn without replacement, follows
+    (None: nothing left to draw)."""
+    q[token] = 0.0
+    mass = q.sum()
+    return q / mass if mass > 0 else None
+
+
+def rejection_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray | None:
+    """The normalised max(0, p − q) a rejected draft leaves to sample from (None: p ≤ q
+    everywhere, i.e. p == q up to rounding)."""
+    residual = np.maximum(p - q, 0.0)
+    total = residual.sum()
+    return residual / total if total > 0 else None
+
+
+def soft_distance(p: np.ndarray, q: np.ndarray, beta: float) -> float:
+    """Total variation between soft matching's output distribution at one position and the
+    target's p, for a token drawn from q: the tokens with (1 − β)·q ≤ p < q are kept always
+    instead of with probability p/q, and exactly that extra mass moves away from the others."""
+    boosted = (p < q) & (p >= (1.0 - beta) * q)
+    return float((q - p)[boosted].sum())

@@ -1,10 +1,11 @@
 """One speculative step for every drafter: draft, one target pass, verify, commit, learn.
 
 A drafter only proposes (prompt lookup, lookahead's pool and window, a draft model); this module
-verifies every kind of draft the same way. Greedy verification follows the target's argmax through
-the draft's trie; with a temperature, copied drafts (q = 1) use SpecInfer's multi-candidate rule
-and a draft model's chain uses exact rejection sampling (see sampling.verify_chain). The payoff
-guard and the draft-length policy are the two visible decisions around the pass.
+verifies every kind of draft the same way (sampling.verify_tree). Greedy verification follows the
+target's argmax through the draft's trie; with a temperature, each node's children are tried in
+turn by SpecInfer's multi-branch rule, with the draft model's q where one drew them and q = 1 for
+copied drafts. The payoff guard and the draft-length policy are the two visible decisions around
+the pass.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from specchat.decoding.draft_policy import DraftLengthPolicy, Plan
 from specchat.decoding.params import Param
 from specchat.decoding.payoff import PayoffGuard
 from specchat.decoding.plain import plain_step
-from specchat.decoding.sampling import Sampler, verify_chain, verify_tree
+from specchat.decoding.sampling import Sampler, verify_tree
 from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.step import Step
 
@@ -32,29 +33,51 @@ class Draft:
     """A block after the pending token (index 0), and which of its nodes are drafts to verify.
 
     `children[node]` maps a drafted token to its block index (a trie rooted at 0); block nodes
-    outside the trie (lookahead's window) are evaluated but never accepted. `q` holds a draft
-    model's per-position distributions for a chain draft, `drafted` the most the pass can accept.
-    `source` says where the drafts came from; a trie merged from several sources names each
-    node's in `node_sources` (a node shared by several keeps the first's).
+    outside the trie (lookahead's window) are evaluated but never accepted. `q[node]` is the
+    distribution a draft model drew that node's children from (in their order, without
+    replacement), for sampled verification; `drafted` is the most the pass can accept, `sized`
+    the depth the policy's choice drafted where that is less (a token tree's alternatives where
+    its chain stopped: the policy learns from what it sized, never from them). `soft` is
+    soft matching's β (0: exact; see sampling.verify_tree). `source` says where the drafts came
+    from; a trie merged from several sources names each node's in `node_sources` (a node shared
+    by several keeps the first's).
     """
 
     tokens: list[int]
     parents: list[int]
     children: dict[int, dict[int, int]]
     drafted: int
-    q: np.ndarray | None = None
+    q: dict[int, np.ndarray] | None = None
     state: Any = None  # the drafter's own bookkeeping for `observe`
     source: str = ""
     node_sources: dict[int, str] | None = None
+    soft: float = 0.0
+    sized: int | None = None
 
     @classmethod
     def chain(
-        cls, pending: int, tokens: list[int], q: np.ndarray | None = None, source: str = ""
+        cls,
+        pending: int,
+        tokens: list[int],
+        q: Sequence[np.ndarray] | None = None,
+        source: str = "",
+        soft: float = 0.0,
     ) -> Draft:
+        """One draft after the pending token; `q[i]`: the distribution token i was drawn from."""
         children = {i: {token: i + 1} for i, token in enumerate(tokens)}
+        by_node = None if q is None else dict(enumerate(q))
+        parents = list(range(-1, len(tokens)))
         return cls(
-            [pending, *tokens], list(range(-1, len(tokens))), children, len(tokens), q, None, source
+            [pending, *tokens], parents, children, len(tokens), by_node, None, source, soft=soft
         )
+
+    def add_child(self, node: int, token: int) -> int:
+        """Hang `token` under block node `node` (after its other children); its block index."""
+        self.tokens.append(token)
+        self.parents.append(node)
+        child = len(self.tokens) - 1
+        self.children.setdefault(node, {})[token] = child
+        return child
 
     def source_of(self, node: int) -> str:
         """Where the draft that reached block node `node` came from ("" for the root)."""
@@ -67,9 +90,6 @@ class Draft:
     @property
     def block(self) -> Block:
         return Block(tuple(self.tokens), tuple(self.parents))
-
-    def chain_tokens(self) -> list[int]:
-        return self.tokens[1:]
 
     def rejected_after(self, node: int) -> tuple[int, ...]:
         """The drafted tokens below `node` that the target did not take: its first child's
@@ -202,22 +222,20 @@ class SpeculativeDecoder(Decoder):
         started = time.perf_counter()
         logits = target.evaluate(block)
         pass_seconds = time.perf_counter() - started
-        if draft.q is not None and not sampler.greedy:
-            chain = draft.chain_tokens()
-            n, next_token = verify_chain(logits, chain, sampler, draft.q)
-            accepted, node = chain[:n], n
-        else:
-            accepted, node, next_token = verify_tree(logits, draft.children, sampler)
+        verdict = verify_tree(logits, draft.children, sampler, draft.q, draft.soft)
+        accepted, node = verdict.accepted, verdict.node
         target.commit(block.path_to(node))
-        if draft.drafted:
-            self.policy.update(plan, draft.drafted, len(accepted))
+        sized = draft.drafted if draft.sized is None else draft.sized
+        if sized:
+            self.policy.update(plan, sized, min(len(accepted), sized))
         self.drafter.observe(draft, logits, len(accepted))
         return Step(
-            tokens=(*accepted, next_token),
+            tokens=(*accepted, verdict.next_token),
             drafted=draft.drafted,
             accepted=len(accepted),
             source=draft.source_of(node),
             rejected=draft.rejected_after(node),
             depth=depth,
             pass_seconds=pass_seconds,
+            distance=verdict.distance,
         )

@@ -18,7 +18,9 @@ class Step:
     `sources.SOURCE_LABELS`; empty when none was accepted). A speculative step also says what it
     drafted that the target did not take (`rejected`: the rest of the draft past the accepted
     tokens, along its first branch), the draft length its policy chose (`depth`) and what the
-    target pass cost (`pass_seconds`).
+    target pass cost (`pass_seconds`). `distance` is None when the step's tokens were drawn from
+    the target's distribution (greedy, or exact verification); soft matching sets it to the
+    summed total variation between what its positions were drawn from and the target's.
     """
 
     tokens: tuple[int, ...]
@@ -30,3 +32,4 @@ class Step:
     rejected: tuple[int, ...] = ()
     depth: int = 0
     pass_seconds: float = 0.0
+    distance: float | None = None

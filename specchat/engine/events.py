@@ -29,6 +29,7 @@ class StepEvent:
     rejected: tuple[int, ...] = ()  # drafted, not taken (Step.rejected)
     depth: int = 0  # the draft length the policy chose
     pass_seconds: float = 0.0  # what the target pass cost
+    distance: float | None = None  # not drawn from the target's distribution (Step.distance)
 
 
 @dataclass(frozen=True)

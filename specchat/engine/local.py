@@ -155,6 +155,7 @@ class Engine(AnswerEngine):
                 rejected=step.rejected,
                 depth=step.depth,
                 pass_seconds=step.pass_seconds,
+                distance=step.distance,
             )
             stats = stats.with_step(event).with_decoder(self.decoder.name, self.decoder.values)
             yield event

@@ -24,6 +24,7 @@ class CountedStep(Protocol):
     accepted: int
     seconds: float
     tail: bool
+    distance: float | None
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class GenerationStats:
     decode_seconds: float = 0.0
     time_to_first_token: float | None = None
     decoders: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    # steps whose tokens were not drawn from the target's distribution (soft matching), and the
+    # total variation from it summed over their positions
+    inexact_steps: int = 0
+    distance: float = 0.0
 
     def with_step(self, event: CountedStep) -> GenerationStats:
         """These stats plus one step event; a tail (text released at the end) is no step."""
@@ -49,6 +54,8 @@ class GenerationStats:
             drafted=self.drafted + event.drafted,
             accepted=self.accepted + event.accepted,
             decode_seconds=self.decode_seconds + event.seconds,
+            inexact_steps=self.inexact_steps + (event.distance is not None),
+            distance=self.distance + (event.distance or 0.0),
         )
 
     def with_decoder(self, name: str, values: Mapping[str, object]) -> GenerationStats:
@@ -69,6 +76,20 @@ class GenerationStats:
     def acceptance_rate(self) -> float:
         return figures.acceptance_rate(self.accepted, self.drafted)
 
+    @property
+    def target_distribution(self) -> bool:
+        """Whether every token was drawn from the target's distribution (greedy counts: its
+        tokens are the target's own choice); False once soft matching verified a step."""
+        return self.inexact_steps == 0
+
+    @property
+    def distance_per_token(self) -> float | None:
+        """Mean total variation from the target's distribution per generated token (None:
+        exact)."""
+        if self.target_distribution:
+            return None
+        return self.distance / max(1, self.generated_tokens)
+
     def as_dict(self) -> dict[str, object]:
         """The JSON form (`ask --json`, the history database), figures rounded."""
         return {
@@ -87,6 +108,12 @@ class GenerationStats:
             else round(self.time_to_first_token, 6),
             "tokens_per_second": round(self.tokens_per_second, 3),
             "decoders": {name: dict(values) for name, values in self.decoders.items()},
+            "target_distribution": self.target_distribution,
+            "total_variation_per_token": None
+            if self.distance_per_token is None
+            else round(self.distance_per_token, 6),
+            "inexact_steps": self.inexact_steps,
+            "distance": round(self.distance, 6),
         }
 
     @classmethod
@@ -106,4 +133,6 @@ class GenerationStats:
             decoders={
                 str(name): dict(values) for name, values in dict(data.get("decoders", {})).items()
             },
+            inexact_steps=int(data.get("inexact_steps", 0)),
+            distance=float(data.get("distance", 0.0)),
         )

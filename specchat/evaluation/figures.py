@@ -27,6 +27,18 @@ def acceptance_rate(accepted: int, drafted: int) -> float:
     return accepted / drafted if drafted else 0.0
 
 
+def not_target_distribution(distance_per_token: float | None) -> str | None:
+    """What the status line, `--json`, race summaries and bench rows say of an answer that soft
+    matching verified: it is not sampled from the target's distribution, and by how far it moved
+    (mean total variation per token). None: drawn as the target draws."""
+    if distance_per_token is None:
+        return None
+    return (
+        "soft matching: NOT sampled from the target's distribution "
+        f"(TV {distance_per_token:.3f}/token)"
+    )
+
+
 def speedup(tokens_per_second: float, baseline_tokens_per_second: float) -> float | None:
     """How many times the baseline's speed; None when the baseline has no speed."""
     if baseline_tokens_per_second <= 0:

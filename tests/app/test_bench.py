@@ -120,8 +120,10 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
             "exact_rate",
             "oracle",
             "efficiency",
+            "total_variation_per_token",
             "questions",
         }
+        assert fig["total_variation_per_token"] is None  # greedy and exact verification
     assert report["summary"]["pld"]["overall"]["exact_rate"] == 1.0
     assert report["summary"]["pld"]["overall"]["acceptance_rate"] > 0  # exact with drafts taken
     # the oracle replays pld's own proposals on greedy's answers; greedy has none to replay
@@ -143,7 +145,10 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
         "first_divergence",
         "oracle_seconds",
         "plain_seconds",
+        "inexact_steps",
+        "total_variation",
     }
+    assert row["inexact_steps"] == 0 and row["total_variation"] == 0
     # two turns answered: more tokens than one turn's limit
     assert row["tokens"] > 16
     env = report["environment"]
@@ -155,6 +160,44 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
     assert "speedup" in md.read_text() or "×" in md.read_text()
     assert "pld ÷ peer:llama-cpp-python:pld" in result.stdout
     assert "peer:llama-cpp-python:greedy" in result.stdout
+
+
+@pytest.mark.slow
+def test_bench_races_variants_at_a_temperature(tmp_path, bundled_gguf):
+    """Variants of one decoder race side by side (`NAME:param=value`); with --temperature every
+    method samples, nothing is judged token for token, and the soft-matching variant is labelled
+    as not sampled from the target's distribution, with its distance and its gain over the same
+    decoder verified exactly."""
+    data = tmp_path / "q.jsonl"
+    data.write_text(
+        json.dumps({"question_id": 1, "category": "chat", "turns": ["Tell me about the sea."]})
+        + "\n"
+    )
+    out = tmp_path / "r.json"
+    result = run_cli(
+        *["bench", "--data", str(data), "--backend", "llama", "--draft", str(bundled_gguf)],
+        *["-d", "draft", "-d", "draft:soft_match=0.5", "-d", "pld:fixed_draft=4"],
+        *["-p", "draft.fixed_draft=3", "--temperature", "1", "--seed", "3"],
+        *["--max-tokens", "24", "--json", str(out)],
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    summary = report["summary"]
+    assert set(summary) == {"greedy", "draft", "draft:soft_match=0.5", "pld:fixed_draft=4"}
+    assert report["environment"]["sampling"]["temperature"] == 1.0
+    for method, per in summary.items():
+        assert per["overall"]["exact_rate"] is None, method  # samples: nothing to compare
+    soft = summary["draft:soft_match=0.5"]["overall"]
+    # the draft is the target's own file here, so q = p and soft matching moves nothing
+    assert soft["total_variation_per_token"] is not None and soft["total_variation_per_token"] >= 0
+    assert summary["draft"]["overall"]["total_variation_per_token"] is None
+    assert summary["draft"]["overall"]["acceptance_rate"] > 0
+    rows = {r["decoder"]: r for r in report["questions"]}
+    assert rows["draft:soft_match=0.5"]["inexact_steps"] > 0
+    assert rows["draft"]["inexact_steps"] == 0 and rows["draft"]["identical_to_greedy"] is None
+    assert rows["pld:fixed_draft=4"]["tokens"] > 0
+    assert "draft:soft_match=0.5: soft matching: NOT sampled" in result.stdout
+    assert "over draft: acceptance" in result.stdout
 
 
 @pytest.mark.slow

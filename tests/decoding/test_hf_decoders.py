@@ -80,12 +80,13 @@ def test_greedy_equals_transformers_generate(smol_hf):
     "name,params",
     [
         ("pld", {"fixed_draft": 10}),
-        ("lookahead", {"fixed_draft": 3, "max_cost_ratio": 100.0}),
+        ("lookahead", {"fixed_draft": 3}),
         ("draft", {"fixed_draft": 4}),
+        ("draft", {"fixed_draft": 4, "tree_width": 4}),
         ("draft", {"draft": "self:24", "fixed_draft": 4}),
         ("suffix", {"fixed_draft": 10}),
     ],
-    ids=["pld", "lookahead", "draft", "self-speculation", "suffix"],
+    ids=["pld", "lookahead", "draft", "draft-tree", "self-speculation", "suffix"],
 )
 @pytest.mark.slow
 def test_speculative_equals_greedy_up_to_rounding(smol_hf, name, params):

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from specchat.backends.base import Block
 from specchat.decoding.ngram_index import MATCH_CAP, NgramIndex
-from specchat.decoding.sampling import Sampler, SamplingParams, verify_chain, verify_tree
-from specchat.decoding.speculative import insert_branch
+from specchat.decoding.sampling import Sampler, SamplingParams, verify_tree
+from specchat.decoding.speculative import Draft, insert_branch
 from specchat.decoding.suffix_array import DEPTH, TokenSuffixArray
 from specchat.decoding.suffix_tree import SharedTree, unavailable_reason
 from specchat.engine.detokenizer import Detokenizer
@@ -293,9 +293,9 @@ def test_greedy_tree_verification_accepts_the_longest_branch_greedy_agrees_with(
     children: dict[int, dict[int, int]] = {0: {}}
     for branch in branches:
         insert_branch(tokens, parents, children, {}, branch, "test")
-    accepted, node, next_token = verify_tree(
-        evaluate(context, tokens, parents), children, Sampler(SamplingParams())
-    )
+    verdict = verify_tree(evaluate(context, tokens, parents), children, Sampler(SamplingParams()))
+    accepted, node, next_token = verdict.accepted, verdict.node, verdict.next_token
+    assert verdict.distance is None
     greedy = greedy_continuation(context, len(accepted) + 1)
     assert accepted == greedy[: len(accepted)]
     assert next_token == greedy[len(accepted)]
@@ -315,5 +315,7 @@ def test_greedy_chain_verification_accepts_the_longest_prefix_greedy_agrees_with
     # with and without a draft model's q: greedy verification ignores q
     q = np.full((len(draft), MODEL.logits(()).shape[0]), 1.0 / MODEL.logits(()).shape[0])
     for draft_probs in (None, q):
-        count, next_token = verify_chain(logits, draft, Sampler(SamplingParams()), draft_probs)
-        assert count == agree and next_token == greedy[agree]
+        chain = Draft.chain(context[-1], draft, draft_probs)
+        verdict = verify_tree(logits, chain.children, Sampler(SamplingParams()), chain.q, 0.5)
+        assert len(verdict.accepted) == agree and verdict.next_token == greedy[agree]
+        assert verdict.distance is None  # greedy: soft matching has nothing to move

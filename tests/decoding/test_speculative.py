@@ -22,7 +22,9 @@ from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import chat_prompt_ids
 from tests.tiny_models import tiny_backend
 
-SPECULATIVE = ["pld", "lookahead", "draft", "suffix"]
+# "draft-tree": the draft decoder drafting token trees (tree_width 3; flat costs: every
+# alternative joins)
+SPECULATIVE = ["pld", "lookahead", "draft", "draft-tree", "suffix"]
 
 
 def _done(engine: Engine, ids, max_tokens: int, sampling=None) -> DoneEvent:
@@ -38,11 +40,12 @@ def tiny_pair():
     return target, draft
 
 
-def _decoder(name, draft_backend=None):
-    if name == "draft":
+def _decoder(name, draft_backend=None, **values):
+    if name.startswith("draft"):
         # a model built in the test, not loaded from a spec
-        return DraftModelDecoder(draft_model=draft_backend, **DraftModelDecoder.validate({"k": 3}))
-    return DECODERS[name].create()
+        values = {"k": 3, **({"tree_width": 3} if name == "draft-tree" else {}), **values}
+        return DraftModelDecoder(draft_model=draft_backend, **DraftModelDecoder.validate(values))
+    return DECODERS[name].create(**values)
 
 
 TINY_PROMPTS = [
@@ -121,12 +124,30 @@ def test_greedy_family_equals_greedy_on_exact_runtimes(exact_backend, name):
         reference = _done(Engine(exact_backend, DECODERS["greedy"].create()), ids, 96)
         exact_backend.rollback(0)
         # force drafting whatever the measured costs say, so verification is exercised
-        decoder = DECODERS[name].create(
-            **({"max_cost_ratio": 100.0} if name == "lookahead" else {})
-        )
+        decoder = DECODERS[name].create()
         done = _done(Engine(exact_backend, _ForceDraft(decoder)), ids, 96)
         assert done.token_ids == reference.token_ids, text
         accepted += done.stats.accepted
+    assert accepted > 0, "the test must exercise accepted drafts"
+
+
+@pytest.mark.slow
+def test_greedy_tree_drafting_equals_greedy_on_exact_runtimes(exact_backend, request):
+    """Token trees from a draft model (the bundled model on the other runtime), every
+    alternative joining the pass: bitwise greedy."""
+    other = "int4_backend" if exact_backend.name == "llama" else "llama_backend"
+    draft = request.getfixturevalue(other)
+    accepted = 0
+    for text in LLAMA_PROMPTS:
+        ids = chat_prompt_ids(exact_backend, [ChatMessage("user", text)])
+        exact_backend.rollback(0)
+        reference = _done(Engine(exact_backend, DECODERS["greedy"].create()), ids, 96)
+        exact_backend.rollback(0)
+        decoder = _decoder("draft-tree", draft, tree_width=4, fixed_draft=6)
+        done = _done(Engine(exact_backend, _ForceDraft(decoder)), ids, 96)
+        assert done.token_ids == reference.token_ids, text
+        accepted += done.stats.accepted
+    draft.rollback(0)
     assert accepted > 0, "the test must exercise accepted drafts"
 
 
@@ -240,7 +261,7 @@ def _draw(target, decoder_factory, params, n):
     return counts, drafted
 
 
-@pytest.mark.parametrize("name", ["sample", "pld", "lookahead", "draft", "suffix"])
+@pytest.mark.parametrize("name", ["sample", "pld", "lookahead", "draft", "draft-tree", "suffix"])
 @pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.8, top_k=5, top_p=0.9)])
 @pytest.mark.slow
 def test_sampling_keeps_the_target_distribution(small_vocab_pair, name, params):
@@ -265,6 +286,24 @@ def test_the_distribution_test_detects_a_wrong_sampler(small_vocab_pair):
     target, _ = small_vocab_pair
     expected = _exact_distribution(target, SAMPLE_PROMPT, LENGTH, SamplingParams(1.0))
     counts, _ = _draw(target, lambda: DECODERS["sample"].create(), SamplingParams(0.6), N_SAMPLES)
+    ok, _, _ = _chi_square_passes(counts, expected, N_SAMPLES)
+    assert not ok
+
+
+@pytest.mark.slow
+def test_the_distribution_test_detects_a_wrong_tree_rule(small_vocab_pair, monkeypatch):
+    """Power check for trees: a multi-branch rule that keeps a rejected child in q (so the next
+    child, drawn without it, is judged against the wrong q) must fail the same test."""
+    from specchat.decoding import sampling
+
+    target, draft = small_vocab_pair
+    monkeypatch.setattr(sampling, "without", lambda q, token: q)
+    params = SamplingParams(1.0)
+    expected = _exact_distribution(target, SAMPLE_PROMPT, LENGTH, params)
+    counts, drafted = _draw(
+        target, lambda: _ForceDraft(_decoder("draft-tree", draft)), params, N_SAMPLES
+    )
+    assert drafted > 0
     ok, _, _ = _chi_square_passes(counts, expected, N_SAMPLES)
     assert not ok
 

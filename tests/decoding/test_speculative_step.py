@@ -203,14 +203,15 @@ def test_planted_mistakes_never_change_the_answer(numpy_backend, trees):
 
 
 def decoder_for(name: str):
-    if name == "draft":
+    if name.startswith("draft"):
         # a weaker model of the same vocabulary: the same corpus read with 4-grams only
         draft = NumpyBackend(CharNgramModel(order=4), model_name="char-4gram")
-        return DraftModelDecoder(draft_model=draft, **DraftModelDecoder.validate({"k": 3}))
+        values = {"k": 3, **({"tree_width": 4} if name == "draft-tree" else {})}
+        return DraftModelDecoder(draft_model=draft, **DraftModelDecoder.validate(values))
     return DECODERS[name].create()
 
 
-@pytest.mark.parametrize("name", ["pld", "lookahead", "draft"])
+@pytest.mark.parametrize("name", ["pld", "lookahead", "draft", "draft-tree"])
 def test_greedy_family_equals_greedy_on_the_numpy_backend(numpy_backend, name):
     accepted = 0
     for text in PROMPTS:
@@ -242,6 +243,72 @@ def test_the_policy_drafts_where_a_pass_has_overhead_to_share(char_ngram_model):
         assert plain.stats.drafted == 0 and plain.stats.steps == len(reference) + (
             plain.finish_reason == "eos"
         )
+
+
+def test_token_trees_grow_where_a_wider_pass_is_cheap(char_ngram_model):
+    """The draft's alternatives join the pass as far as the target's pass costs pay: on a backend
+    whose passes are nearly flat the tree is wider than the chain, and on one whose every token
+    costs as much as a pass there is none; either way the answer is greedy's."""
+
+    def passes(backend: NumpyBackend, name: str, ids: list[int]) -> tuple[list[int], float]:
+        backend.passes.clear()
+        done, steps = generate(backend, decoder_for(name), ids)
+        drafted = [s.drafted for s in steps]
+        extra = sum(size - 1 - d for size, d in zip(backend.passes, drafted) if d)
+        return list(done.token_ids), extra / max(1, sum(1 for d in drafted if d))
+
+    flat = NumpyBackend(char_ngram_model, overhead=0.01, per_token=0.00001)
+    dear = NumpyBackend(char_ngram_model, overhead=0.0, per_token=0.01)
+    for text in PROMPTS:
+        ids = raw_prompt_ids(flat, text)
+        reference = greedy_answer(flat, ids)
+        tree, wide = passes(flat, "draft-tree", ids)
+        assert tree == reference
+        chain, none = passes(flat, "draft", ids)
+        assert chain == reference and none == 0
+        assert wide > 0, text  # alternatives joined the drafted chain
+        dear_tree, narrow = passes(dear, "draft-tree", ids)
+        assert dear_tree == reference and narrow == 0
+
+
+def test_a_tree_teaches_the_policy_only_the_chain_it_sized():
+    """Alternatives hung where the draft model stopped for want of confidence make the tree one
+    node deeper than the chain the policy asked for; the policy must learn from the chain alone,
+    or every miss there reads as a failed deeper draft and later drafts shrink."""
+    from specchat.decoding.token_tree import chain_positions, widen
+
+    peaked = np.full(8, 0.02)
+    peaked[[1, 2]] = 0.86
+    unsure = np.full(8, 1 / 8)
+    draft = Draft.chain(0, [1, 2])
+    positions = chain_positions([1, 2], [peaked, peaked], stopped=(3, unsure))
+    assert widen(draft, positions, 4, lambda n: 1.0, None) > 0  # a flat pass: every node pays
+    assert draft.drafted == 3 and draft.sized == 2
+    plain = Draft.chain(0, [1, 2])
+    assert plain.sized is None
+
+
+def test_lookahead_sizes_its_window_from_the_pass_costs(char_ngram_model):
+    """Where a wide pass is nearly free the Jacobi window runs; where every token costs as much
+    as a pass, lookahead drafts little and never widens its pass for the window; exact both
+    ways."""
+    flat = NumpyBackend(char_ngram_model, overhead=0.01, per_token=0.00001)
+    dear = NumpyBackend(char_ngram_model, overhead=0.001, per_token=0.01)
+    for text in PROMPTS:
+        ids = raw_prompt_ids(flat, text)
+        reference = greedy_answer(flat, ids)
+        flat.passes.clear()
+        wide, _ = generate(flat, DECODERS["lookahead"].create(), ids)
+        assert list(wide.token_ids) == reference
+        assert max(flat.passes) > 1 + 8  # the window ran beside the drafts
+        dear.passes.clear()
+        narrow, steps = generate(dear, DECODERS["lookahead"].create(), ids)
+        assert list(narrow.token_ids) == reference
+        # no window (its 3 levels would make a pass of 4 tokens at least), and drafts only where
+        # they hold (copies of the corpus's refrains)
+        assert all(size <= 1 + s.drafted * 5 for size, s in zip(dear.passes, steps))
+        assert narrow.stats.drafted <= 1.2 * narrow.stats.accepted + 2
+        assert sum(dear.passes) / len(dear.passes) < sum(flat.passes) / len(flat.passes) / 3
 
 
 def test_fixed_draft_drafts_whatever_the_costs_say(char_ngram_model):

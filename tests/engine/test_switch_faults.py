@@ -46,7 +46,7 @@ def make_decoder(name: str, draft: Backend | None) -> Decoder:
     if name == "draft":  # a model built or loaded in the test, handed in as the registry does
         return DraftModelDecoder(draft_model=draft, **DraftModelDecoder.validate({"k": 3}))
     if name == "lookahead":
-        return DECODERS[name].create(max_cost_ratio=100.0)
+        return DECODERS[name].create(fixed_draft=3)
     return DECODERS[name].create()
 
 

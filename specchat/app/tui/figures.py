@@ -10,6 +10,7 @@ from rich.text import Text
 
 from specchat.engine.events import StepEvent
 from specchat.engine.stats import GenerationStats
+from specchat.evaluation.figures import not_target_distribution
 from specchat.history import StoredMessage
 
 FINISH_LABELS = {
@@ -95,6 +96,9 @@ def status_text(figures: Figures, model: str) -> Text:
     acceptance = figures.acceptance
     text.append("  acceptance " + ("–" if acceptance is None else f"{acceptance:.0%}"))
     text.append(f"  {figures.tokens} tokens  {figures.elapsed:.1f} s")
+    inexact = not_target_distribution(figures.stats.distance_per_token)
+    if inexact:
+        text.append(f"  {inexact}", style="bold reverse")
     if figures.streaming:
         text.append("  ● generating", style="bold")
     elif figures.finish:

@@ -147,7 +147,9 @@ def summary_rows(panes: list[RacePane], lanes: Sequence[Lane]) -> list[tuple[str
     rows = []
     for pane, row in zip(finished, figures):
         lane = judged.get(pane.label)
-        if lane is None or lane.identical is None:
+        if not pane.done.stats.target_distribution:
+            same = "NOT target's distribution (soft)"
+        elif lane is None or lane.identical is None:
             same = "n/a (samples)" if lane is not None and lane.entrant.compared_by is None else "–"
         elif pane.label == baseline_name():
             same = "reference"
