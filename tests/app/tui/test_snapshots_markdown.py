@@ -49,5 +49,5 @@ def test_drafts_view(snap_compare, backend, markdown_chat, theme):
     rejected tail struck through."""
     app = markdown_app(backend, markdown_chat, theme=theme)
     assert snap_compare(
-        app, press=["shift+tab", "d"], terminal_size=(110, 36), run_before=still_cursor
+        app, press=["ctrl+up", "d"], terminal_size=(110, 36), run_before=still_cursor
     )
