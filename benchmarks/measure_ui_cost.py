@@ -6,6 +6,7 @@ prompt, decoder and settings — each a fresh process, interleaved, median of th
     .venv/bin/python benchmarks/measure_ui_cost.py --decoder pld --repeats 5
     .venv/bin/python benchmarks/measure_ui_cost.py --chat-threads 1 # the chat with one model thread
     .venv/bin/python benchmarks/measure_ui_cost.py --env GOMP_SPINCOUNT=10000   # both processes
+    .venv/bin/python benchmarks/measure_ui_cost.py --backend llama   # both on one runtime
 
 Both figures are the engine's decode tokens/s (tokens ÷ the steps' measured seconds; prefill
 excluded): `ask --json` prints it in its done event, the chat stores it with the answer, and this
@@ -39,6 +40,8 @@ def headless_run(args: argparse.Namespace, env: dict[str, str]) -> dict:
     """`specchat ask --json` in a fresh process; the stats of its done event."""
     command = specchat_command() + ["ask", PROMPT, "--json", "--max-tokens", str(args.max_tokens)]
     command += ["--decoder", args.decoder]
+    if args.backend:
+        command += ["--backend", args.backend]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     if result.returncode != 0:
         raise SystemExit(f"specchat ask failed: {result.stderr.strip()}")
@@ -104,6 +107,8 @@ def chat_run(args: argparse.Namespace, env: dict[str, str]) -> tuple[dict, str]:
     settings = [f"max_tokens = {args.max_tokens}", f'decoder = "{args.decoder}"']
     if args.chat_threads:
         settings.append(f"threads = {args.chat_threads}")
+    if args.backend:
+        settings.append(f'backend = "{args.backend}"')
     (config / "settings.toml").write_text("\n".join(settings) + "\n")
     chat_env = {**env, "SPECCHAT_CONFIG_DIR": str(config), "SPECCHAT_DATA_DIR": str(data)}
     chat_env["TERM"] = "xterm-256color"
@@ -139,6 +144,12 @@ def main() -> None:
     parser.add_argument("--decoder", default="greedy")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument(
+        "--backend",
+        default=None,
+        help="the runtime for both (llama, int4, hf); by default each process picks its own by "
+        "the kept pass costs, which need not agree",
+    )
     parser.add_argument(
         "--chat-threads", type=int, default=None, help="threads = N in the chat's settings"
     )
@@ -176,7 +187,7 @@ def main() -> None:
             flush=True,
         )
     print(
-        f"decoder {args.decoder}, {args.max_tokens} tokens, {args.repeats} interleaved runs: "
+        f"decoder {args.decoder}, backend {args.backend or 'chosen'}, {args.max_tokens} tokens, {args.repeats} interleaved runs: "
         f"ask {statistics.median(asked):.1f} tok/s, chat {statistics.median(chatted):.1f} tok/s, "
         f"chat/ask median {statistics.median(ratios):.3f}"
     )

@@ -1,17 +1,20 @@
 """Refresh the README screenshots from the real app on the bundled model:
 
-    .venv/bin/python screenshots/take.py
+    .venv/bin/python screenshots/take.py            # all of them
+    .venv/bin/python screenshots/take.py code       # only code.svg and drafts.svg
 
 Runs headless in private config/data folders; writes chat.svg, chat-light.svg, help.svg,
 branches.svg (the answer regenerated with Ctrl+R: two versions, ‹2/2›), search.svg (Ctrl+K),
-race.svg (the race mid-replay: the replay clock is stopped where the first decoder has finished)
-and race-done.svg (the replay over, with the summary).
+race.svg (the race mid-replay: the replay clock is stopped where the first decoder has finished),
+race-done.svg (the replay over, with the summary), code.svg (a code edit: the runs the decoder
+copied, tinted inside the highlighted code block) and drafts.svg (that answer's drafts, `d`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +26,19 @@ PROMPT = (
     "- Kiwis are brown outside and green inside\n- Lemons are bright yellow"
 )
 SIZE = (110, 34)
+CODE_PROMPT = (
+    "Rename the function `add` to `plus` and change nothing else:\n\n"
+    "```python\n"
+    "def add(a, b):\n"
+    '    """Return the sum of a and b."""\n'
+    "    return a + b\n\n\n"
+    "def total(numbers):\n"
+    "    result = 0\n"
+    "    for number in numbers:\n"
+    "        result = add(result, number)\n"
+    "    return result\n"
+    "```"
+)
 
 
 class StoppedClock:
@@ -38,14 +54,13 @@ class StoppedClock:
 async def chat_shots() -> None:
     from specchat.app.tui.app import SpecchatApp
     from specchat.app.tui.screens.race import RaceScreen
-    from specchat.decoding.registry import DECODERS
+    from specchat.decoding.registry import default_decoder
     from specchat.models import LoadOptions, load_model
     from specchat.options import RunConfig
 
-    backend = load_model(None, LoadOptions(threads=1, n_ctx=2048))
-    speculative = next(
-        (n for n, i in DECODERS.items() if i.greedy_family and n != "greedy"), "greedy"
-    )
+    # loaded off the main thread, as the chat does (app/foreground.py says why)
+    backend = await asyncio.to_thread(load_model, None, LoadOptions(n_ctx=2048))
+    speculative = default_decoder(backend)  # what the chat starts on
     app = SpecchatApp(
         settings=RunConfig(decoder=speculative, max_tokens=160),
         backend=backend,
@@ -84,9 +99,9 @@ async def chat_shots() -> None:
         await pilot.pause(0.3)
         from specchat.evaluation.variants import LIBRARY_FIXED_DRAFT
 
-        # greedy, a speculative decoder with its learned draft lengths, and the same drafting a
-        # fixed number of tokens as llama-cpp-python does
-        variant = f"{speculative}:fixed_draft={LIBRARY_FIXED_DRAFT}"
+        # greedy, the default decoder with its learned draft lengths, and prompt lookup drafting
+        # a fixed number of tokens as llama-cpp-python does
+        variant = f"pld:fixed_draft={LIBRARY_FIXED_DRAFT}"
         app.push_screen(RaceScreen(PROMPT, ["greedy", speculative, variant], 160))
         await pilot.pause(0.3)
         screen = app.screen
@@ -109,11 +124,41 @@ async def chat_shots() -> None:
     backend.close()
 
 
+async def code_shots() -> None:
+    """A code edit in the default decoder (it copies most of its input): the runs inside the
+    highlighted code block, then the answer's drafts."""
+    from specchat.app.tui.app import SpecchatApp
+    from specchat.models import LoadOptions, load_model
+    from specchat.options import RunConfig
+
+    # loaded off the main thread, as the chat does (app/foreground.py says why)
+    backend = await asyncio.to_thread(load_model, None, LoadOptions(n_ctx=2048))
+    app = SpecchatApp(settings=RunConfig(max_tokens=200), backend=backend, save_settings_file=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.screen.query_one("#prompt").insert(CODE_PROMPT)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        await app.workers.wait_for_complete()
+        while app.session.busy:
+            await pilot.pause(0.1)
+        await pilot.pause(0.3)
+        app.screen.query_one("#prompt").cursor_blink = False
+        app.save_screenshot("code.svg", str(HERE))
+        await pilot.press("shift+tab", "d")
+        await pilot.pause(0.3)
+        app.save_screenshot("drafts.svg", str(HERE))
+    backend.close()
+
+
 def main() -> None:
     folder = tempfile.mkdtemp(prefix="specchat-shots-")
     os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(folder, "config")
     os.environ["SPECCHAT_DATA_DIR"] = os.path.join(folder, "data")
-    asyncio.run(chat_shots())
+    which = set(sys.argv[1:]) or {"chat", "code"}  # `take.py code`: only the code shots
+    if "chat" in which:
+        asyncio.run(chat_shots())
+    if "code" in which:
+        asyncio.run(code_shots())
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Each assistant message keeps its run spans — (char_start, char_end, n_tokens, 
 that landed more than one token, with where its draft came from — so a reopened chat shows the same
 colours it had while streaming — and its figures: the engine's stats, the seconds the answer took on
 screen and the decoder parameters shown, stored together as one JSON object (`_stats_json` and
-`_stats_from_json`, the only place they are a dict).
+`_stats_from_json`, the only place they are a dict). Its steps (`drafts.AnswerSteps`: what each
+step drafted, kept and threw away) live in a table of their own, `answer_steps`, read only when
+asked for (`answer_steps`): opening a chat does not load them.
 
 A chat is a tree: every message has a parent (the message it follows; none for the first), an
 edited question is a sibling of the one it replaces and a regenerated answer a sibling of the
@@ -30,13 +32,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specchat.drafts import AnswerSteps
 from specchat.engine.stats import GenerationStats
 from specchat.errors import HistoryError
 from specchat.locations import data_dir
 
 DB_FILE = "history.sqlite3"
 RunSpan = tuple[int, int, int, str]  # char start, char end, tokens, draft source ("": unknown)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LOCK_TIMEOUT_SECONDS = 5.0  # how long a write waits for another process's transaction
 
 # Version 0: the tables as the first releases wrote them (no user_version set). A new file is
@@ -83,7 +86,15 @@ _TO_V1 = [
     " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END",
 ]
 
-_MIGRATIONS = [_TO_V1]  # _MIGRATIONS[v] takes a file from version v to v + 1
+# Version 2: an answer's steps (drafted, accepted, rejected text, source, depth, pass cost) and
+# the pass costs they were measured with, as one JSON object per answer. Older answers have none.
+_TO_V2 = [
+    "CREATE TABLE answer_steps ("
+    " message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,"
+    " steps TEXT NOT NULL)",
+]
+
+_MIGRATIONS = [_TO_V1, _TO_V2]  # _MIGRATIONS[v] takes a file from version v to v + 1
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -108,6 +119,8 @@ class StoredMessage:
     params: str = ""  # the decoder parameters the status bar showed
     parent_id: int | None = None  # the message this one follows; None for a chat's first
     branch: tuple[int, int] = (1, 1)  # (position among its siblings from 1, how many there are)
+    # an answer's steps: written with it when given; `HistoryStore.answer_steps` reads them back
+    steps: AnswerSteps | None = None
 
 
 def _run_span(stored: list) -> RunSpan:
@@ -325,6 +338,11 @@ class HistoryStore:
             )
             message.id = int(cursor.lastrowid)
             message.parent_id = parent_id
+            if message.steps is not None:
+                db.execute(
+                    "INSERT INTO answer_steps (message_id, steps) VALUES (?, ?)",
+                    (message.id, json.dumps(message.steps.as_dict(), ensure_ascii=False)),
+                )
             db.execute(
                 "UPDATE chats SET updated = ?, leaf_id = ? WHERE id = ?",
                 (now, message.id, chat_id),
@@ -384,6 +402,12 @@ class HistoryStore:
                 )
             )
         return messages
+
+    def answer_steps(self, message_id: int) -> AnswerSteps | None:
+        """The steps kept with an answer; None for one stored without them (older versions, a
+        question)."""
+        rows = self._rows("SELECT steps FROM answer_steps WHERE message_id = ?", (message_id,))
+        return AnswerSteps.from_dict(json.loads(rows[0][0])) if rows else None
 
     def _branch(self, message_id: int) -> tuple[int, int]:
         siblings = self.siblings(message_id)

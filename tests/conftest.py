@@ -45,13 +45,13 @@ os.environ["SPECCHAT_THREADS"] = "1"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def fixed_pass_costs():
-    """Pass costs fixed for the whole run (tests/pass_costs.py): drafts and runtimes never
-    follow the load of the machine running the suite."""
+def fixed_pass_costs(bundled_gguf):
+    """Pass costs fixed for the whole run (tests/pass_costs.py), also for the processes tests
+    start: drafts and runtimes never follow the load of the machine running the suite."""
     from tests import pass_costs
 
     with pytest.MonkeyPatch.context() as monkeypatch:
-        pass_costs.fix(monkeypatch)
+        pass_costs.fix(monkeypatch, bundled_gguf)
         yield
 
 

@@ -12,11 +12,13 @@ its target's there, both timed alike — and takes the fixed shape above it. A t
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from specchat.backends import block_cost
 from specchat.backends.block_cost import BlockCostTable
+from specchat.hardware import physical_cores
 
 # seconds of a k-token chain pass behind 256 cached tokens, two threads, the bundled model
 _LLAMA_ONE, _INT4_ONE = 0.0095, 0.0052
@@ -52,10 +54,21 @@ def _not_refined(table: BlockCostTable, k: int, seconds: float) -> None:
     """Passes in use never move the fixed costs."""
 
 
-def fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every cost table measured from now on holds the fixed costs, and keeps them."""
+def fix(monkeypatch: pytest.MonkeyPatch, gguf: Path | None = None) -> None:
+    """Every cost table measured from now on holds the fixed costs, and keeps them. With `gguf`,
+    its llama.cpp and int4 tables are written to the cache too (as if measured), so the
+    `specchat` processes that tests start read them instead of timing passes of their own."""
     monkeypatch.setattr(BlockCostTable, "_measure_all", _fixed_measure_all)
     monkeypatch.setattr(BlockCostTable, "_observe", _not_refined)
+    if gguf is not None:
+        from specchat.backends.runtimes import cost_key
+
+        for runtime, costs in FIXED.items():
+            for threads in {1, 2, physical_cores()}:
+                table = BlockCostTable.__new__(BlockCostTable)
+                table._key = BlockCostTable.full_key(cost_key(runtime, gguf), "cpu", threads)
+                table._costs = dict(costs)
+                table._save()
 
 
 def unfix(monkeypatch: pytest.MonkeyPatch) -> None:

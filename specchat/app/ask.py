@@ -7,11 +7,11 @@ later answers — in the TUI or another `ask` — can draft from it; `--no-log` 
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 from collections.abc import Callable
 
+from specchat.app.drafts_view import explanation
+from specchat.app.foreground import generating
 from specchat.app.tui.runs import RunText
 from specchat.backends.base import Backend, Exactness
 from specchat.decoding.registry import (
@@ -21,6 +21,13 @@ from specchat.decoding.registry import (
     run_params,
     sampling_for,
     speculates,
+)
+from specchat.drafts import (
+    AnswerSteps,
+    DraftStep,
+    draft_figures,
+    measured_pass_costs,
+    rejected_text,
 )
 from specchat.engine.choice import engine_for
 from specchat.engine.events import DoneEvent, StepEvent
@@ -34,7 +41,8 @@ from specchat.saved_chats import SavedChatsIndex, open_saved_chats
 from specchat.themes.palette import COLOUR_BLIND_SAFE, ansi
 
 
-def _step_json(event: StepEvent) -> str:
+def _step_json(event: StepEvent, rejected: str) -> str:
+    """A step event; `rejected`: its rejected draft tokens as text."""
     return json.dumps(
         {
             "type": "step",
@@ -44,6 +52,7 @@ def _step_json(event: StepEvent) -> str:
             "accepted": event.accepted,
             "source": event.source,
             "rejected": list(event.rejected),
+            "rejected_text": rejected,
             "depth": event.depth,
             "pass_seconds": round(event.pass_seconds, 6),
             # not None: soft matching verified the step, NOT sampled from the target's distribution
@@ -74,8 +83,35 @@ def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None) -> s
     )
 
 
-def _record(store: HistoryStore, prompt: str, done: DoneEvent, runs: RunText, decoder: str) -> None:
-    """The exchange as a chat of its own, titled like the TUI titles a new chat."""
+def _drafts_json(answer: AnswerSteps) -> str:
+    """`--explain --json`: the answer's figures from its steps and its oracle (the steps
+    themselves are the step events), before the done event."""
+    return json.dumps(
+        {
+            "type": "drafts",
+            "figures": draft_figures(answer).as_dict(),
+            "pass_costs": [round(cost, 7) for cost in answer.pass_costs],
+        }
+    )
+
+
+def _pass_costs(loaded: Backend, steps: list[DraftStep]) -> tuple[float, ...]:
+    """The model's measured pass costs for the oracle (none on a remote server)."""
+    if not loaded.capabilities.logits:
+        return ()
+    return measured_pass_costs(loaded.block_cost, max((s.drafted for s in steps), default=0))
+
+
+def _record(
+    store: HistoryStore,
+    prompt: str,
+    done: DoneEvent,
+    runs: RunText,
+    decoder: str,
+    steps: AnswerSteps,
+) -> None:
+    """The exchange as a chat of its own, titled like the TUI titles a new chat; its steps kept
+    with the answer (the chat's drafts view opens them)."""
     chat_id = store.new_chat(" ".join(prompt.split())[:48] or "ask")
     store.add_message(chat_id, StoredMessage("user", prompt))
     runs.finish(done.text)
@@ -88,6 +124,7 @@ def _record(store: HistoryStore, prompt: str, done: DoneEvent, runs: RunText, de
             finish_reason=done.finish_reason,
             stats=done.stats,
             runs=list(runs.runs),
+            steps=steps,
         ),
     )
 
@@ -115,6 +152,7 @@ def run_ask(
     progress: Callable[[str], None],
     progress_done: Callable[[], None],
     log: bool = True,
+    explain: bool = False,
 ) -> int:
     """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 2 when a remote server
     broke the answer off (what arrived is printed first). No decoder in `config`: the backend's
@@ -145,66 +183,87 @@ def run_ask(
     colour_by = config.colour_by
     exactness = engine.exactness()  # --json says how exact greedy-family decoders are here
     colour = sys.stdout.isatty() and not as_json
-    handle = engine.start(request)
-    interrupted = threading.Event()
     failed = False
     runs = RunText()
+    steps: list[DraftStep] = []
 
-    def on_interrupt(signum, frame) -> None:
-        # Ctrl+C stops the answer between steps and keeps what was generated.
-        interrupted.set()
-        handle.cancel()
+    def rejected_of(event: StepEvent) -> str:
+        if not event.rejected or not loaded.capabilities.tokenizer:
+            return ""
+        return rejected_text(loaded.token_bytes, event.rejected)
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
-    try:
-        ran = decoder
-        for event in handle:
-            if isinstance(event, StepEvent):
-                ran = event.decoder or ran
-                if not (event.tokens or event.text):
-                    # a step that produced only EOS, or a beam step whose beams do not agree yet:
-                    # nothing to show, and --json lists only steps that added something
-                    continue
-                runs.add_step(event.text, len(event.tokens), event.source)
-                if as_json:
-                    print(_step_json(event), flush=True)
-                else:
-                    run_colour = (
-                        COLOUR_BLIND_SAFE.colour(len(event.tokens), event.source, colour_by)
-                        if colour
-                        else None
-                    )
-                    sys.stdout.write(ansi(run_colour, event.text) if run_colour else event.text)
-                    sys.stdout.flush()
-            elif isinstance(event, DoneEvent):
-                if as_json:
-                    print(_done_json(event, ran, exactness), flush=True)
-                else:
-                    sys.stdout.write("\n")
-                    if event.finish_reason == "cancelled":
-                        sys.stderr.write("[stopped]\n")
-                    inexact = not_target_distribution(event.stats.distance_per_token)
-                    if inexact:
-                        sys.stderr.write(f"[{inexact}]\n")
-                if engine.note and not as_json:  # what a remote server reported
-                    sys.stderr.write(f"[{server_summary(event, engine.note)}]\n")
-                if event.error:
-                    sys.stderr.write(f"specchat: error: {event.error}\n")
-                    failed = True
-                if log and store is not None:
-                    _record(store, prompt, event, runs, decoder)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if saved is not None:
-            if not interrupted.is_set():
-                # a first build finishes (and is saved) after the answer, not at every ask
-                saved.wait_idle()
-            saved.close()
-        if store is not None:
-            store.close()
+    # in this thread, where the model was loaded (foreground.py)
+    with generating(engine, request) as (events, interrupted):
+        try:
+            ran = decoder
+            for event in events:
+                if isinstance(event, StepEvent):
+                    ran = event.decoder or ran
+                    rejected = rejected_of(event)
+                    if not event.tail:  # every step, also one that only ended the answer
+                        steps.append(DraftStep.of(event, rejected))
+                    if not (event.tokens or event.text):
+                        # a step that produced only EOS, or a beam step whose beams do not agree yet:
+                        # nothing to show, and --json lists only steps that added something
+                        continue
+                    runs.add_step(event.text, len(event.tokens), event.source)
+                    if as_json:
+                        print(_step_json(event, rejected), flush=True)
+                    else:
+                        run_colour = (
+                            COLOUR_BLIND_SAFE.colour(len(event.tokens), event.source, colour_by)
+                            if colour
+                            else None
+                        )
+                        sys.stdout.write(ansi(run_colour, event.text) if run_colour else event.text)
+                        sys.stdout.flush()
+                elif isinstance(event, DoneEvent):
+                    answer = AnswerSteps(tuple(steps), _pass_costs(loaded, steps))
+                    if as_json:
+                        if explain:
+                            print(_drafts_json(answer), flush=True)
+                        print(_done_json(event, ran, exactness), flush=True)
+                    else:
+                        sys.stdout.write("\n")
+                        if event.finish_reason == "cancelled":
+                            sys.stderr.write("[stopped]\n")
+                        inexact = not_target_distribution(event.stats.distance_per_token)
+                        if inexact:
+                            sys.stderr.write(f"[{inexact}]\n")
+                        if explain:
+                            _explain(answer, event, colour_by)
+                    if engine.note and not as_json:  # what a remote server reported
+                        sys.stderr.write(f"[{server_summary(event, engine.note)}]\n")
+                    if event.error:
+                        sys.stderr.write(f"specchat: error: {event.error}\n")
+                        failed = True
+                    if log and store is not None:
+                        _record(store, prompt, event, runs, decoder, answer)
+        finally:
+            if saved is not None:
+                if not interrupted.is_set():
+                    # a first build finishes (and is saved) after the answer, not at every ask
+                    saved.wait_idle()
+                saved.close()
+            if store is not None:
+                store.close()
     if interrupted.is_set():
         return 130
     return 2 if failed else 0
+
+
+def _explain(answer: AnswerSteps, done: DoneEvent, colour_by: str) -> None:
+    """`--explain`: the answer's drafts after it (coloured on a terminal)."""
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=False)
+    palette = COLOUR_BLIND_SAFE if console.is_terminal else None
+    sys.stdout.write("\n")
+    console.print(
+        explanation(
+            answer.steps, draft_figures(answer), done.stats, palette, colour_by, console.width
+        )
+    )
 
 
 def server_summary(event: DoneEvent, note: str) -> str:

@@ -125,10 +125,20 @@ def ask(
     no_log: Annotated[
         bool, typer.Option("--no-log", help="do not record the exchange in the chat store")
     ] = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="after the answer, its drafts: every step's drafted, kept and rejected tokens, "
+            "source, draft length and pass cost; tokens per step; the oracle "
+            "(with --json: a drafts event)",
+        ),
+    ] = False,
     flags: dict[str, object] | None = None,
 ) -> None:
     """Stream one answer to stdout; multi-token speculative steps are coloured. The exchange is
-    recorded in the chat store (a draft source for later answers) unless --no-log."""
+    recorded in the chat store (a draft source for later answers) unless --no-log; --explain
+    shows its drafts."""
     from specchat.app.ask import run_ask
     from specchat.prompting import checked_prompt
 
@@ -146,6 +156,7 @@ def ask(
         progress=_progress,
         progress_done=_progress_done,
         log=not no_log,
+        explain=explain,
     )
     raise typer.Exit(code)
 

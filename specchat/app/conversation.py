@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specchat.backends.base import ChatMessage
+from specchat.drafts import AnswerSteps
 from specchat.errors import HistoryError
 from specchat.history import HistoryStore, StoredMessage
 
@@ -109,6 +110,14 @@ class Conversation:
         question = self.messages.pop()
         self.store.delete_message(question_id)
         return question
+
+    def answer_steps(self, message: StoredMessage) -> AnswerSteps | None:
+        """An answer's steps: those it was recorded with in this session, else the store's (a
+        reopened chat); None for an answer stored without them. Raises HistoryError when the
+        store cannot be read."""
+        if message.steps is not None or message.id is None:
+            return message.steps
+        return self.store.answer_steps(message.id)
 
     def siblings(self, message: StoredMessage) -> list[int]:
         """The ids of `message`'s versions, itself included, oldest first."""

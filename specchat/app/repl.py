@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from specchat.app.foreground import generating
 from specchat.backends.base import ChatMessage
 from specchat.decoding.registry import (
     build_decoder,
@@ -58,21 +59,14 @@ def run_repl(config: RunConfig) -> None:
         request = GenerationRequest(
             prompt, config.max_tokens, sampling=sampling, messages=tuple(history)
         )
-        handle = engine.start(request)
-        events = iter(handle)
         answer = ""
-        while True:
-            try:
-                event = next(events)
-            except StopIteration:
-                break
-            except KeyboardInterrupt:
-                handle.cancel()
-                continue
-            if isinstance(event, StepEvent):
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, DoneEvent):
-                answer = event.text
+        # in this thread, where the model was loaded (foreground.py); Ctrl+C ends the answer
+        with generating(engine, request) as (events, _):
+            for event in events:
+                if isinstance(event, StepEvent):
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                elif isinstance(event, DoneEvent):
+                    answer = event.text
         print()
         history.append(ChatMessage("assistant", answer))

@@ -29,6 +29,7 @@ from specchat.decoding.registry import (
 )
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.suffix_tree import unavailable_reason as suffix_trees_missing
+from specchat.drafts import measured_pass_costs, rejected_text
 from specchat.engine.choice import engine_for, prompt_ids
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.protocol import AnswerEngine
@@ -297,6 +298,21 @@ class ChatSession:
             yield from engine.generate(request, cancel=cancel)
         finally:
             self.busy = False
+
+    def rejected_text(self, event: StepEvent) -> str:
+        """A step's rejected draft tokens as text (call from the answer's worker): kept with the
+        answer, so its drafts open later with no model."""
+        if not event.rejected or self.backend is None or not self.backend.capabilities.tokenizer:
+            return ""
+        return rejected_text(self.backend.token_bytes, event.rejected)
+
+    def pass_costs(self, largest_draft: int) -> tuple[float, ...]:
+        """The model's measured pass costs for the oracle of an answer whose steps drafted at
+        most `largest_draft` tokens (call from the answer's worker); none on a remote server,
+        whose steps' own times stand in."""
+        if self.backend is None or not self.backend.capabilities.logits:
+            return ()
+        return measured_pass_costs(self.backend.block_cost, largest_draft)
 
     # -- races ----------------------------------------------------------------------------------
     def race_params(self, variant: DecoderVariant) -> dict[str, object]:

@@ -63,6 +63,12 @@ class Block:
             index = self.parents[index]
         return path[::-1]
 
+    def check_path(self, path: list[int]) -> None:
+        """Raise ValueError unless `path` (block indices) runs from a root down a chain of
+        parents: what a backend may commit after evaluating this block."""
+        if path and (not 0 <= path[-1] < len(self.tokens) or path != self.path_to(path[-1])):
+            raise ValueError(f"commit path {path} is not a root-to-node chain of the block")
+
     @cached_property
     def leaves(self) -> tuple[int, ...]:
         has_child = set(p for p in self.parents if p >= 0)

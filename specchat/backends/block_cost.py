@@ -196,3 +196,21 @@ class BlockCostTable:
         for k in sizes:
             running = max(running, best[k])
             self._costs[k] = running
+
+
+class MeasuredCosts:
+    """What a backend that keeps a `BlockCostTable` as `_costs` reports of its passes."""
+
+    _costs: BlockCostTable
+
+    def block_cost(self, k: int) -> float:
+        """Seconds of one k-token chain pass, measured once per model, device, threads (and
+        dtype or layout) and kept."""
+        return self._costs.cost(k)
+
+    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
+        self._costs.calibrate(progress)
+
+    def exactness(self) -> Exactness:
+        """Whether a block's rows equal one-token passes' bitwise here: probed once, kept."""
+        return self._costs.exactness()

@@ -14,13 +14,12 @@ needs a model and a tokenizer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
-from specchat.backends.block_cost import BlockCostTable
+from specchat.backends.base import LOCAL, Block, ChatMessage
+from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.chat_template import CHATML_TEMPLATE
 from specchat.backends.hf_packed import pack_linears
 from specchat.backends.token_bytes import token_bytes_table
@@ -33,7 +32,7 @@ _DEFAULT_MAX_CONTEXT = 8192
 _PREFILL_CHUNK = 512
 
 
-class HFBackend:
+class HFBackend(MeasuredCosts):
     """One transformers causal LM, its tokenizer and a KV cache of committed tokens.
 
     See base.Backend. The cache may also hold the entries of the last evaluated block until the
@@ -235,10 +234,7 @@ class HFBackend:
             if path:
                 raise ValueError("commit without a block evaluated since the last commit")
             return
-        for position, index in enumerate(path):
-            expected_parent = path[position - 1] if position else -1
-            if not 0 <= index < len(block) or block.parents[index] != expected_parent:
-                raise ValueError(f"commit path {path} is not a root-to-node chain of the block")
+        block.check_path(path)
         start = self._n_committed
         if path == list(range(len(path))):
             self._keep(start + len(path))
@@ -264,20 +260,6 @@ class HFBackend:
         self._pending = None
         self._n_committed = n_committed
         self._keep(n_committed)
-
-    # -- cost ------------------------------------------------------------------------------------
-
-    def block_cost(self, k: int) -> float:
-        """Seconds of one k-token chain pass, measured once per model, device, dtype and threads."""
-        return self._costs.cost(k)
-
-    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
-        self._costs.calibrate(progress)
-
-    def exactness(self) -> Exactness:
-        """Whether a block's rows equal one-token passes' bitwise (float32 on the CPU: to
-        rounding), probed once per model, device, dtype and threads."""
-        return self._costs.exactness()
 
     def close(self) -> None:
         """Free the model and the cache (and the GPU memory they held)."""

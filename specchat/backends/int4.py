@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
-from specchat.backends.block_cost import BlockCostTable
+from specchat.backends.base import LOCAL, Block
+from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.gguf_header import GGUFHeader
 from specchat.backends.gguf_tensors import (
     SUPPORTED_ARCHITECTURES,
@@ -23,7 +23,7 @@ from specchat.backends.gguf_tensors import (
     dense_types,
     int4_types,
 )
-from specchat.backends.llama_vocab import LlamaVocabulary
+from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -65,9 +65,11 @@ def unavailable_reason(path: Path, device: str) -> str | None:
     return f"the int4 runtime does not read {', '.join(other)} tensors" if other else None
 
 
-class Int4Backend:
+class Int4Backend(VocabularyOf, MeasuredCosts):
     """See the module docstring and base.Backend. The cache may also hold the last evaluated
-    block's entries until the next `commit`, `evaluate`, `prefill` or `rollback`."""
+    block's entries until the next `commit`, `evaluate`, `prefill` or `rollback`. A block's rows
+    equal one-token passes bit for bit, chains and trees alike (the exactness probe finds it so):
+    every op on the path computes a row the same way whatever else shares the pass."""
 
     name = "int4"
     capabilities = LOCAL
@@ -112,17 +114,6 @@ class Int4Backend:
         self._n_committed = 0
         self._pending: Block | None = None
         self._costs = BlockCostTable(self, key=cost_key(path))
-
-    # -- tokenizer (llama_vocab.py) -------------------------------------------------------------
-
-    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
-        return self.vocabulary.tokenize(text, special=special)
-
-    def token_bytes(self, token_id: int) -> bytes:
-        return self.vocabulary.token_bytes(token_id)
-
-    def chat_prompt(self, messages: list[ChatMessage]) -> str:
-        return self.vocabulary.chat_prompt(messages)
 
     # -- KV cache and blocks ---------------------------------------------------------------------
 
@@ -176,10 +167,7 @@ class Int4Backend:
             if path:
                 raise ValueError("commit without a block evaluated since the last commit")
             return
-        for position, index in enumerate(path):
-            expected_parent = path[position - 1] if position else -1
-            if not 0 <= index < len(block) or block.parents[index] != expected_parent:
-                raise ValueError(f"commit path {path} is not a root-to-node chain of the block")
+        block.check_path(path)
         self.model.move(self._n_committed, list(path))
         self._n_committed += len(path)
         self._pending = None
@@ -187,19 +175,6 @@ class Int4Backend:
     def rollback(self, n_committed: int) -> None:
         self._pending = None
         self._n_committed = max(0, min(n_committed, self._n_committed))
-
-    def block_cost(self, k: int) -> float:
-        """Seconds of one k-token chain pass, measured once per model and thread count."""
-        return self._costs.cost(k)
-
-    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
-        self._costs.calibrate(progress)
-
-    def exactness(self) -> Exactness:
-        """Probed as on every runtime; here a block's rows equal one-token passes bit for bit,
-        chains and trees alike: every op on the path computes a row the same way whatever else
-        shares the pass."""
-        return self._costs.exactness()
 
     def close(self) -> None:
         if getattr(self, "_costs", None) is not None:  # what use refined

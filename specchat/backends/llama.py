@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
-from specchat.backends.block_cost import BlockCostTable
-from specchat.backends.llama_vocab import LlamaVocabulary, import_llama_cpp
+from specchat.backends.base import LOCAL, Block
+from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
+from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -37,7 +37,7 @@ def cost_key(path: Path) -> str:
     return f"llama|{path.name}|{path.stat().st_size}|{build_key}"
 
 
-class LlamaBackend:
+class LlamaBackend(VocabularyOf, MeasuredCosts):
     """One GGUF model with a multi-stream KV cache; see the module docstring for the layout."""
 
     name = "llama"
@@ -113,16 +113,6 @@ class LlamaBackend:
         self._last_paths: list[list[int]] = []  # root-to-leaf paths of the last pass
         self._last_streams: list[int] = []  # the stream each of those paths ran in
         self._costs = BlockCostTable(self, key=cost_key(path))
-
-    # -- tokenizer (llama_vocab.py) -------------------------------------------------------
-    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
-        return self.vocabulary.tokenize(text, special=special)
-
-    def token_bytes(self, token_id: int) -> bytes:
-        return self.vocabulary.token_bytes(token_id)
-
-    def chat_prompt(self, messages: list[ChatMessage]) -> str:
-        return self.vocabulary.chat_prompt(messages)
 
     # -- KV cache --------------------------------------------------------------------------
     @property
@@ -240,8 +230,7 @@ class LlamaBackend:
         block = self._last_block
         if block is None:
             raise RuntimeError("commit() without an evaluated block")
-        if path and path != block.path_to(path[-1]):
-            raise ValueError(f"{path} is not a root-to-node path of the block")
+        block.check_path(path)
         n = len(self._committed)
         tokens = [block.tokens[i] for i in path]
         if block.is_chain:
@@ -285,15 +274,6 @@ class LlamaBackend:
         n_committed = max(0, min(n_committed, len(self._committed)))
         del self._committed[n_committed:]
         self._drop_all_to(n_committed)
-
-    def block_cost(self, k: int) -> float:
-        return self._costs.cost(k)
-
-    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
-        self._costs.calibrate(progress)
-
-    def exactness(self) -> Exactness:
-        return self._costs.exactness()
 
     def close(self) -> None:
         if getattr(self, "_costs", None) is not None:  # what use refined

@@ -104,3 +104,19 @@ class LlamaVocabulary:
         if self._owns_model and self._model:
             self._lib.llama_model_free(self._model)
         self._model = None
+
+
+class VocabularyOf:
+    """The tokenizer half of a backend that holds a `LlamaVocabulary` as `vocabulary` (the
+    llama.cpp and int4 runtimes read a GGUF's vocabulary alike)."""
+
+    vocabulary: LlamaVocabulary
+
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        return self.vocabulary.tokenize(text, special=special)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.vocabulary.token_bytes(token_id)
+
+    def chat_prompt(self, messages: list[ChatMessage]) -> str:
+        return self.vocabulary.chat_prompt(messages)

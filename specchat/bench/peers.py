@@ -207,6 +207,19 @@ class LlamaServerPeer(Peer):
         self._client = openai.OpenAI(
             base_url=self._server.base_url, api_key="none", max_retries=0, timeout=600
         )
+        # ngram-mod keeps the n-grams of every answer the server gave, across requests: in a
+        # repeat of the same race it would draft the answer it gave the round before. A repeat
+        # goes to a fresh server (a question asked again in a new chat is another race: there
+        # the server keeps what it remembers, as our saved chats do).
+        self._remembers = spec_type == "ngram-mod"
+        self._last_turn: RaceTurn | None = None
+
+    def run(self, turn: RaceTurn, cancel: Cancel = None) -> Iterator[DoneEvent]:
+        if self._remembers and turn is self._last_turn:
+            self._server.stop()
+            self._server.start()
+        self._last_turn = turn
+        yield from super().run(turn, cancel)
 
     def answer(self, prompt: list[int], max_tokens: int) -> DoneEvent:
         response = self._client.completions.create(

@@ -76,3 +76,12 @@ def ansi(colour: str, text: str) -> str:
     """Text in a 24-bit foreground colour for terminals (`specchat ask`)."""
     r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"\x1b[38;2;{r};{g};{b}m{text}\x1b[0m"
+
+
+def blend(under: str, over: str, share: float) -> str:
+    """`over` laid on `under` at `share` opacity, both "#rrggbb": a run's tint on a code
+    block's background, dim enough that the code's own colours stay readable."""
+    low = [int(under[i : i + 2], 16) for i in (1, 3, 5)]
+    high = [int(over[i : i + 2], 16) for i in (1, 3, 5)]
+    mixed = [round(a + (b - a) * share) for a, b in zip(low, high)]
+    return "#" + "".join(f"{c:02x}" for c in mixed)

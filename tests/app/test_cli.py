@@ -194,3 +194,49 @@ def test_ask_records_the_exchange_unless_no_log(tmp_path):
     assert messages[1].role == "assistant" and messages[1].content and messages[1].stats
     ask("--no-log")
     assert len(store.list_chats()) == 1
+
+
+COPYING = "Repeat exactly: the quick brown fox jumps over the lazy dog, and the lazy dog sleeps."
+DRAFTING = ("--decoder", "pld", "-p", "fixed_draft=4", "--max-tokens", "32")
+
+
+def test_ask_explain_shows_the_drafts(tmp_path):
+    """--explain prints the answer's drafts after it; with --json, the step events carry the
+    rejected tokens as text and a drafts event before the done one has the figures, which are
+    the engine's stats; the recorded answer keeps its steps for the chat's drafts view."""
+    from specchat.history import HistoryStore
+
+    env = {"SPECCHAT_DATA_DIR": str(tmp_path)}
+    result = run_cli("ask", COPYING, *DRAFTING, "--json", "--explain", env=env)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    steps, drafts, done = lines[:-2], lines[-2], lines[-1]
+    assert [s["type"] for s in steps] == ["step"] * len(steps) and done["type"] == "done"
+    assert all(isinstance(s["rejected_text"], str) for s in steps)
+    assert any(s["rejected"] for s in steps) == any(s["rejected_text"] for s in steps)
+    figures, stats = drafts["figures"], done["stats"]
+    assert drafts["type"] == "drafts" and figures["tokens"] == stats["generated_tokens"]
+    for key in ("steps", "drafted", "accepted"):
+        assert figures[key] == stats[key], key
+    assert figures["oracle_speedup"] >= 1.0 and drafts["pass_costs"]
+
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    (chat,) = store.list_chats()
+    answer = store.messages(chat.id)[1]
+    kept = store.answer_steps(answer.id)
+    assert kept is not None and len(kept.steps) == stats["steps"]
+    # --json lists the steps that added something; the one that only ended the answer (EOS)
+    # may have drafted too, and counts in the figures as in the stats
+    assert [s.rejected for s in kept.steps if s.tokens] == [s["rejected_text"] for s in steps]
+    assert figures["rejected"] == sum(s.rejected_tokens for s in kept.steps)
+    assert [s.rejected_tokens for s in kept.steps if s.tokens] == [
+        len(s["rejected"]) for s in steps
+    ]
+
+    shown = run_cli("ask", COPYING, *DRAFTING, "--explain", "--no-log")
+    assert shown.returncode == 0, shown.stderr
+    at = shown.stdout.index(f"{stats['generated_tokens']} tokens in {stats['steps']} steps")
+    answer_text, explained = shown.stdout[:at], shown.stdout[at:]
+    assert answer_text.strip() == done["text"].strip()
+    assert "tokens per step" in explained and "oracle" in explained
+    assert "rejected" in explained and "landed" in explained

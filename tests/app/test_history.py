@@ -133,3 +133,32 @@ def test_search_finds_words_in_every_chat_and_branch(tmp_path):
     assert [h.chat_id for h in store.search("lighthouse")] == [a]
     assert json.loads(json.dumps([h.snippet for h in store.search("cats")]))
     store.close()
+
+
+def test_an_answers_steps_are_kept_apart_and_read_when_asked(tmp_path):
+    """Steps are written with the answer, read back only by `answer_steps` (opening a chat does
+    not load them), absent for answers of a migrated file, and deleted with their answer."""
+    from specchat.drafts import AnswerSteps, DraftStep
+
+    path = old_database(tmp_path / "history.sqlite3")
+    store = HistoryStore(path)
+    old_answer = store.messages(1)[1]
+    assert store.answer_steps(old_answer.id) is None
+    steps = AnswerSteps(
+        (
+            DraftStep("The cat", 3, 4, 2, " sat on", 2, "prompt", 4, 0.0123, 0.0131, "pld"),
+            DraftStep("⏎ é", 1, 0, 0, "", 0, "", 0, 0.011, 0.0112, "pld"),
+        ),
+        (0.011, 0.012, 0.013, 0.014, 0.015),
+    )
+    question = store.add_message(1, StoredMessage("user", "again?"))
+    assert question is not None
+    answer = StoredMessage("assistant", "The cat⏎ é", "pld", "eos", steps=steps)
+    store.add_message(1, answer)
+    assert store.messages(1)[-1].steps is None  # not loaded with the chat
+    assert store.answer_steps(answer.id) == steps
+    store.delete_message(answer.id)
+    assert store.answer_steps(answer.id) is None
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT COUNT(*) FROM answer_steps").fetchone()[0] == 0
+    db.close()

@@ -21,7 +21,7 @@ from specchat.decoding.sampling import SamplingParams
 from specchat.engine.choice import engine_for
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.protocol import GenerationRequest
-from specchat.evaluation.race import run_decoder
+from specchat.evaluation.race import RaceTurn, run_decoder
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids
 from tests.servers import REPEATING_PROMPT, server_metrics
@@ -135,11 +135,19 @@ def test_the_bench_peer_is_llama_servers_own_speculation_on_the_same_model(
     from specchat.bench.peers import LlamaServerPeer
 
     prompt = chat_prompt_ids(fresh_llama, REPEAT)
+    turn = RaceTurn(tuple(REPEAT), tuple(prompt), 48)
     peer = LlamaServerPeer(fresh_llama, "ngram-mod-3", Path(llama_server_binary))
     try:
-        outcome = peer.answer(prompt, 48)
+        (outcome,) = peer.run(turn)
+        # a repeat of the race: ngram-mod must not draft the answer it remembers from the first
+        (again,) = peer.run(turn)
     finally:
         peer.close()
+    assert again.token_ids == outcome.token_ids
+    assert (again.stats.drafted, again.stats.accepted) == (
+        outcome.stats.drafted,
+        outcome.stats.accepted,
+    )
     local = run_decoder(fresh_llama, "greedy", {}, prompt, 48, SamplingParams())
     # greedy under the server's speculation is greedy: the same ids as ours
     assert outcome.token_ids == local.token_ids

@@ -37,6 +37,7 @@ class SpecchatApp(App):
         "screens/race.tcss",
         "screens/search.tcss",
         "screens/confirm.tcss",
+        "screens/drafts.tcss",
     ]
     BINDINGS = bindings(APP_KEYS)
 

@@ -95,6 +95,17 @@ MESSAGE_KEYS = (
         priority=False,
     ),
 )
+ANSWER_KEYS = (
+    Key(
+        "d",
+        "screen.show_drafts",
+        "drafts",
+        "the answer's drafts: each step's drafted, accepted and rejected tokens, source, draft "
+        "length, pass cost; tokens per step; the oracle",
+        "d (on an answer)",
+        priority=False,
+    ),
+)
 QUESTION_KEYS = (
     Key(
         "e,enter",
@@ -127,7 +138,7 @@ CHAT_KEYS = (
         "ctrl+t",
         "toggle_colour",
         "colours",
-        "run colours on/off (off: answers render as Markdown)",
+        "run colours on/off (answers are Markdown either way)",
         footer=True,
         palette="Toggle run colours",
     ),
@@ -137,6 +148,13 @@ CHAT_KEYS = (
         "by source",
         "colour runs by tokens per step or by where their drafts came from",
         palette="Colour runs by length or source",
+    ),
+    Key(
+        "",
+        "show_drafts",
+        "drafts",
+        "the drafts of the focused answer, else of the last one",
+        palette="Show an answer's drafts",
     ),
     Key(
         "ctrl+o",
@@ -230,5 +248,5 @@ def bindings(keys) -> list[Binding]:
 def help_rows() -> list[tuple[str, str]]:
     """(key, what it does) for F1: the prompt's keys, the chat's, a focused message's, the
     app's."""
-    keys = (*PROMPT_KEYS, *CHAT_KEYS, *QUESTION_KEYS, *MESSAGE_KEYS[2:], *APP_KEYS)
+    keys = (*PROMPT_KEYS, *CHAT_KEYS, *QUESTION_KEYS, *ANSWER_KEYS, *MESSAGE_KEYS[2:], *APP_KEYS)
     return [(key.display, key.help) for key in keys if key.keys]

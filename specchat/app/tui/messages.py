@@ -42,8 +42,12 @@ class ModelFailed(Message):
 
 @dataclass
 class AnswerDone(Message):
+    """The answer ended; `pass_costs`: the model's measured cost of a k-token pass for k = 1, 2,
+    … up to what its steps drafted (empty on a remote server), kept with its steps."""
+
     answer_id: int
     event: DoneEvent
+    pass_costs: tuple[float, ...] = ()
 
 
 @dataclass

@@ -59,14 +59,16 @@ class AnswerStream:
     threads (deque appends and pops are atomic)."""
 
     def __init__(self, pacer: FlushPacer | None = None) -> None:
-        self._events: deque[StepEvent] = deque()
+        self._events: deque[tuple[StepEvent, str]] = deque()
         self.pacer = pacer or FlushPacer()
 
-    def put(self, event: StepEvent) -> None:
-        self._events.append(event)
+    def put(self, event: StepEvent, rejected_text: str = "") -> None:
+        """A step, with its rejected draft tokens as text (the worker turns ids into text, so
+        the UI thread never asks the model)."""
+        self._events.append((event, rejected_text))
 
-    def take(self) -> list[StepEvent]:
-        """Everything put since the last take, in order."""
+    def take(self) -> list[tuple[StepEvent, str]]:
+        """Everything put since the last take, in order: (step, its rejected text)."""
         taken = []
         while True:
             try:

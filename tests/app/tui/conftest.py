@@ -145,3 +145,94 @@ def fixed_chat(private_dirs: Path) -> tuple[HistoryStore, int]:
 def anyio_backend() -> str:
     """The async tests run on asyncio through anyio's pytest plugin (installed with httpx)."""
     return "asyncio"
+
+
+# An answer holding a heading, a list, a highlighted code fence and a table, as the steps that
+# made it: (text, tokens, source, rejected text, rejected tokens). Runs of every length bucket
+# (2–3, 4–7, 8+ tokens) and from every draft source, some of them inside the code block.
+MARKDOWN_STEPS = (
+    ("## Fibonacci", 3, "chat", "", 0),
+    (", three ways\n\n", 1, "", "", 0),
+    ("The *iterative* one", 4, "prompt", " is slow", 2),
+    (" is **fastest**:\n\n", 1, "", " is", 1),
+    ("- recursive: `fib(n - 1) + fib(n - 2)`\n", 9, "prompt", "", 0),
+    ("- memoised", 2, "saved", "\n- iter", 3),
+    (" with `lru_cache`\n", 1, "", "", 0),
+    ("- iterative, below\n\n", 5, "chat", "", 0),
+    ("```python\ndef fib(n: int) -> int:\n", 6, "previous", "", 0),
+    ("    a, b = 0, 1\n", 1, "", "", 0),
+    ("    for _ in range(n):\n", 3, "lookahead", "    ", 1),
+    ("        a, b = b, a + b\n    return a\n", 10, "prompt", "\n\nprint", 3),
+    ("```\n\n", 1, "", "", 0),
+    ("| n | fib(n) |\n|---|-------:|\n", 4, "draft", "| 1", 2),
+    ("| 10 | 55 |\n", 1, "", "", 0),
+    ("| 20 | 6765 |", 3, "saved", "", 0),
+)
+
+
+def modelled_pass_seconds(drafted: int) -> float:
+    """A pass's cost in the scripted answer: 11 ms, and 1.5 ms a drafted token."""
+    return 0.011 + 0.0015 * drafted
+
+
+def markdown_step_events() -> list[StepEvent]:
+    """MARKDOWN_STEPS as the engine would have sent them (token ids are stand-ins)."""
+    events = []
+    for text, tokens, source, _rejected, rejected_tokens in MARKDOWN_STEPS:
+        accepted = tokens - 1 if source else 0
+        drafted = accepted + rejected_tokens
+        events.append(
+            StepEvent(
+                tokens=tuple(range(100, 100 + tokens)),
+                text=text,
+                drafted=drafted,
+                accepted=accepted,
+                decoder="suffix",
+                seconds=modelled_pass_seconds(drafted) + 0.0005,
+                source=source,
+                rejected=tuple(range(200, 200 + rejected_tokens)),
+                depth=drafted,
+                pass_seconds=modelled_pass_seconds(drafted),
+            )
+        )
+    return events
+
+
+def markdown_answer() -> StoredMessage:
+    """The answer of MARKDOWN_STEPS as the chat stores it: text, runs, stats and steps."""
+    from specchat.app.tui.runs import RunText
+    from specchat.drafts import AnswerSteps, DraftStep
+
+    events = markdown_step_events()
+    runs, stats = RunText(), GenerationStats(prompt_tokens=31, prefill_seconds=0.02)
+    for event in events:
+        runs.add_step(event.text, len(event.tokens), event.source)
+        stats = stats.with_step(event)
+    rejected = [step[3] for step in MARKDOWN_STEPS]
+    largest = max(event.drafted for event in events)
+    steps = AnswerSteps(
+        tuple(DraftStep.of(event, text) for event, text in zip(events, rejected)),
+        tuple(modelled_pass_seconds(k - 1) for k in range(1, largest + 2)),
+    )
+    return StoredMessage(
+        "assistant",
+        runs.text,
+        "suffix",
+        "eos",
+        stats=stats,
+        runs=list(runs.runs),
+        elapsed_seconds=round(stats.decode_seconds + 0.03, 3),
+        params="",
+        steps=steps,
+    )
+
+
+@pytest.fixture
+def markdown_chat(private_dirs: Path) -> tuple[HistoryStore, int]:
+    """A stored chat whose answer is Markdown of every kind with runs of every length and
+    source, and its steps (the drafts view)."""
+    store = HistoryStore(private_dirs / "data" / "markdown.sqlite3")
+    chat = store.new_chat("Fibonacci")
+    store.add_message(chat, StoredMessage("user", "Fibonacci in Python, three ways?"))
+    store.add_message(chat, markdown_answer())
+    return store, chat

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from specchat.app.tui.app import SpecchatApp
+from specchat.app.tui.widgets.answer_body import Piece
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.decoding.base import Decoder
@@ -57,7 +58,7 @@ async def test_answer_streams_and_status_updates(backend):
             assert "generating" in live and "tok/s" in live and "greedy" in live
             assert "2 tokens" in live
             streaming = chat.query(AssistantMessage).last()
-            assert streaming.text and str(streaming.query_one(".runs").render()) == streaming.text
+            assert streaming.text and streaming.body.text == streaming.text
             gate.release()
             await app.workers.wait_for_complete()
             await pilot.pause()
@@ -88,7 +89,7 @@ async def test_a_burst_of_steps_costs_one_repaint(backend):
             await type_and_send(pilot, "Hi")
             await wait_until(pilot, gate.held.is_set)
             answer = chat.query(AssistantMessage).last()
-            repaints = count_updates(answer.query_one(".runs"))
+            repaints = count_updates(answer.query_one("#tail"))
             status_repaints = count_updates(chat.query_one(StatusBar))
             words = [f" w{i}" for i in range(200)]
             for word in words:  # as a fast decoder would, between two flushes
@@ -103,9 +104,40 @@ async def test_a_burst_of_steps_costs_one_repaint(backend):
             await pilot.pause()
 
 
-async def test_streamed_answer_looks_as_the_finished_one(backend):
-    """While streaming, finished lines move out of the live tail into static pieces; the
-    transcript shows the same lines (and colours) before and after the answer ends."""
+STREAMED_MARKDOWN = """## A plan
+
+Some **bold** prose, then a list:
+
+- first item with `code`
+- second item
+  1. nested
+
+| name | value |
+|------|------:|
+| cat  | 3     |
+| mat  | 12    |
+
+```python
+def f(x):
+    return x + 1
+```
+
+Done: the end.
+"""
+
+
+async def test_streamed_answer_looks_as_the_finished_one(backend, monkeypatch):
+    """While streaming, finished blocks move out of the live tail into static pieces drawn once
+    (never again); the streamed answer shows the same lines and colours as after it ends, and as
+    the same answer reopened from the store (drawn in one go)."""
+    drawn: dict[int, int] = {}  # piece → how many times it was drawn
+    draw = Piece.update
+
+    def counted(piece, *args, **kwargs):
+        drawn[id(piece)] = drawn.get(id(piece), 0) + 1
+        return draw(piece, *args, **kwargs)
+
+    monkeypatch.setattr(Piece, "update", counted)
     app = SpecchatApp(settings=RunConfig(max_tokens=40), backend=backend)
     async with app.run_test(size=(100, 60)) as pilot:
         chat = app.screen
@@ -113,22 +145,32 @@ async def test_streamed_answer_looks_as_the_finished_one(backend):
             await type_and_send(pilot, "Hi")
             await wait_until(pilot, gate.held.is_set)
             answer = chat.query(AssistantMessage).last()
-            for line in range(14):
-                for word in ("Line", f" {line}", " has a few words", " and a run", "\n"):
-                    n_tokens = 3 if word == " and a run" else 1
-                    chat._stream.put(StepEvent((7,) * n_tokens, word, 2, 2, "pld", 0.001))
-                await chat._flush_steps()
-                await pilot.pause()
-            assert len(answer.query_one(".settled").children) >= 1, "lines were settled"
+            text, at, step = STREAMED_MARKDOWN, 0, 0
+            while at < len(text):  # uneven steps, every third one a run of 3 tokens
+                size = 3 + step % 7
+                n_tokens = 3 if step % 3 == 0 else 1
+                chat._stream.put(StepEvent((7,) * n_tokens, text[at : at + size], 2, 2, "pld", 0))
+                at, step = at + size, step + 1
+                if step % 4 == 0:
+                    await chat._flush_steps()
+                    await pilot.pause()
+            await chat._flush_steps()
+            await pilot.pause()
+            assert len(answer.body.query(Piece)) >= 2, "finished blocks were settled"
             streamed = body_lines(app, answer)
             await pilot.press("escape")
             gate.release()
             await app.workers.wait_for_complete()
             await pilot.pause()
-        assert not answer.query_one(".settled").children
         assert body_lines(app, answer) == streamed
-        assert answer.text.count("\n") == 14
-        assert "Line 0 has" in "".join(char for char, _ in streamed[0])
+        assert len(drawn) >= 2 and set(drawn.values()) == {1}, "every piece drawn once"
+        assert answer.text == STREAMED_MARKDOWN
+        shown = ["".join(char for char, _ in line) for line in streamed]
+        assert "A plan" in shown[0] and not any("**" in line or "```" in line for line in shown)
+        await chat.open_chat(chat.chat_id)  # the stored answer, drawn at once
+        await pilot.pause()
+        reopened = chat.query(AssistantMessage).last()
+        assert body_lines(app, reopened) == streamed
 
 
 def body_lines(app, widget) -> list[list[tuple[str, object]]]:
@@ -336,15 +378,23 @@ async def test_chat_persists_across_restart(backend, private_dirs):
         assert again.screen.sub_title == "Say hi."
 
 
-async def test_colour_toggle_renders_markdown_and_persists(backend, fixed_chat):
+async def test_colour_toggle_hides_the_runs_keeps_the_markdown_and_persists(backend, fixed_chat):
     store, chat = fixed_chat
     app = SpecchatApp(settings=RunConfig(), backend=backend, history=store, chat_id=chat)
     async with app.run_test(size=SIZE) as pilot:
-        first = app.screen.query(AssistantMessage).first()
-        assert first.query_one(".runs").display and not first.query_one(".markdown").display
+        first, last = app.screen.query(AssistantMessage)
+        coloured = body_lines(app, first)
+        markdown = ["".join(char for char, _ in line) for line in body_lines(app, last)]
+        assert first.body.palette is not None and any("• the cat" in line for line in markdown)
         await pilot.press("ctrl+t")
         await pilot.pause()
-        assert not first.query_one(".runs").display and first.query_one(".markdown").display
+        plain = body_lines(app, first)
+        assert first.body.palette is None and plain != coloured
+        assert [[c for c, _ in line] for line in plain] == [
+            [c for c, _ in line] for line in coloured
+        ]
+        shown = ["".join(char for char, _ in line) for line in body_lines(app, last)]
+        assert shown == markdown, "still Markdown"
         assert not app.session.settings.colour_runs
     from specchat.settings import load_settings
 
@@ -386,15 +436,15 @@ async def test_model_loads_in_the_background_with_progress():
         assert any("model ready in" in n.message for n in app._notifications)
 
 
-async def test_streams_into_markdown_when_colours_are_off(backend):
+async def test_streams_markdown_when_colours_are_off(backend):
     app = SpecchatApp(settings=RunConfig(max_tokens=40, colour_runs=False), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Give a short list of two fruits.")
         await app.workers.wait_for_complete()
         await pilot.pause()
         widget = app.screen.query(AssistantMessage).last()
-        assert widget.query_one(".markdown").display and not widget.query_one(".runs").display
-        assert widget.query_one(".markdown").source == app.screen.messages[-1].content
+        assert widget.body.palette is None
+        assert widget.body.text == app.screen.messages[-1].content
 
 
 @pytest.mark.slow
@@ -423,7 +473,7 @@ async def test_transcript_follows_the_bottom_until_the_user_scrolls_up(backend):
             async def stream(lines: int) -> None:
                 for line in range(lines):
                     chat._stream.put(
-                        StepEvent((7,), f"line {line} of the story\n", 0, 0, "greedy", 0)
+                        StepEvent((7,), f"line {line} of the story\n\n", 0, 0, "greedy", 0)
                     )
                 await chat._flush_steps()
                 await pilot.pause()

@@ -49,6 +49,7 @@ from specchat.app.tui.messages import (
 )
 from specchat.app.tui.screens.chats import ChatListScreen
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
+from specchat.app.tui.screens.drafts import DraftsScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.screens.search import SearchScreen
 from specchat.app.tui.streaming import AnswerStream
@@ -56,6 +57,7 @@ from specchat.app.tui.widgets.legend import Legend
 from specchat.app.tui.widgets.message import AssistantMessage, Turn, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.app.tui.widgets.status_bar import StatusBar
+from specchat.drafts import AnswerSteps
 from specchat.engine.events import DoneEvent
 from specchat.errors import HistoryError
 from specchat.evaluation.race import error_text
@@ -364,9 +366,11 @@ class ChatScreen(Screen):
         self, answer_id: int, events: Iterator[AnswerEvent], stream: AnswerStream
     ) -> None:
         """A worker: each step goes into the stream, which this screen drains at its own pace
-        (`streaming.py`: no message per step); AnswerDone or AnswerFailed comes after the last
-        step was put."""
+        (`streaming.py`: no message per step), with its rejected draft tokens as text;
+        AnswerDone, with the model's pass costs for the drafts view, or AnswerFailed comes after
+        the last step was put."""
         done = None
+        largest_draft = 0
         try:
             for event in events:
                 if isinstance(event, DoneEvent):
@@ -374,11 +378,13 @@ class ChatScreen(Screen):
                 elif isinstance(event, LeftOut):
                     self.post_message(TurnsLeftOut(answer_id, event.left_out, event.n_ctx))
                 else:
-                    stream.put(event)
+                    stream.put(event, self.session.rejected_text(event))
+                    largest_draft = max(largest_draft, event.drafted)
+            pass_costs = self.session.pass_costs(largest_draft)
         except Exception as exc:  # a bug or a runtime failure: show it, keep the app
             self.post_message(AnswerFailed(answer_id, error_text(exc)))
             return
-        self.post_message(AnswerDone(answer_id, done))
+        self.post_message(AnswerDone(answer_id, done, pass_costs))
 
     async def _paced_flush(self, answer_id: int) -> None:
         """A flush, and the next one at the pacer's interval (see `streaming.py`), while answer
@@ -396,10 +402,11 @@ class ChatScreen(Screen):
         one of the status bar, however many steps came (see `streaming.py`)."""
         if self._stream is None or self._answer is None:
             return
-        events = self._stream.take()
-        if not events:
+        taken = self._stream.take()
+        if not taken:
             return
-        await self._answer.add_steps(events)
+        events = [event for event, _ in taken]
+        await self._answer.add_steps(events, [rejected for _, rejected in taken])
         for event in events:
             self.figures.add(event)
         self.figures.elapsed = time.monotonic() - self._answer_started
@@ -437,6 +444,7 @@ class ChatScreen(Screen):
             runs=list(answer.runs.runs),
             elapsed_seconds=elapsed,
             params=self.figures.params,
+            steps=AnswerSteps(tuple(answer.steps), message.pass_costs),
         )
         error = self.conversation.record_answer(stored)
         if error:
@@ -660,6 +668,28 @@ class ChatScreen(Screen):
         self._code_block += 1
         what = "the code block" if len(blocks) == 1 else f"code block {index + 1}/{len(blocks)}"
         copy_to_clipboard(self.app, blocks[index], what)
+
+    # -- drafts ------------------------------------------------------------------------------
+    def action_show_drafts(self) -> None:
+        """`d` on an answer (from the palette: the focused answer, else the last): its steps."""
+        turn = self.focused
+        if not isinstance(turn, AssistantMessage):
+            answers = self.query(AssistantMessage)
+            turn = answers.last() if answers else None
+        if turn is None or turn.stored is None:
+            self.notify("no finished answer to show the drafts of", severity="warning")
+            return
+        try:
+            steps = self.conversation.answer_steps(turn.stored)
+        except HistoryError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        if steps is None:
+            self.notify(
+                "this answer was stored without its steps (an older specchat)", severity="warning"
+            )
+            return
+        self.app.push_screen(DraftsScreen(turn.stored, steps))
 
     # -- search and race ------------------------------------------------------------------------
     def action_search(self) -> None:

@@ -1,14 +1,7 @@
-"""One turn of the transcript. Assistant turns stream in two ways:
-
-- colouring on: Rich Text with each multi-token run styled (Markdown cannot carry per-span colour).
-  Only the answer's tail is live: once it holds SETTLE_CHARS, the lines before its last line break
-  move into a static piece that is never rendered again. A batch of steps repaints the tail alone,
-  and lays the transcript out only when the tail's line count changed — so the work per batch does
-  not grow with the answer, nor with the transcript;
-- colouring off: Textual's Markdown fed through `Markdown.get_stream`, one fragment per batch
-  (it re-parses from the last block only).
-The chat screen hands over batches at a bounded rate (`streaming.py`), never a step at a time.
-When the answer ends the full text is rendered once, as one piece, in the active mode.
+"""One turn of the transcript. An answer is always Markdown with its speculative runs laid over it
+(`answer_body.py`: finished blocks are drawn once, only the last one repaints); Ctrl+T shows or
+hides the runs, never the Markdown. The chat screen hands over batches of steps at a bounded rate
+(`streaming.py`), never a step at a time, and each batch is one repaint.
 """
 
 from __future__ import annotations
@@ -18,16 +11,15 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.geometry import Size
-from textual.widgets import Label, Markdown, Static
+from textual.widgets import Label, Static
 
-from specchat.app.tui.keys import MESSAGE_KEYS, QUESTION_KEYS, bindings
-from specchat.app.tui.runs import RunText, clip_runs, coloured
+from specchat.app.tui.keys import ANSWER_KEYS, MESSAGE_KEYS, QUESTION_KEYS, bindings
+from specchat.app.tui.runs import RunText
+from specchat.app.tui.widgets.answer_body import AnswerBody
+from specchat.drafts import DraftStep
 from specchat.engine.events import StepEvent
 from specchat.history import StoredMessage
 from specchat.themes.palette import RunPalette
-
-SETTLE_CHARS = 400  # a live tail longer than this gives its finished lines to a static piece
 
 
 def branch_label(message: StoredMessage | None) -> str:
@@ -74,7 +66,9 @@ class UserMessage(Turn):
 
 
 class AssistantMessage(Turn):
-    """An answer, streaming or finished, that can switch between coloured runs and Markdown."""
+    """An answer, streaming or finished: Markdown with coloured runs (or without, Ctrl+T)."""
+
+    BINDINGS = bindings(ANSWER_KEYS)
 
     def __init__(
         self,
@@ -95,14 +89,14 @@ class AssistantMessage(Turn):
         self.streaming = stored is None
         if stored is not None:
             self.runs = RunText(stored.content, list(stored.runs))
-        self._stream = None
-        self._settled = 0  # characters already in static pieces (coloured streaming)
+        self.steps: list[DraftStep] = []  # this answer's steps while it streams (drafts view)
 
     def compose(self) -> ComposeResult:
         yield Label(self._header(), classes="role")
-        yield Vertical(classes="body settled")
-        yield Static("", classes="body runs")
-        yield Markdown("", classes="body markdown")
+        yield AnswerBody(self._shown_palette(), self.colour_by)
+
+    def _shown_palette(self) -> RunPalette | None:
+        return self.palette if self.colour else None
 
     def _header(self) -> str:
         parts = ["assistant"]
@@ -118,105 +112,44 @@ class AssistantMessage(Turn):
     def _role_line(self) -> str:
         return self._header()
 
-    async def on_mount(self) -> None:
-        self._apply_mode()
-        if self.streaming:
-            if not self.colour:
-                self._stream = Markdown.get_stream(self.query_one(".markdown", Markdown))
-        else:
-            await self._render_full()
+    @property
+    def body(self) -> AnswerBody:
+        return self.query_one(AnswerBody)
 
-    def _apply_mode(self) -> None:
-        self.query_one(".settled").display = self.colour
-        self.query_one(".runs").display = self.colour
-        self.query_one(".markdown").display = not self.colour
+    async def on_mount(self) -> None:
+        if self.runs.text:
+            await self.body.show(self.runs.text, self.runs.runs)
 
     @property
     def text(self) -> str:
         return self.runs.text
 
-    async def add_steps(self, events: Sequence[StepEvent]) -> None:
-        """A batch of steps: their text added, one repaint of the live tail (or one Markdown
-        fragment)."""
-        for event in events:
+    async def add_steps(self, events: Sequence[StepEvent], rejected: Sequence[str] = ()) -> None:
+        """A batch of steps: their text added, one repaint of the answer's last block.
+        `rejected`: each step's drafted text the target did not take, for the drafts view."""
+        for i, event in enumerate(events):
             self.runs.add_step(event.text, len(event.tokens), event.source)
+            if not event.tail:  # text held back and released at the end: no step
+                self.steps.append(DraftStep.of(event, rejected[i] if i < len(rejected) else ""))
         decoder = events[-1].decoder if events else self.decoder
         if decoder != self.decoder:
             self.decoder = decoder
             self.query_one(".role", Label).update(self._header())
-        if self.colour:
-            await self._settle()
-            self._repaint_tail()
-        elif self._stream is not None:
-            await self._stream.write("".join(event.text for event in events))
-
-    def _piece(self, start: int, end: int) -> Text:
-        text = self.runs.text
-        runs = clip_runs(self.runs.runs, start, end)
-        return coloured(text[start:end], runs, self.palette, self.colour_by)
-
-    async def _settle(self) -> None:
-        """Move the tail's finished lines into a static piece once the tail is long."""
-        text = self.runs.text
-        if len(text) - self._settled < SETTLE_CHARS:
-            return
-        cut = text.rfind("\n", self._settled)
-        if cut < 0:
-            return
-        # text[a:cut] then text[cut+1:] stacked render the lines text[a:] renders
-        piece = Static(self._piece(self._settled, cut), classes="body")
-        self._settled = cut + 1
-        await self.query_one(".settled", Vertical).mount(piece)
-
-    def _repaint_tail(self) -> None:
-        """Repaint the live tail; lay out only when its height changed."""
-        tail = self.query_one(".runs", Static)
-        width, before = tail.content_size
-        tail.update(self._piece(self._settled, len(self.runs.text)), layout=False)
-        if not width or tail.get_content_height(Size(width, 0), Size(width, 0), width) != before:
-            tail.refresh(layout=True)
+        await self.body.show(self.runs.text, self.runs.runs)
 
     async def finish(self, final_text: str, finish_reason: str | None) -> None:
-        """Stop streaming and render the whole answer once. The header keeps its "…" until
-        `show_branch`: the chat calls that once the answer is stored and the chat is free, so
-        an answer that looks ended takes the next key."""
+        """Stop streaming and draw the answer's last block as final. The header keeps its "…"
+        until `show_branch`: the chat calls that once the answer is stored and the chat is
+        free, so an answer that looks ended takes the next key."""
         self.runs.finish(final_text)
         self.finish_reason = finish_reason
         self.streaming = False
-        await self._stop_stream()
-        await self._render_full()
-
-    async def _stop_stream(self) -> None:
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            await stream.stop()
-
-    async def _render_full(self) -> None:
-        """The whole answer as one piece."""
-        with self.app.batch_update():  # never a frame with the pieces gone or doubled
-            if self.colour:
-                self.query_one(".runs", Static).update(
-                    coloured(self.runs.text, self.runs.runs, self.palette, self.colour_by)
-                )
-            else:
-                await self.query_one(".markdown", Markdown).update(self.runs.text)
-            if self._settled:
-                self._settled = 0
-                await self.query_one(".settled", Vertical).remove_children()
+        await self.body.show(self.runs.text, self.runs.runs)
 
     async def set_colour(self, colour: bool, palette: RunPalette, by: str = "length") -> None:
-        """Switch modes (also mid-answer) and repaint with the theme's palette, runs coloured
-        `by` tokens per step ("length") or draft source ("source")."""
-        changed = colour != self.colour
+        """Show the runs or not (also mid-answer), in the theme's palette, coloured `by` tokens
+        per step ("length") or draft source ("source")."""
         self.colour = colour
         self.palette = palette
         self.colour_by = by
-        self._apply_mode()
-        if self.streaming and changed:
-            await self._stop_stream()
-            if not colour:
-                markdown = self.query_one(".markdown", Markdown)
-                await markdown.update(self.runs.text)
-                self._stream = Markdown.get_stream(markdown)
-                return
-        await self._render_full()
+        await self.body.recolour(self._shown_palette(), by)
