@@ -40,6 +40,21 @@ def backend(tui_backend):
     return tui_backend
 
 
+def app_on_chat(backend, stored_chat: tuple[HistoryStore, int], **settings):
+    """The app opened on a stored chat (a fixture's store and chat id) with these settings."""
+    from specchat.app.tui.app import SpecchatApp
+    from specchat.options import RunConfig
+
+    store, chat = stored_chat
+    return SpecchatApp(
+        settings=RunConfig(**settings),
+        backend=backend,
+        history=store,
+        chat_id=chat,
+        save_settings_file=False,
+    )
+
+
 async def wait_until(pilot, condition, limit: float = 120.0) -> None:
     """Pause the pilot until `condition()` holds; `limit` only guards against a hang."""
     waited = 0.0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.messages import RaceDone, RaceFinished, RaceStarted
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.race import RaceScreen
@@ -17,20 +16,10 @@ from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.stats import GenerationStats
 from specchat.evaluation.race import DecoderEntrant, Lane, RaceTurn, judge
-from specchat.options import RunConfig
+
+from .conftest import app_on_chat
 
 SIZE = (100, 32)
-
-
-def chat_app(backend, fixed_chat, **settings) -> SpecchatApp:
-    store, chat = fixed_chat
-    return SpecchatApp(
-        settings=RunConfig(**settings),
-        backend=backend,
-        history=store,
-        chat_id=chat,
-        save_settings_file=False,
-    )
 
 
 async def still_cursor(pilot) -> None:
@@ -40,12 +29,14 @@ async def still_cursor(pilot) -> None:
 
 
 def test_chat_coloured_runs(snap_compare, backend, fixed_chat):
-    assert snap_compare(chat_app(backend, fixed_chat), terminal_size=SIZE, run_before=still_cursor)
+    assert snap_compare(
+        app_on_chat(backend, fixed_chat), terminal_size=SIZE, run_before=still_cursor
+    )
 
 
 def test_chat_markdown_when_colours_off(snap_compare, backend, fixed_chat):
     assert snap_compare(
-        chat_app(backend, fixed_chat),
+        app_on_chat(backend, fixed_chat),
         press=["ctrl+t"],
         terminal_size=SIZE,
         run_before=still_cursor,
@@ -54,7 +45,7 @@ def test_chat_markdown_when_colours_off(snap_compare, backend, fixed_chat):
 
 def test_chat_coloured_by_source(snap_compare, backend, fixed_chat):
     assert snap_compare(
-        chat_app(backend, fixed_chat),
+        app_on_chat(backend, fixed_chat),
         press=["ctrl+f"],
         terminal_size=SIZE,
         run_before=still_cursor,
@@ -63,7 +54,7 @@ def test_chat_coloured_by_source(snap_compare, backend, fixed_chat):
 
 def test_chat_light_theme(snap_compare, backend, fixed_chat):
     assert snap_compare(
-        chat_app(backend, fixed_chat, theme="specchat-light"),
+        app_on_chat(backend, fixed_chat, theme="specchat-light"),
         terminal_size=SIZE,
         run_before=still_cursor,
     )
@@ -71,7 +62,7 @@ def test_chat_light_theme(snap_compare, backend, fixed_chat):
 
 def test_help_screen(snap_compare, backend, fixed_chat):
     assert snap_compare(
-        chat_app(backend, fixed_chat), press=["f1"], terminal_size=SIZE, run_before=still_cursor
+        app_on_chat(backend, fixed_chat), press=["f1"], terminal_size=SIZE, run_before=still_cursor
     )
 
 
@@ -81,7 +72,9 @@ def test_decoder_settings(snap_compare, backend, fixed_chat):
         pilot.app.push_screen(DecoderSettingsScreen("beam"))
         await pilot.pause()
 
-    assert snap_compare(chat_app(backend, fixed_chat), terminal_size=SIZE, run_before=open_dialog)
+    assert snap_compare(
+        app_on_chat(backend, fixed_chat), terminal_size=SIZE, run_before=open_dialog
+    )
 
 
 SCRIPT = {  # (token ids, text, drafted, accepted) per step
@@ -155,7 +148,7 @@ def scripted_race(at: float):
 @pytest.mark.slow
 def test_race_summary(snap_compare, backend, fixed_chat):
     assert snap_compare(
-        chat_app(backend, fixed_chat), terminal_size=(110, 32), run_before=scripted_race(1.0)
+        app_on_chat(backend, fixed_chat), terminal_size=(110, 32), run_before=scripted_race(1.0)
     )
 
 
@@ -163,5 +156,5 @@ def test_race_summary(snap_compare, backend, fixed_chat):
 def test_race_mid_replay(snap_compare, backend, fixed_chat):
     """0.045 s in: pld (5 tokens in 0.042 s) has finished, greedy (0.0625 s) shows 3 of 5."""
     assert snap_compare(
-        chat_app(backend, fixed_chat), terminal_size=(110, 32), run_before=scripted_race(0.045)
+        app_on_chat(backend, fixed_chat), terminal_size=(110, 32), run_before=scripted_race(0.045)
     )

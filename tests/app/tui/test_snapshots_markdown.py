@@ -10,36 +10,23 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.app.tui.app import SpecchatApp
-from specchat.options import RunConfig
-
+from .conftest import app_on_chat
 from .test_snapshots import still_cursor
 
 SIZE = (100, 40)
 THEMES = ("specchat-safe", "specchat-dark", "specchat-light")
 
 
-def markdown_app(backend, markdown_chat, **settings) -> SpecchatApp:
-    store, chat = markdown_chat
-    return SpecchatApp(
-        settings=RunConfig(**settings),
-        backend=backend,
-        history=store,
-        chat_id=chat,
-        save_settings_file=False,
-    )
-
-
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("colour_by", ["length", "source"])
 def test_markdown_answer_with_runs(snap_compare, backend, markdown_chat, theme, colour_by):
-    app = markdown_app(backend, markdown_chat, theme=theme, colour_by=colour_by)
+    app = app_on_chat(backend, markdown_chat, theme=theme, colour_by=colour_by)
     assert snap_compare(app, terminal_size=SIZE, run_before=still_cursor)
 
 
 def test_markdown_answer_without_runs(snap_compare, backend, markdown_chat):
     """Ctrl+T: the runs hidden, the Markdown the same."""
-    app = markdown_app(backend, markdown_chat)
+    app = app_on_chat(backend, markdown_chat)
     assert snap_compare(app, press=["ctrl+t"], terminal_size=SIZE, run_before=still_cursor)
 
 
@@ -47,7 +34,7 @@ def test_markdown_answer_without_runs(snap_compare, backend, markdown_chat):
 def test_drafts_view(snap_compare, backend, markdown_chat, theme):
     """`d` on the answer: figures, oracle, tokens per step, and each step's draft with its
     rejected tail struck through."""
-    app = markdown_app(backend, markdown_chat, theme=theme)
+    app = app_on_chat(backend, markdown_chat, theme=theme)
     assert snap_compare(
         app, press=["ctrl+up", "d"], terminal_size=(110, 36), run_before=still_cursor
     )
