@@ -7,7 +7,8 @@ from __future__ import annotations
 from specchat.app.tui.screens.search import SearchScreen
 from specchat.history import StoredMessage
 
-from .test_snapshots import SIZE, chat_app, still_cursor
+from .conftest import app_on_chat
+from .test_snapshots import SIZE, still_cursor
 
 
 def with_branches(fixed_chat):
@@ -29,7 +30,7 @@ def with_branches(fixed_chat):
 
 def test_branch_markers(snap_compare, backend, fixed_chat):
     assert snap_compare(
-        chat_app(backend, with_branches(fixed_chat)),
+        app_on_chat(backend, with_branches(fixed_chat)),
         terminal_size=SIZE,
         run_before=still_cursor,
     )
@@ -44,5 +45,5 @@ def test_search_screen(snap_compare, backend, fixed_chat):
         await pilot.pause()
 
     assert snap_compare(
-        chat_app(backend, with_branches(fixed_chat)), terminal_size=SIZE, run_before=search
+        app_on_chat(backend, with_branches(fixed_chat)), terminal_size=SIZE, run_before=search
     )
