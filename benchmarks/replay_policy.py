@@ -128,14 +128,14 @@ def replay(
     situation, the seconds its passes save over plain ones."""
     decoder.policy = policy
     drafter = decoder.drafter
-    drafter.reset(list(prompt), sources)
+    decoder.reset(list(prompt), sources)
     context, i, seconds, drafted, accepted = list(prompt), 0, 0.0, 0, 0
     while i < len(answer):
         room = len(answer) - i
         plan = drafter.plan(context, room)
         depth = decoder.choose_depth(backend, plan, room)
         draft = drafter.draft(backend, context, GREEDY, plan, depth)
-        chain = draft.chain_tokens()
+        chain = draft.tokens[1:]  # a chain drafter's draft: one branch after the pending token
         n = 0
         while n < len(chain) and chain[n] == answer[i + n]:
             n += 1
@@ -145,7 +145,7 @@ def replay(
                 len(draft.tokens)
             )
         if draft.drafted:
-            policy.update(plan, draft.drafted, n)
+            policy.update(plan, draft.drafted, n)  # what the live step learns
         drafter.observe(draft, None, n)
         drafted, accepted = drafted + draft.drafted, accepted + n
         context.extend(answer[i : i + n + 1])
@@ -175,6 +175,8 @@ def main() -> None:
     parser.add_argument("--optimism", type=float, help="the policy's optimism (default: its own)")
     parser.add_argument("--budget", type=float, help="the policy's exploration budget")
     parser.add_argument("--margin", type=float, help="the gain a draft must promise")
+    parser.add_argument("--allowance", type=float, help="passes an answer may lose exploring")
+    parser.add_argument("--fallback-margin", type=float, help="the gain once an answer has lost")
     args = parser.parse_args()
     backend = load_model(None, LoadOptions(backend=args.backend), lambda *a: None)
     # One thread generates the answers (a 2-thread pool collapses when anything else runs);
@@ -190,7 +192,8 @@ def main() -> None:
     )
     # from the priors, learning over the whole run (not the user's)
     knobs = {k: v for k, v in (("optimism", args.optimism), ("explore_budget", args.budget),
-                               ("margin", args.margin)) if v is not None}  # fmt: skip
+                               ("margin", args.margin), ("allowance", args.allowance),
+                               ("fallback_margin", args.fallback_margin)) if v is not None}  # fmt: skip
     policy = DraftLengthPolicy(**knobs)
     by_category: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     drafted = accepted = 0

@@ -15,6 +15,13 @@ depth is taken only while, by the rates as known, it keeps all but `_EXPLORE_BUD
 depth's speed — little, so that a prompt whose drafts keep failing runs at greedy's pace. Where
 long drafts are nearly free (the int4 runtime: 8 tokens cost about two single passes) it drafts
 boldly; where a failed draft is dear (llama.cpp: 8 tokens cost four) it probes only cheaply.
+
+Each answer also keeps a ledger: the passes its drafts have saved (accepted tokens + 1 against the
+pass's cost in plain passes), negative where they lost. An exploring draft is made only while the
+ledger, plus a small allowance, covers what it would lose if nothing were taken — exploration is
+paid for by gains in the same answer — and once an answer's drafts have lost more than the
+allowance, it drafts only where the known rates promise a clear gain, so a prompt whose drafts keep
+failing runs at greedy's pace within a few passes.
 Replayed on Spec-Bench dev answers (benchmarks/replay_policy.py, docs/benchmarks.md), this budget
 kept every question at 0.97× greedy or more on llama.cpp's costs, where a budget of 0.4 let one
 fall to 0.90×.
@@ -39,6 +46,8 @@ _MAX_TRIALS = 400.0  # older evidence fades past this many trials per depth buck
 _OPTIMISM = 1.0  # standard deviations added to each rate (exploration)
 _EXPLORE_BUDGET = 0.1  # most expected speed (share of the best) an exploring draft may give up
 _MARGIN = 0.0  # how much faster than a plain pass a draft must be expected to be
+_ALLOWANCE = 1.0  # plain passes an answer's exploring drafts may lose before its drafts have gained
+_FALLBACK_MARGIN = 0.2  # the gain a draft must promise once an answer's drafts have lost
 _STORE_FILE = "draft_policy.json"
 
 
@@ -117,11 +126,21 @@ class DraftLengthPolicy:
         optimism: float = _OPTIMISM,
         explore_budget: float = _EXPLORE_BUDGET,
         margin: float = _MARGIN,
+        allowance: float = _ALLOWANCE,
+        fallback_margin: float = _FALLBACK_MARGIN,
     ) -> None:
         self.optimism = optimism
         self.explore_budget = explore_budget
         self.margin = margin
+        self.allowance = allowance
+        self.fallback_margin = fallback_margin
         self.situations: dict[tuple, SituationStats] = {}
+        self.ledger = 0.0  # plain passes this answer's drafts have saved (negative: lost)
+        self._pass_ratios: list[float] = []  # the last sized pass per depth, in plain passes
+
+    def start_answer(self) -> None:
+        """A new answer: its ledger starts at zero (what was learned stays)."""
+        self.ledger = 0.0
 
     def rates(self, plan: Plan, top: int, optimism: float | None = None) -> list[float]:
         """Conditional acceptance per depth 1..top (optimistic by default, as the policy uses)."""
@@ -140,19 +159,30 @@ class DraftLengthPolicy:
             target.block_cost(plan.base + plan.branches * d) + plan.draft_cost * d
             for d in range(top + 1)
         ]
+        plain = target.block_cost(1)
+        self._pass_ratios = [cost / plain for cost in costs]
         known = expected_from_rates(self.rates(plan, top, optimism=0.0))
         best = best_depth(known, costs)
-        if best and known[best] / costs[best] < (1.0 + self.margin) * known[0] / costs[0]:
+        losing = self.ledger < -self.allowance
+        margin = max(self.margin, self.fallback_margin) if losing else self.margin
+        if best and known[best] / costs[best] < (1.0 + margin) * known[0] / costs[0]:
             best = 0  # a gain within the margin is no reason to risk a pass
-        if not self.optimism:
+        if not self.optimism or losing:
             return best
         hopeful = best_depth(expected_from_rates(self.rates(plan, top)), costs)
+        if hopeful <= best:
+            return best
         keeps = (known[hopeful] / costs[hopeful]) / (known[best] / costs[best])
-        return hopeful if keeps >= 1.0 - self.explore_budget else best
+        worst = self._pass_ratios[hopeful] - self._pass_ratios[0]  # if nothing were taken
+        affordable = self.ledger + self.allowance >= worst
+        return hopeful if keeps >= 1.0 - self.explore_budget and affordable else best
 
     def update(self, plan: Plan, drafted: int, accepted: int) -> None:
+        """Learn from a verified draft of `drafted` tokens (the depth `depth` chose)."""
         if drafted > 0:
             self.situations.setdefault(plan.key, SituationStats()).update(drafted, accepted)
+            if drafted < len(self._pass_ratios):
+                self.ledger += accepted + 1.0 - self._pass_ratios[drafted]
 
     # -- kept per model across runs -------------------------------------------------------
     def load(self, model_key: str) -> None:

@@ -192,6 +192,7 @@ class SpeculativeDecoder(Decoder):
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         self.drafter.reset(context, sources)
+        self.policy.start_answer()
 
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
         if self.guard is None:

@@ -57,7 +57,7 @@ def test_policy_learns_from_verified_drafts_and_explores_a_situation_never_tried
 def test_exploration_goes_only_as_far_as_it_is_cheap():
     # Never tried, a poor prior: optimism alone would draft 32 tokens on a hunch.
     plan = Plan(available=32, key=("copy", 1, False), prior=0.3)
-    unbounded = DraftLengthPolicy(optimism=3.0, explore_budget=1.0)
+    unbounded = DraftLengthPolicy(optimism=3.0, explore_budget=1.0, allowance=1e9)
     bounded = DraftLengthPolicy(optimism=3.0)
     dear = _Costs()  # llama.cpp: every drafted token costs half a pass
     assert unbounded.depth(dear, plan, 100) == 32
@@ -66,6 +66,26 @@ def test_exploration_goes_only_as_far_as_it_is_cheap():
     assert bounded.depth(cheap, plan, 100) == 32  # costs little even if wrong: tried
     sure = DraftLengthPolicy(optimism=0.0)
     assert 0 < sure.depth(cheap, plan, 100) < 32  # by the rates as known, a short draft is best
+
+
+def test_an_answer_whose_drafts_keep_failing_runs_at_plain_pace_within_a_few_passes():
+    dear = _Costs()
+    policy = DraftLengthPolicy()
+    situations = [Plan(available=8, key=("copy", 3, i), prior=0.6) for i in range(6)]
+    drafts, lost = 0, 0.0
+    for plan in situations:  # each never tried: by optimism alone, each is worth a look
+        depth = policy.depth(dear, plan, 100)
+        if depth:
+            drafts += 1
+            lost += dear.block_cost(depth + 1) / dear.block_cost(1) - 1.0
+            policy.update(plan, drafted=depth, accepted=0)
+    assert 1 <= drafts <= 3  # then it stops betting: the answer runs at greedy's pace
+    assert lost <= policy.allowance + 1.0  # what failing cost, in plain passes
+    policy.start_answer()  # a new answer explores again what it has not tried
+    assert policy.depth(dear, Plan(available=8, key=("copy", 3, 9), prior=0.6), 100) > 0
+    # and an answer whose drafts have paid may explore further than a fresh one
+    policy.ledger = 5.0
+    assert policy.depth(dear, situations[-1], 100) > 0
 
 
 def test_policy_is_kept_per_model(tmp_path, monkeypatch):
