@@ -248,9 +248,9 @@ def main() -> None:
     speed = statistics.mean(q[0] / q[2] for q in by_question.values()) / base
     oracle = statistics.mean(q[0] / q[3] for q in by_question.values()) / base
     print(f"per question, as bench reports: replayed {speed:.3f}×, oracle {oracle:.3f}×")
-    worst = min(by_question, key=lambda q: by_question[q][1] / by_question[q][2])
-    worst_ratio = by_question[worst][1] / by_question[worst][2]
-    print(f"slowest question: {worst_ratio:.3f}× (question {worst})")
+    ratio = {q: plain / seconds for q, (_, plain, seconds, _) in by_question.items()}
+    slowest = sorted(ratio, key=ratio.get)[:5]
+    print("slowest questions: " + ", ".join(f"{q} {ratio[q]:.3f}×" for q in slowest))
     if args.by_situation:
         print("\nshare of plain decoding time saved, by the situation drafted in")
         print(f"{'situation':<20} {'oracle':>7} {'policy':>7}")
