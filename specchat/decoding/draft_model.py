@@ -53,8 +53,10 @@ class DraftModelDrafter:
         self._cost: float | None = None
         self._probe_countdown = 16
         self._prepared = False
+        self._ends: frozenset[int] = frozenset()
 
     def prepare(self, target: Backend) -> None:
+        self._ends = target.eos_ids  # a token drafted after an end of answer is never kept
         if self._prepared:
             return
         self.model.block_cost(1)
@@ -102,6 +104,8 @@ class DraftModelDrafter:
             tokens.append(token)
             probs_seen.append(probs)
             last = token
+            if token in self._ends:
+                break
         if tokens:
             spent = (time.perf_counter() - started) / len(tokens)
             self._cost = 0.8 * self._cost + 0.2 * spent

@@ -31,7 +31,13 @@ from specchat.decoding.ngram_pool import NgramPool
 from specchat.decoding.params import Param
 from specchat.decoding.prompt_lookup import copy_prior, match_bucket
 from specchat.decoding.sampling import Sampler
-from specchat.decoding.sources import LOOKAHEAD, NO_SOURCES, DraftSources, context_source
+from specchat.decoding.sources import (
+    LOOKAHEAD,
+    NO_SOURCES,
+    DraftSources,
+    context_source,
+    through_end,
+)
 from specchat.decoding.speculative import (
     SPECULATIVE_PARAMS,
     Draft,
@@ -118,12 +124,14 @@ class LookaheadDrafter:
         self._candidates: list[tuple[tuple[int, ...], str]] = []  # (tokens, origin)
         self._room = 0
         self._prior = _POOL_PRIOR
+        self._ends: frozenset[int] = frozenset()
         # the last pass, until the next plan sees what it accepted: (draft, context length,
         # accepted count, window columns)
         self._last: tuple[Draft, int, int, int] | None = None
 
     def prepare(self, target: Backend) -> None:
         target.block_cost(1)
+        self._ends = target.eos_ids
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         self._pool.reset(context, self.seed_from_prompt, sources.turn_start)
@@ -148,13 +156,16 @@ class LookaheadDrafter:
                 copy = found
         if copy is not None:
             origin = context_source(copy.end + 1, self._turn_start)
-            self._candidates = [(tuple(copy.continuation), origin)]
+            self._candidates = [(tuple(through_end(copy.continuation, self._ends)), origin)]
             bucket = match_bucket(copy.length)
             key, prior = ("copy", bucket, self._streak), copy_prior(bucket, self._streak)
         else:
             key_token = context[-1]
             found = self._pool.candidates(key_token, self.max_candidates)
-            self._candidates = [(c, self._pool.origin(key_token, c)) for c in found]
+            self._candidates = [
+                (tuple(through_end(list(c), self._ends)), self._pool.origin(key_token, c))
+                for c in found
+            ]
             guessed = bool(found) and self._candidates[0][1] == LOOKAHEAD
             key, prior = ("pool", guessed), _POOL_PRIOR
         available = max((len(c) for c, _ in self._candidates), default=0)

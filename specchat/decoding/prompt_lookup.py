@@ -16,7 +16,13 @@ from specchat.decoding.draft_policy import Plan
 from specchat.decoding.ngram_index import Match, NgramIndex
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler
-from specchat.decoding.sources import NO_SOURCES, PREVIOUS, DraftSources, context_source
+from specchat.decoding.sources import (
+    NO_SOURCES,
+    PREVIOUS,
+    DraftSources,
+    context_source,
+    through_end,
+)
 from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
 from specchat.errors import SpecchatError
 
@@ -50,9 +56,10 @@ class PromptLookupDrafter:
         self._streak = False  # the previous draft was accepted in full
         self._proposal: list[int] = []
         self._source = ""
+        self._ends: frozenset[int] = frozenset()
 
     def prepare(self, target: Backend) -> None:
-        pass
+        self._ends = target.eos_ids
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         self._index.reset(context)
@@ -75,7 +82,7 @@ class PromptLookupDrafter:
 
     def plan(self, context: list[int], room: int) -> Plan:
         found, self._source = self._match(context)
-        self._proposal = found.continuation
+        self._proposal = through_end(found.continuation, self._ends)
         bucket = match_bucket(found.length)
         return Plan(
             available=len(self._proposal),
@@ -85,7 +92,7 @@ class PromptLookupDrafter:
 
     def proposal(self, context: list[int]) -> list[int]:
         """What it would propose after `context` at most (a function of the context alone)."""
-        return self._match(context)[0].continuation
+        return through_end(self._match(context)[0].continuation, self._ends)
 
     def draft(
         self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int

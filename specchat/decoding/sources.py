@@ -40,10 +40,27 @@ class Continuation:
     probs: list[float]
     match_length: int
 
+    def through_end(self, ends: frozenset[int]) -> Continuation:
+        """This continuation up to and with the first end of answer (see `through_end`)."""
+        tokens = through_end(self.tokens, ends)
+        if len(tokens) == len(self.tokens):
+            return self
+        return Continuation(tokens, self.probs[: len(tokens)], self.match_length)
+
     @property
     def score(self) -> float:
         """SuffixDecoding's score: the expected number of accepted tokens, by the counts."""
         return float(sum(self.probs))
+
+
+def through_end(tokens: list[int], ends: frozenset[int]) -> list[int]:
+    """`tokens` up to and with the first end of answer: a token drafted after it is never kept
+    (the answer ends there), however surely the target agrees — copies of earlier turns run on
+    into the chat template's next turn."""
+    for i, token in enumerate(tokens):
+        if token in ends:
+            return tokens[: i + 1]
+    return tokens
 
 
 class SavedChats(Protocol):

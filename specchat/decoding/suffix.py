@@ -80,9 +80,10 @@ class SuffixDrafter:
         self._turn_start = 0
         self._proposals: list[tuple[Continuation, str]] = []
         self._streak = False
+        self._ends: frozenset[int] = frozenset()
 
     def prepare(self, target: Backend) -> None:
-        pass
+        self._ends = target.eos_ids
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         """An n-gram index of this conversation (it grows with the answer) and a tree of the
@@ -112,6 +113,7 @@ class SuffixDrafter:
             own = latest.length if latest.continuation else 0
             if cont is not None and cont.match_length >= max(SAVED_MIN_MATCH, own + 1):
                 found.append((cont, SAVED))
+        found = [(cont.through_end(self._ends), name) for cont, name in found]
         found.sort(key=lambda item: (-item[0].score, _PREFERENCE.index(item[1])))
         return found
 

@@ -235,3 +235,31 @@ def test_suffix_is_registered_with_checked_params(fresh_llama):
     with pytest.raises(SpecchatError, match="suffix.candidates must be ≤ 8"):
         build_decoder("suffix", {"candidates": 9}, fresh_llama)
     assert len({c.key for c in DECODERS.values()}) == len(DECODERS)
+
+
+@pytest.mark.parametrize("name", ["pld", "suffix", "lookahead"])
+def test_no_draft_runs_past_the_end_of_an_answer(fresh_llama, name):
+    """Asked the same question again, a copy of the first answer runs on into the chat
+    template's next turn; what a draft holds after the end of the answer is never kept, so it is
+    never drafted: a step that took the end as drafted took nothing after it and was offered
+    nothing after it, and no rejected tail goes on after an end."""
+    first = _generate(
+        fresh_llama, "greedy", chat_prompt_ids(fresh_llama, [ChatMessage("user", QUESTION)]), 256
+    )[0]
+    chat = [
+        ChatMessage("user", QUESTION),
+        ChatMessage("assistant", first.text),
+        ChatMessage("user", QUESTION),
+    ]
+    ids = chat_prompt_ids(fresh_llama, chat)
+    greedy, _ = _generate(fresh_llama, "greedy", ids, 256)
+    assert greedy.finish_reason == "eos"  # the answer ends within the limit: the end is drafted
+    done, steps = _generate(fresh_llama, name, ids, 256, fixed_draft=32)
+    assert done.token_ids == greedy.token_ids
+    assert sum(s.accepted for s in steps) > len(done.token_ids) / 2  # it copied
+    ends = fresh_llama.eos_ids
+    for step in steps:  # `tokens` are the kept ones: the end and what follows it are cut
+        assert step.accepted <= len(step.tokens) + 1
+        if step.accepted == len(step.tokens) + 1:  # the end was drafted and taken
+            assert not step.rejected
+    assert not any(token in ends for s in steps for token in s.rejected[:-1])
