@@ -14,6 +14,7 @@ needs a model and a tokenizer.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,6 +72,7 @@ class HFBackend(MeasuredCosts):
         self._mask_min = torch.finfo(self._dtype).min
         self._token_bytes = token_bytes_table(tokenizer, self.vocab_size)
         self._cache = DynamicCache(config=model.config)
+        self._cache_keyword = cache_keyword(model)
         if any(type(layer) is not DynamicLayer for layer in self._cache.layers):
             raise SpecchatError(
                 f"model {model_name} uses sliding-window or recurrent layers; "
@@ -161,8 +163,8 @@ class HFBackend(MeasuredCosts):
                 self.model.base_model(
                     input_ids=input_ids,
                     position_ids=positions,
-                    past_key_values=self._cache,
                     use_cache=True,
+                    **{self._cache_keyword: self._cache},
                 )
                 self._n_committed += len(chunk)
 
@@ -219,8 +221,8 @@ class HFBackend(MeasuredCosts):
                 input_ids=input_ids,
                 attention_mask=self.tree_mask(block),
                 position_ids=positions,
-                past_key_values=self._cache,
                 use_cache=True,
+                **{self._cache_keyword: self._cache},
             )
         self._pending = block
         return output.logits[0]
@@ -308,3 +310,12 @@ def early_exit_draft(target: HFBackend, layers: int) -> HFBackend:
         n_ctx=target.n_ctx,
         source_key=f"{target._source_key}|early-exit-{layers}",
     )
+
+
+def cache_keyword(model: Any) -> str:
+    """The name a model's forward takes its KV cache by: transformers 5.24 renamed
+    `past_key_values` to `cache` (the old name still works there, with a FutureWarning on every
+    load, until 5.40); earlier 5.x know only the old one."""
+    forward = inspect.signature(model.forward).parameters
+    base = inspect.signature(model.base_model.forward).parameters
+    return "cache" if "cache" in forward and "cache" in base else "past_key_values"

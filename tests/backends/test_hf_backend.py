@@ -433,3 +433,17 @@ def test_chat_prompt_without_template(tiny: HFBackend) -> None:
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
+
+
+def test_the_cache_goes_by_the_name_the_installed_transformers_takes(tiny: HFBackend):
+    """transformers 5.24 renamed `past_key_values` to `cache` and warns on the old name: a user
+    would see a FutureWarning on stderr with every answer. Either version: no warning."""
+    import warnings
+
+    tiny.rollback(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        tiny.prefill([1, 2, 3])
+        tiny.evaluate(Block.chain([4, 5]))
+        tiny.commit([0, 1])
+    assert tiny.n_committed == 5
