@@ -15,6 +15,9 @@ depth is taken only while, by the rates as known, it keeps all but `_EXPLORE_BUD
 depth's speed — little, so that a prompt whose drafts keep failing runs at greedy's pace. Where
 long drafts are nearly free (the int4 runtime: 8 tokens cost about two single passes) it drafts
 boldly; where a failed draft is dear (llama.cpp: 8 tokens cost four) it probes only cheaply.
+Replayed on Spec-Bench dev answers (benchmarks/replay_policy.py, docs/benchmarks.md), this budget
+kept every question at 0.97× greedy or more on llama.cpp's costs, where a budget of 0.4 let one
+fall to 0.90×.
 
 Each answer also keeps a ledger: the passes its drafts have saved (accepted tokens + 1 against the
 pass's cost in plain passes), negative where they lost. An exploring draft is made only while the
@@ -22,9 +25,6 @@ ledger, plus a small allowance, covers what it would lose if nothing were taken 
 paid for by gains in the same answer — and once an answer's drafts have lost more than the
 allowance, it drafts only where the known rates promise a clear gain, so a prompt whose drafts keep
 failing runs at greedy's pace within a few passes.
-Replayed on Spec-Bench dev answers (benchmarks/replay_policy.py, docs/benchmarks.md), this budget
-kept every question at 0.97× greedy or more on llama.cpp's costs, where a budget of 0.4 let one
-fall to 0.90×.
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ class DraftLengthPolicy:
         return hopeful if keeps >= 1.0 - self.explore_budget and affordable else best
 
     def update(self, plan: Plan, drafted: int, accepted: int) -> None:
-        """Learn from a verified draft of `drafted` tokens (the depth `depth` chose)."""
+        """Learn from a verified draft of `drafted` tokens (the depth `depth` chose), and enter
+        what it saved or lost in the answer's ledger."""
         if drafted > 0:
             self.situations.setdefault(plan.key, SituationStats()).update(drafted, accepted)
             if drafted < len(self._pass_ratios):
