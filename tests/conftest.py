@@ -126,17 +126,20 @@ def hf_bundled(session_cache: Path, bundled_gguf: Path):
     """The bundled model on the transformers backend, converted from its GGUF into the suite's
     cache when the conversion code changed (one worker converts, the other waits for it), on one
     thread: two OpenMP threads on a 2-core machine run ~25x slower whenever anything else is
-    running, one thread stays steady. How long the load took, what it said and whether the cache
-    held the conversion before are kept on the backend."""
+    running, one thread stays steady. How long the load took, what it said, whether the cache
+    held the conversion before and the temporary folders already there (a conversion killed
+    within the hour leaves one until a later conversion sweeps it) are kept on the backend."""
     import torch
 
-    from specchat.backends.hf_loading import conversion_dir, load_hf_backend
+    from specchat.backends.hf_loading import GGUF_CACHE_FOLDER, conversion_dir, load_hf_backend
 
     threads = torch.get_num_threads()
     messages: list[str] = []
     with (session_cache / ".conversion.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         converted_before = (conversion_dir(bundled_gguf) / "model.safetensors").is_file()
+        folder = session_cache / GGUF_CACHE_FOLDER
+        temporaries = {p.name for p in folder.glob(".*")} if folder.is_dir() else set()
         started = time.perf_counter()
         backend = load_hf_backend(
             str(bundled_gguf.parent),
@@ -145,6 +148,7 @@ def hf_bundled(session_cache: Path, bundled_gguf: Path):
             progress=messages.append,
         )
     backend.converted_before = converted_before
+    backend.temporaries_before = temporaries
     backend.load_seconds = time.perf_counter() - started
     backend.load_messages = messages
     yield backend
