@@ -163,8 +163,7 @@ class LookaheadDrafter:
             key_token = context[-1]
             found = self._pool.candidates(key_token, self.max_candidates)
             self._candidates = [
-                (tuple(through_end(list(c), self._ends)), self._pool.origin(key_token, c))
-                for c in found
+                (through_end(c, self._ends), self._pool.origin(key_token, c)) for c in found
             ]
             guessed = bool(found) and self._candidates[0][1] == LOOKAHEAD
             key, prior = ("pool", guessed), _POOL_PRIOR

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 PROMPT = "prompt"  # this turn: the question, and the answer so far
 CHAT = "chat"  # earlier turns of this chat
@@ -53,10 +53,13 @@ class Continuation:
         return float(sum(self.probs))
 
 
-def through_end(tokens: list[int], ends: frozenset[int]) -> list[int]:
-    """`tokens` up to and with the first end of answer: a token drafted after it is never kept
-    (the answer ends there), however surely the target agrees — copies of earlier turns run on
-    into the chat template's next turn."""
+Tokens = TypeVar("Tokens", list[int], tuple[int, ...])
+
+
+def through_end(tokens: Tokens, ends: frozenset[int]) -> Tokens:
+    """`tokens` (a list or a tuple, sliced as itself) up to and with the first end of answer: a
+    token drafted after it is never kept (the answer ends there), however surely the target
+    agrees — copies of earlier turns run on into the chat template's next turn."""
     for i, token in enumerate(tokens):
         if token in ends:
             return tokens[: i + 1]

@@ -117,17 +117,7 @@ def exact_backend(request):
 @pytest.mark.parametrize("name", ["pld", "lookahead", "suffix"])
 @pytest.mark.slow
 def test_greedy_family_equals_greedy_on_exact_runtimes(exact_backend, name):
-    accepted = 0
-    for text in LLAMA_PROMPTS:
-        ids = chat_prompt_ids(exact_backend, [ChatMessage("user", text)])
-        exact_backend.rollback(0)
-        reference = _done(Engine(exact_backend, DECODERS["greedy"].create()), ids, 96)
-        exact_backend.rollback(0)
-        # force drafting whatever the measured costs say, so verification is exercised
-        decoder = DECODERS[name].create()
-        done = _done(Engine(exact_backend, _ForceDraft(decoder)), ids, 96)
-        assert done.token_ids == reference.token_ids, text
-        accepted += done.stats.accepted
+    accepted = _accepted_equal_to_greedy(exact_backend, DECODERS[name].create)
     assert accepted > 0, "the test must exercise accepted drafts"
 
 
@@ -137,18 +127,27 @@ def test_greedy_tree_drafting_equals_greedy_on_exact_runtimes(exact_backend, req
     alternative joining the pass: bitwise greedy."""
     other = "int4_backend" if exact_backend.name == "llama" else "llama_backend"
     draft = request.getfixturevalue(other)
-    accepted = 0
-    for text in LLAMA_PROMPTS:
-        ids = chat_prompt_ids(exact_backend, [ChatMessage("user", text)])
-        exact_backend.rollback(0)
-        reference = _done(Engine(exact_backend, DECODERS["greedy"].create()), ids, 96)
-        exact_backend.rollback(0)
-        decoder = _decoder("draft-tree", draft, tree_width=4, fixed_draft=6)
-        done = _done(Engine(exact_backend, _ForceDraft(decoder)), ids, 96)
-        assert done.token_ids == reference.token_ids, text
-        accepted += done.stats.accepted
+    accepted = _accepted_equal_to_greedy(
+        exact_backend, lambda: _decoder("draft-tree", draft, tree_width=4, fixed_draft=6)
+    )
     draft.rollback(0)
     assert accepted > 0, "the test must exercise accepted drafts"
+
+
+def _accepted_equal_to_greedy(backend, make_decoder) -> int:
+    """Each of LLAMA_PROMPTS answered by a fresh decoder (forced to draft whatever the measured
+    costs say, so verification is exercised) and by greedy: the answers are asserted equal; the
+    drafted tokens accepted in all."""
+    accepted = 0
+    for text in LLAMA_PROMPTS:
+        ids = chat_prompt_ids(backend, [ChatMessage("user", text)])
+        backend.rollback(0)
+        reference = _done(Engine(backend, DECODERS["greedy"].create()), ids, 96)
+        backend.rollback(0)
+        done = _done(Engine(backend, _ForceDraft(make_decoder())), ids, 96)
+        assert done.token_ids == reference.token_ids, text
+        accepted += done.stats.accepted
+    return accepted
 
 
 class _ForceDraft:
