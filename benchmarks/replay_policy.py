@@ -177,6 +177,8 @@ def main() -> None:
     parser.add_argument("--margin", type=float, help="the gain a draft must promise")
     parser.add_argument("--allowance", type=float, help="passes an answer may lose exploring")
     parser.add_argument("--fallback-margin", type=float, help="the gain once an answer has lost")
+    parser.add_argument("--warm", action="store_true", help="learn over one replay first")
+    parser.add_argument("--stake", type=float, help="passes one draft may lose beyond the ledger")
     args = parser.parse_args()
     backend = load_model(None, LoadOptions(backend=args.backend), lambda *a: None)
     # One thread generates the answers (a 2-thread pool collapses when anything else runs);
@@ -193,8 +195,13 @@ def main() -> None:
     # from the priors, learning over the whole run (not the user's)
     knobs = {k: v for k, v in (("optimism", args.optimism), ("explore_budget", args.budget),
                                ("margin", args.margin), ("allowance", args.allowance),
-                               ("fallback_margin", args.fallback_margin)) if v is not None}  # fmt: skip
+                               ("fallback_margin", args.fallback_margin), ("stake", args.stake))
+             if v is not None}  # fmt: skip
     policy = DraftLengthPolicy(**knobs)
+    if args.warm:  # as a kept table: learned over one replay of the same answers first
+        for turn in turns:
+            if turn["answer"]:
+                replay(decoder, policy, backend, turn["prompt"], turn["answer"])
     by_category: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     drafted = accepted = 0
     policy_saved: dict[tuple, float] = defaultdict(float)

@@ -48,6 +48,7 @@ _EXPLORE_BUDGET = 0.1  # most expected speed (share of the best) an exploring dr
 _MARGIN = 0.0  # how much faster than a plain pass a draft must be expected to be
 _ALLOWANCE = 1.0  # plain passes an answer's exploring drafts may lose before its drafts have gained
 _FALLBACK_MARGIN = 0.2  # the gain a draft must promise once an answer's drafts have lost
+_STAKE = 2.0  # most plain passes one draft may lose beyond what the answer's drafts saved
 _STORE_FILE = "draft_policy.json"
 
 
@@ -128,12 +129,14 @@ class DraftLengthPolicy:
         margin: float = _MARGIN,
         allowance: float = _ALLOWANCE,
         fallback_margin: float = _FALLBACK_MARGIN,
+        stake: float = _STAKE,
     ) -> None:
         self.optimism = optimism
         self.explore_budget = explore_budget
         self.margin = margin
         self.allowance = allowance
         self.fallback_margin = fallback_margin
+        self.stake = stake
         self.situations: dict[tuple, SituationStats] = {}
         self.ledger = 0.0  # plain passes this answer's drafts have saved (negative: lost)
         self._pass_ratios: list[float] = []  # the last sized pass per depth, in plain passes
@@ -161,6 +164,13 @@ class DraftLengthPolicy:
         ]
         plain = target.block_cost(1)
         self._pass_ratios = [cost / plain for cost in costs]
+        # no draft may lose more than the answer's drafts have saved, plus the stake
+        limit = max(self.ledger, 0.0) + self.stake
+        while top and self._pass_ratios[top] - self._pass_ratios[0] > limit:
+            top -= 1
+        if top == 0:
+            return 0
+        costs = costs[: top + 1]
         known = expected_from_rates(self.rates(plan, top, optimism=0.0))
         best = best_depth(known, costs)
         losing = self.ledger < -self.allowance

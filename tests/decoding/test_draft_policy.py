@@ -57,7 +57,7 @@ def test_policy_learns_from_verified_drafts_and_explores_a_situation_never_tried
 def test_exploration_goes_only_as_far_as_it_is_cheap():
     # Never tried, a poor prior: optimism alone would draft 32 tokens on a hunch.
     plan = Plan(available=32, key=("copy", 1, False), prior=0.3)
-    unbounded = DraftLengthPolicy(optimism=3.0, explore_budget=1.0, allowance=1e9)
+    unbounded = DraftLengthPolicy(optimism=3.0, explore_budget=1.0, allowance=1e9, stake=1e9)
     bounded = DraftLengthPolicy(optimism=3.0)
     dear = _Costs()  # llama.cpp: every drafted token costs half a pass
     assert unbounded.depth(dear, plan, 100) == 32
@@ -86,6 +86,30 @@ def test_an_answer_whose_drafts_keep_failing_runs_at_plain_pace_within_a_few_pas
     # and an answer whose drafts have paid may explore further than a fresh one
     policy.ledger = 5.0
     assert policy.depth(dear, situations[-1], 100) > 0
+
+
+def test_no_draft_stakes_more_than_the_answer_has_saved_plus_the_stake():
+    # A sure copy, 32 tokens on offer, llama.cpp's dear passes: by the rates alone 7 tokens are
+    # best, but if they were wrong the pass would cost over four plain ones.
+    dear = _Costs()
+    sure = Plan(available=32, key=("copy", 9, True), prior=0.97)
+    policy = DraftLengthPolicy(optimism=0.0)
+    ratio = [dear.block_cost(d + 1) / dear.block_cost(1) for d in range(33)]
+    unbounded = DraftLengthPolicy(optimism=0.0, stake=1e9).depth(dear, sure, 100)
+    first = policy.depth(dear, sure, 100)
+    assert 0 < first < unbounded and ratio[first] - 1.0 <= policy.stake < ratio[unbounded] - 1.0
+    while True:  # each draft taken whole: the ledger grows, and the drafts with it
+        policy.update(sure, drafted=first, accepted=first)
+        depth = policy.depth(dear, sure, 100)
+        assert ratio[depth] - 1.0 <= max(policy.ledger, 0.0) + policy.stake
+        if depth == first:
+            break
+        assert depth > first
+        first = depth
+    # within a few passes a copy that keeps paying is drafted as far as the rates say pays
+    assert depth >= 16
+    policy.stake = 1e9
+    assert policy.depth(dear, sure, 100) == depth
 
 
 def test_policy_is_kept_per_model(tmp_path, monkeypatch):
