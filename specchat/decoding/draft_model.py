@@ -30,6 +30,7 @@ _PRIOR = 0.8  # a draft of the same family agrees most of the time
 
 class DraftModelDrafter:
     replayable = False
+    undrafted_is_plain = False  # an undrafted step probes whether drafting got cheaper
 
     def proposal(self, context: list[int]) -> list[int]:
         """Its drafts depend on more than the context: nothing to replay."""

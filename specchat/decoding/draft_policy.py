@@ -14,10 +14,8 @@ model across runs, like the pass costs. Exploration is bounded by what it costs:
 depth is taken only while, by the rates as known, it keeps all but `_EXPLORE_BUDGET` of the best
 depth's speed — little, so that a prompt whose drafts keep failing runs at greedy's pace. Where
 long drafts are nearly free (the int4 runtime: 8 tokens cost about two single passes) it drafts
-boldly; where a failed draft is dear (llama.cpp: 8 tokens cost four) it probes only cheaply.
-Replayed on Spec-Bench dev answers (benchmarks/replay_policy.py, docs/benchmarks.md), this budget
-kept every question at 0.97× greedy or more on llama.cpp's costs, where a budget of 0.4 let one
-fall to 0.90×.
+boldly; where a failed draft is dear (llama.cpp: 8 tokens cost nearly five) it probes only cheaply
+(benchmarks/replay_policy.py replays budgets on Spec-Bench dev answers; docs/benchmarks.md).
 
 Each answer also keeps a ledger: the passes its drafts have saved (accepted tokens + 1 against the
 pass's cost in plain passes), negative where they lost. An exploring draft is made only while the
@@ -25,6 +23,11 @@ ledger, plus a small allowance, covers what it would lose if nothing were taken 
 paid for by gains in the same answer — and once an answer's drafts have lost more than the
 allowance, it drafts only where the known rates promise a clear gain, so a prompt whose drafts keep
 failing runs at greedy's pace within a few passes.
+
+No draft stakes more than the answer's drafts have saved plus `_STAKE` plain passes, however sure
+the rates are: on llama.cpp a long copy rejected at its first token costs several passes in one
+step, a large share of a short answer. A copy then starts short and grows as its drafts are taken
+— the ledger they fill is what the next, longer draft may stake.
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ class DraftLengthPolicy:
         self.stake = stake
         self.situations: dict[tuple, SituationStats] = {}
         self.ledger = 0.0  # plain passes this answer's drafts have saved (negative: lost)
-        self._pass_ratios: list[float] = []  # the last sized pass per depth, in plain passes
+        self._target: Backend | None = None  # whose passes the ledger counts (set by `depth`)
 
     def start_answer(self) -> None:
         """A new answer: its ledger starts at zero (what was learned stays)."""
@@ -158,19 +161,19 @@ class DraftLengthPolicy:
         top = max(0, min(plan.available, room - 1))
         if top == 0:
             return 0
-        costs = [
-            target.block_cost(plan.base + plan.branches * d) + plan.draft_cost * d
-            for d in range(top + 1)
-        ]
+        # the depths whose pass stakes no more than the answer's drafts saved plus the stake
         plain = target.block_cost(1)
-        self._pass_ratios = [cost / plain for cost in costs]
-        # no draft may lose more than the answer's drafts have saved, plus the stake
-        limit = max(self.ledger, 0.0) + self.stake
-        while top and self._pass_ratios[top] - self._pass_ratios[0] > limit:
-            top -= 1
+        costs = [target.block_cost(plan.base)]
+        limit = (max(self.ledger, 0.0) + self.stake) * plain + costs[0]
+        for d in range(1, top + 1):
+            cost = target.block_cost(plan.base + plan.branches * d) + plan.draft_cost * d
+            if cost > limit:
+                break
+            costs.append(cost)
+        top = len(costs) - 1
+        self._target = target
         if top == 0:
             return 0
-        costs = costs[: top + 1]
         known = expected_from_rates(self.rates(plan, top, optimism=0.0))
         best = best_depth(known, costs)
         losing = self.ledger < -self.allowance
@@ -183,7 +186,7 @@ class DraftLengthPolicy:
         if hopeful <= best:
             return best
         keeps = (known[hopeful] / costs[hopeful]) / (known[best] / costs[best])
-        worst = self._pass_ratios[hopeful] - self._pass_ratios[0]  # if nothing were taken
+        worst = (costs[hopeful] - costs[0]) / plain  # if nothing were taken
         affordable = self.ledger + self.allowance >= worst
         return hopeful if keeps >= 1.0 - self.explore_budget and affordable else best
 
@@ -192,8 +195,8 @@ class DraftLengthPolicy:
         what it saved or lost in the answer's ledger."""
         if drafted > 0:
             self.situations.setdefault(plan.key, SituationStats()).update(drafted, accepted)
-            if drafted < len(self._pass_ratios):
-                self.ledger += accepted + 1.0 - self._pass_ratios[drafted]
+            if self._target is not None:
+                self.ledger += accepted + 1.0 - _pass_ratio(self._target, plan, drafted)
 
     # -- kept per model across runs -------------------------------------------------------
     def load(self, model_key: str) -> None:
@@ -230,6 +233,12 @@ def _read_store() -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _pass_ratio(target: Backend, plan: Plan, depth: int) -> float:
+    """What a pass drafting `depth` tokens in `plan` costs, in plain passes."""
+    cost = target.block_cost(plan.base + plan.branches * depth) + plan.draft_cost * depth
+    return cost / target.block_cost(1)
 
 
 def best_depth(expected: list[float], costs: Sequence[float]) -> int:

@@ -106,6 +106,7 @@ class WindowSizer:
 
 class LookaheadDrafter:
     replayable = False
+    undrafted_is_plain = False
 
     def proposal(self, context: list[int]) -> list[int]:
         """Its drafts depend on more than the context: nothing to replay."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from specchat.backends.base import Backend, Block
 from specchat.decoding.base import Decoder
 from specchat.decoding.sampling import Sampler
@@ -10,9 +12,11 @@ from specchat.decoding.step import Step
 
 def plain_step(target: Backend, context: list[int], sampler: Sampler) -> Step:
     """The baseline step every speculative step must reproduce (greedy) or match in law."""
+    started = time.perf_counter()
     logits = target.evaluate(Block.chain([context[-1]]))
+    pass_seconds = time.perf_counter() - started
     target.commit([0])
-    return Step(tokens=(sampler.next_token(logits[0]),))
+    return Step(tokens=(sampler.next_token(logits[0]),), pass_seconds=pass_seconds)
 
 
 class GreedyDecoder(Decoder):

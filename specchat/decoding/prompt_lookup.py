@@ -45,6 +45,7 @@ def copy_prior(bucket: int, streak: bool) -> float:
 
 class PromptLookupDrafter:
     replayable = True
+    undrafted_is_plain = True
 
     def __init__(self, max_ngram: int, min_ngram: int, num_pred_tokens: int) -> None:
         self.num_pred_tokens = num_pred_tokens

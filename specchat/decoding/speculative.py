@@ -130,6 +130,9 @@ class Drafter(Protocol):
     ask for them without running the target."""
 
     replayable: bool
+    # a step it drafts nothing for is a plain step: it evaluates nothing else then and learns
+    # nothing from it (lookahead's window does both)
+    undrafted_is_plain: bool
 
     def prepare(self, target: Backend) -> None: ...
 
@@ -218,6 +221,8 @@ class SpeculativeDecoder(Decoder):
     ) -> Step:
         plan = self.drafter.plan(context, room)
         depth = self.choose_depth(target, plan, room)
+        if not depth and self.drafter.undrafted_is_plain:
+            return plain_step(target, context, sampler)  # no empty draft built and verified
         draft = self.drafter.draft(target, context, sampler, plan, depth)
         block = draft.block
         started = time.perf_counter()

@@ -69,6 +69,7 @@ _CONFIDENCE_SCALE = (0.6, 0.85, 1.0)
 
 class SuffixDrafter:
     replayable = True
+    undrafted_is_plain = True
 
     def __init__(self, num_pred_tokens: int, candidates: int, factor: float, min_prob: float):
         self.num_pred_tokens = num_pred_tokens

@@ -63,6 +63,8 @@ class KnownAnswerDrafter:
     window is): evaluated, never accepted.
     """
 
+    undrafted_is_plain = False  # the window is evaluated also when nothing is drafted
+
     def __init__(self, prompt: list[int], answer: list[int], branches, window: int = 0) -> None:
         self.prompt, self.answer, self.branches, self.window = prompt, answer, branches, window
 

@@ -168,12 +168,14 @@ async def test_the_rejected_tokens_shown_are_what_the_drafter_proposed(numpy_bac
         with EventRecorder(app.session.engine) as recorder:
             await send(pilot, "The cat sat on the hat. The dog sat on the log. The cat sat")
         steps = recorder.steps
-        assert len(proposed) == len(steps)
+        assert len(proposed) == sum(1 for e in steps if e.drafted)  # a step without a draft
+        chains = iter(proposed)  # is a plain one
         screen = await open_drafts(pilot)
         shown = rows(screen)
         assert len(shown) == len(steps)
         rejected_somewhere = False
-        for row, event, chain in zip(shown, steps, proposed):
+        for row, event in zip(shown, steps):
+            chain = next(chains) if event.drafted else []
             tail = chain[event.accepted :]
             assert tuple(tail) == event.rejected
             expected = b"".join(numpy_backend.token_bytes(t) for t in tail).decode()
