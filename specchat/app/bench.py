@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specchat import __version__
 from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
+from specchat.bench.llama_server import stopped_when_terminated
 from specchat.bench.peers import peers_for
 from specchat.bench.report import markdown, print_report
 from specchat.bench.runner import run_benchmark
@@ -90,37 +91,41 @@ def run_bench(
         loaded = load_model(config.model, LoadOptions.of(config))
     for variant in variants:  # unavailable decoders stop here, before any run
         build_decoder(variant.name, variant.with_params(per[variant.name]), loaded)
-    library_peers = peers_for(loaded, config.llama_server, names) if peers else []
-    methods = [
-        *(DecoderEntrant(loaded, v.name, v.with_params(per[v.name]), v.label) for v in variants),
-        *library_peers,
-    ]
-    total = sum(len(q.turns) for q in questions) * len(methods) * repeats
-    try:
-        with Progress(
-            TextColumn("[bold]bench"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("runs", total=total)
-            with BenchHistory(loaded) if history else nullcontext() as saved:
-                rows = run_benchmark(
-                    loaded,
-                    questions,
-                    methods,
-                    baseline=baseline_name(),
-                    max_tokens=max_tokens,
-                    repeats=repeats,
-                    on_run=lambda: progress.advance(task),
-                    saved=saved,
-                    sampling=sampling,
-                )
-    finally:
-        for peer in library_peers:  # peers that run a server stop it
-            peer.close()
+    with stopped_when_terminated():  # a killed bench stops its peers' servers on the way out
+        library_peers = peers_for(loaded, config.llama_server, names) if peers else []
+        methods = [
+            *(
+                DecoderEntrant(loaded, v.name, v.with_params(per[v.name]), v.label)
+                for v in variants
+            ),
+            *library_peers,
+        ]
+        total = sum(len(q.turns) for q in questions) * len(methods) * repeats
+        try:
+            with Progress(
+                TextColumn("[bold]bench"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            ) as progress:
+                task = progress.add_task("runs", total=total)
+                with BenchHistory(loaded) if history else nullcontext() as saved:
+                    rows = run_benchmark(
+                        loaded,
+                        questions,
+                        methods,
+                        baseline=baseline_name(),
+                        max_tokens=max_tokens,
+                        repeats=repeats,
+                        on_run=lambda: progress.advance(task),
+                        saved=saved,
+                        sampling=sampling,
+                    )
+        finally:
+            for peer in library_peers:  # peers that run a server stop it
+                peer.close()
     summary = summarize(rows, baseline_name())
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {

@@ -11,14 +11,17 @@ greedy answers are specchat's greedy answers.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import platform
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from specchat.errors import SpecchatError
@@ -111,6 +114,25 @@ def server_command(
     if spec_type and spec_type != "none":
         command += ["--spec-type", spec_type]
     return command + list(extra)
+
+
+@contextlib.contextmanager
+def stopped_when_terminated() -> Iterator[None]:
+    """Within it, SIGTERM (a `kill`, a timeout) ends this process as an exception does, so the
+    servers it started are stopped on the way out; by default SIGTERM would end it at once and
+    leave them running. Only the main thread can take signals: elsewhere it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class LlamaServerProcess:

@@ -183,3 +183,69 @@ def test_bench_peers_include_llama_servers_own_speculation(llama_server_binary, 
     # the closing note gives ours ÷ theirs
     assert "pld ÷ peer:llama-server:ngram-mod:" in result.stdout
     assert "greedy ÷ peer:llama-server:none:" in result.stdout
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_bench_stops_the_servers_it_started(llama_server_binary, tmp_path):
+    """`kill` (SIGTERM) on a bench racing llama-server peers: the bench exits with 143 and no
+    server it started is left running."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question_id": 1, "category": "c", "turns": ["Hi"]}) + "\n")
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "specchat", "bench", "--data", str(data), "--threads", "1"]
+        + ["--max-tokens", "8", "--repeats", "1000", "--peers", "--backend", "llama"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "SPECCHAT_LLAMA_SERVER": llama_server_binary},
+    )
+    servers: list[int] = []
+    try:
+        deadline = time.monotonic() + 600
+        while not servers and time.monotonic() < deadline and bench.poll() is None:
+            time.sleep(0.2)
+            servers = [pid for pid in _children(bench.pid) if "llama-server" in _cmdline(pid)]
+        assert servers, "the bench started no llama-server"
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=120) == 128 + signal.SIGTERM
+        assert not [pid for pid in servers if _alive(pid)]
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        for pid in servers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
