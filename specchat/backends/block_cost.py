@@ -175,9 +175,9 @@ class BlockCostTable:
         """All sizes round-robin in one sweep, so load changes hit every size alike, each timed
         as decoding meets it: after plain one-token passes, and charged what it slows the plain
         pass after it (llama.cpp's one-token pass is slower after a larger one; timed there, it
-        made drafts look cheaper than they are, and the policy drafted where it lost). The minimum of the repeats (noise only ever adds time),
-        made non-decreasing in k. The context is filled up to `CONTEXT` tokens first and given
-        back after."""
+        made drafts look cheaper than they are, and the policy drafted where it lost). The
+        minimum of the repeats (noise only ever adds time), made non-decreasing in k. The
+        context is filled up to `CONTEXT` tokens first and given back after."""
         backend = self._backend
         n = backend.n_committed
         # a small context window takes the sizes that fit it (two at least, to extrapolate)

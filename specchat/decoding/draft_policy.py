@@ -166,7 +166,7 @@ class DraftLengthPolicy:
         costs = [target.block_cost(plan.base)]
         limit = (max(self.ledger, 0.0) + self.stake) * plain + costs[0]
         for d in range(1, top + 1):
-            cost = target.block_cost(plan.base + plan.branches * d) + plan.draft_cost * d
+            cost = _pass_cost(target, plan, d)
             if cost > limit:
                 break
             costs.append(cost)
@@ -196,7 +196,10 @@ class DraftLengthPolicy:
         if drafted > 0:
             self.situations.setdefault(plan.key, SituationStats()).update(drafted, accepted)
             if self._target is not None:
-                self.ledger += accepted + 1.0 - _pass_ratio(self._target, plan, drafted)
+                target = self._target
+                self.ledger += (
+                    accepted + 1.0 - _pass_cost(target, plan, drafted) / target.block_cost(1)
+                )
 
     # -- kept per model across runs -------------------------------------------------------
     def load(self, model_key: str) -> None:
@@ -235,10 +238,9 @@ def _read_store() -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _pass_ratio(target: Backend, plan: Plan, depth: int) -> float:
-    """What a pass drafting `depth` tokens in `plan` costs, in plain passes."""
-    cost = target.block_cost(plan.base + plan.branches * depth) + plan.draft_cost * depth
-    return cost / target.block_cost(1)
+def _pass_cost(target: Backend, plan: Plan, depth: int) -> float:
+    """Seconds of a step drafting `depth` tokens in `plan`: its target pass and the drafting."""
+    return target.block_cost(plan.base + plan.branches * depth) + plan.draft_cost * depth
 
 
 def best_depth(expected: list[float], costs: Sequence[float]) -> int:

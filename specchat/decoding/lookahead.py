@@ -106,7 +106,7 @@ class WindowSizer:
 
 class LookaheadDrafter:
     replayable = False
-    undrafted_is_plain = False
+    undrafted_is_plain = False  # its window is evaluated and learned from all the same
 
     def proposal(self, context: list[int]) -> list[int]:
         """Its drafts depend on more than the context: nothing to replay."""
