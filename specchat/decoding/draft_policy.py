@@ -163,7 +163,7 @@ class DraftLengthPolicy:
             return 0
         # the depths whose pass stakes no more than the answer's drafts saved plus the stake
         plain = target.block_cost(1)
-        costs = [target.block_cost(plan.base)]
+        costs = [_pass_cost(target, plan, 0)]
         limit = (max(self.ledger, 0.0) + self.stake) * plain + costs[0]
         for d in range(1, top + 1):
             cost = _pass_cost(target, plan, d)
