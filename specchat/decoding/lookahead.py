@@ -29,7 +29,7 @@ from specchat.decoding.draft_policy import Plan, expected_tokens
 from specchat.decoding.ngram_index import NgramIndex
 from specchat.decoding.ngram_pool import NgramPool
 from specchat.decoding.params import Param
-from specchat.decoding.prompt_lookup import copy_prior, match_bucket
+from specchat.decoding.prompt_lookup import CopyRegime
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import (
     LOOKAHEAD,
@@ -121,7 +121,7 @@ class LookaheadDrafter:
         self._levels: list[list[int]] = []  # the Jacobi window, `window` columns wide
         self._rng = np.random.default_rng(0)
         self._turn_start = 0
-        self._streak = False
+        self._copies = CopyRegime()
         self._candidates: list[tuple[tuple[int, ...], str]] = []  # (tokens, origin)
         self._room = 0
         self._prior = _POOL_PRIOR
@@ -138,7 +138,7 @@ class LookaheadDrafter:
         self._pool.reset(context, self.seed_from_prompt, sources.turn_start)
         self._index.reset(context if self.seed_from_prompt else [])
         self._turn_start = sources.turn_start
-        self._streak = False
+        self._copies.reset()
         self._last = None
         source = context if context else [0]
         self._levels = [
@@ -158,8 +158,7 @@ class LookaheadDrafter:
         if copy is not None:
             origin = context_source(copy.end + 1, self._turn_start)
             self._candidates = [(tuple(through_end(copy.continuation, self._ends)), origin)]
-            bucket = match_bucket(copy.length)
-            key, prior = ("copy", bucket, self._streak), copy_prior(bucket, self._streak)
+            key, prior = self._copies.situation(copy, len(context))
         else:
             key_token = context[-1]
             found = self._pool.candidates(key_token, self.max_candidates)
@@ -230,8 +229,7 @@ class LookaheadDrafter:
         last level's predictions become the newest level, the oldest level with them forms
         N-grams for the pool; extra accepted tokens shift again."""
         level_nodes, start, width = draft.state
-        if draft.drafted:
-            self._streak = accepted == draft.drafted
+        self._copies.observe(draft.drafted, accepted)
         self._last = (draft, start, accepted, width)
         if not level_nodes:
             return

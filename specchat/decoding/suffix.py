@@ -23,7 +23,7 @@ from specchat.backends.base import Backend
 from specchat.decoding.draft_policy import Plan
 from specchat.decoding.ngram_index import Match, NgramIndex
 from specchat.decoding.params import Param
-from specchat.decoding.prompt_lookup import copy_prior, match_bucket
+from specchat.decoding.prompt_lookup import CopyRegime, copy_prior, match_bucket
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import (
     CHAT,
@@ -80,7 +80,8 @@ class SuffixDrafter:
         self._trees = SequenceTrees()  # the regenerated answer
         self._turn_start = 0
         self._proposals: list[tuple[Continuation, str]] = []
-        self._streak = False
+        self._copies = CopyRegime()
+        self._latest: Match | None = None  # this conversation's match at the last plan
         self._ends: frozenset[int] = frozenset()
 
     def prepare(self, target: Backend) -> None:
@@ -92,6 +93,7 @@ class SuffixDrafter:
         self._sources = sources
         self._turn_start = min(sources.turn_start, len(context))
         self._conversation.reset(context)
+        self._copies.reset()
         self._trees = SequenceTrees()
         if sources.previous_answer:
             self._trees.add(PREVIOUS, context[-DEPTH:] + list(sources.previous_answer))
@@ -100,7 +102,7 @@ class SuffixDrafter:
         """Every source's best continuation of `context`, best score first."""
         self._conversation.sync(context)
         found: list[tuple[Continuation, str]] = []
-        latest = self._conversation.match(limit)
+        latest = self._latest = self._conversation.match(limit)
         if latest.continuation:
             source = context_source(latest.end + 1, self._turn_start)
             found.append((_recency_continuation(latest), source))
@@ -125,17 +127,16 @@ class SuffixDrafter:
             return Plan(available=0, key=("suffix",))
         best, source = self._proposals[0]
         bucket = match_bucket(best.match_length)
-        if source in (PROMPT, CHAT):  # a copy, as prompt lookup's: its learned acceptance too
-            return Plan(
-                available=len(best.tokens),
-                key=("copy", bucket, self._streak),
-                prior=copy_prior(bucket, self._streak),
-            )
+        if source in (PROMPT, CHAT) and self._latest is not None:
+            # a copy, as prompt lookup's: its learned acceptance too
+            key, prior = self._copies.situation(self._latest, len(context))
+            return Plan(available=len(best.tokens), key=key, prior=prior)
         sure = confidence_bucket(best.probs[0])
+        streak = self._copies.streak
         return Plan(
             available=len(best.tokens),
-            key=("suffix", bucket, sure, self._streak),
-            prior=copy_prior(bucket, self._streak) * _CONFIDENCE_SCALE[sure],
+            key=("suffix", bucket, sure, streak),
+            prior=copy_prior(bucket, streak) * _CONFIDENCE_SCALE[sure],
         )
 
     def proposal(self, context: list[int]) -> list[int]:
@@ -164,8 +165,7 @@ class SuffixDrafter:
         return Draft(tokens, parents, children, longest, source=source, node_sources=node_sources)
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
-        if draft.drafted:
-            self._streak = accepted == draft.drafted
+        self._copies.observe(draft.drafted, accepted)
 
 
 def _recency_continuation(latest: Match) -> Continuation:

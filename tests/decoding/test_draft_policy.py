@@ -5,8 +5,12 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
+
 from specchat.decoding.draft_policy import DraftLengthPolicy, Plan, expected_from_rates
 from specchat.decoding.ngram_index import MATCH_CAP, NgramIndex
+from specchat.decoding.prompt_lookup import PromptLookupDrafter, match_bucket
+from specchat.decoding.suffix import SuffixDrafter
 from specchat.evaluation.oracle import accepted_lengths, efficiency, oracle_speedup
 
 
@@ -194,3 +198,34 @@ def test_ngram_match_reports_the_true_match_length():
 
 
 del itertools
+
+
+def _plans_along(drafter, prompt: list[int], answer: list[int]) -> list[Plan]:
+    """The drafter's plan before each answer token, as decoding plans (nothing drafted)."""
+    drafter.reset(list(prompt))
+    context, plans = list(prompt), []
+    for token in answer:
+        plans.append(drafter.plan(context, 64))
+        context.append(token)
+    return plans
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: PromptLookupDrafter(3, 1, 64), lambda: SuffixDrafter(64, 3, 1.0, 0.1)],
+    ids=["pld", "suffix"],
+)
+def test_a_copy_resumed_after_an_edit_is_learned_as_a_copy_under_way(make):
+    # the prompt holds a passage; the answer copies it, renames one word and copies on
+    passage = list(range(100, 140))
+    prompt = [1, 2, *passage, 3, 4]
+    edited = [*passage[:12], 999, *passage[13:17]]
+    resumed = _plans_along(make(), prompt, edited)[-1]
+    assert resumed.key == ("copy", match_bucket(3), True)
+    # the same 3-token match with no copy before it is a short match like any other
+    fresh = _plans_along(make(), prompt, [7, 8, 999, *passage[13:17]])[-1]
+    assert fresh.key == ("copy", match_bucket(3), False)
+    assert resumed.prior > fresh.prior
+    # a copy that jumped back to an earlier part of the passage resumes nothing
+    back = _plans_along(make(), prompt, [*passage[:12], 999, *passage[2:6]])[-1]
+    assert back.key == ("copy", match_bucket(3), False)
