@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import hashlib
 import os
 import platform
@@ -151,7 +152,11 @@ class LlamaServerProcess:
     def start(self) -> LlamaServerProcess:
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         self._process = subprocess.Popen(
-            self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self._env
+            self.command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self._env,
+            preexec_fn=_ended_with_parent(),
         )
         atexit.register(self.stop)  # never left running after specchat exits
         deadline = time.monotonic() + _READY_SECONDS
@@ -189,6 +194,25 @@ class LlamaServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _ended_with_parent():
+    """What the server's child process runs before llama-server starts, so that it is sent
+    SIGTERM when specchat dies: SIGKILL (or a crash) skips `atexit` and every handler, and left
+    servers running on the cores. Linux's PR_SET_PDEATHSIG fires when the *thread* that started
+    the child ends, so only the main thread asks for it; elsewhere (and off Linux) None."""
+    if platform.system() != "Linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the child
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def ask() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return ask
 
 
 def _healthy(port: int) -> bool:
