@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from specchat import locations
 from specchat.backends.base import Block, Exactness
@@ -26,9 +26,9 @@ _REFINE_BELOW = 0.97  # a pass this much faster than the table says lowers it
 _SAVE_EVERY = 10.0  # seconds between writes of refined costs
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
-# Passes are timed behind this many cached tokens: a pass attends to the whole context, and on
-# llama.cpp a 2-token pass costs 1.59x one behind 30 tokens but 1.69-1.77x behind 200-1000
-# (benchmarks/measure_context_cost.py). A chat answer runs behind a few hundred tokens.
+# Passes are timed behind this many cached tokens, about where a chat answer runs: a pass attends
+# to the whole context, and the shape moves with it (benchmarks/measure_context_cost.py; on
+# llama.cpp a draft's pass is a little dearer behind tens of tokens, cheaper behind thousands).
 CONTEXT = 256
 # how the passes were timed: a table timed otherwise is measured again
 _METHOD = "after-plain"
@@ -172,12 +172,8 @@ class BlockCostTable:
         return self._costs[top] + slope * (k - top)
 
     def _measure_all(self) -> None:
-        """All sizes round-robin in one sweep, so load changes hit every size alike, each timed
-        as decoding meets it: after plain one-token passes, and charged what it slows the plain
-        pass after it (llama.cpp's one-token pass is slower after a larger one; timed there, it
-        made drafts look cheaper than they are, and the policy drafted where it lost). The
-        minimum of the repeats (noise only ever adds time), made non-decreasing in k. The
-        context is filled up to `CONTEXT` tokens first and given back after."""
+        """Every size timed as decoding meets it (`time_passes`), behind `CONTEXT` cached tokens:
+        the context is filled first and given back after."""
         backend = self._backend
         n = backend.n_committed
         # a small context window takes the sizes that fit it (two at least, to extrapolate)
@@ -185,30 +181,42 @@ class BlockCostTable:
         sizes = sizes if len(sizes) > 1 else [1, 2]
         filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
         backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - sizes[-1] - 1) - n))
-        base = backend.n_committed
-
-        def timed(k: int) -> float:
-            start = time.perf_counter()
-            backend.evaluate(Block.chain([filler] * k))
-            seconds = time.perf_counter() - start
-            backend.rollback(base)
-            return seconds
-
-        timed(1)  # a first pass sets up what later ones reuse
-        best = {k: float("inf") for k in sizes}
-        after: dict[int, list[float]] = {k: [] for k in sizes}
-        for _ in range(_REPEATS):
-            for k in sizes:
-                timed(1)
-                plain = timed(1)
-                best[k] = min(best[k], timed(k))
-                after[k].append(timed(1) - plain)
+        self._costs.update(time_passes(backend, sizes, _REPEATS))
         backend.rollback(n)
-        running = 0.0
+
+
+def time_passes(backend, sizes: Sequence[int], repeats: int) -> dict[int, float]:
+    """Seconds of a chain pass of each size behind the backend's cache as it is, timed as
+    decoding meets it: after plain one-token passes, and charged what it slows the plain pass
+    after it (llama.cpp's one-token pass is slower after a larger one; timed there, it made
+    drafts look cheaper than they are, and the policy drafted where it lost). All sizes
+    round-robin in one sweep, so load changes hit every size alike; the minimum of the repeats
+    (noise only ever adds time), made non-decreasing in k."""
+    filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
+    base = backend.n_committed
+
+    def timed(k: int) -> float:
+        start = time.perf_counter()
+        backend.evaluate(Block.chain([filler] * k))
+        seconds = time.perf_counter() - start
+        backend.rollback(base)
+        return seconds
+
+    timed(1)  # a first pass sets up what later ones reuse
+    best = {k: float("inf") for k in sizes}
+    after: dict[int, list[float]] = {k: [] for k in sizes}
+    for _ in range(repeats):
         for k in sizes:
-            slowed = max(0.0, sorted(after[k])[len(after[k]) // 2]) if k > 1 else 0.0
-            running = max(running, best[k] + slowed)
-            self._costs[k] = running
+            timed(1)
+            plain = timed(1)
+            best[k] = min(best[k], timed(k))
+            after[k].append(timed(1) - plain)
+    costs, running = {}, 0.0
+    for k in sizes:
+        slowed = max(0.0, sorted(after[k])[len(after[k]) // 2]) if k > 1 else 0.0
+        running = max(running, best[k] + slowed)
+        costs[k] = running
+    return costs
 
 
 class MeasuredCosts:
