@@ -27,8 +27,8 @@ _SAVE_EVERY = 10.0  # seconds between writes of refined costs
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
 # Passes are timed behind this many cached tokens, about where a chat answer runs: a pass attends
-# to the whole context, and the shape moves with it (benchmarks/measure_context_cost.py; on
-# llama.cpp a draft's pass is a little dearer behind tens of tokens, cheaper behind thousands).
+# to the whole context, and the shape moves with it, if little on llama.cpp (timed as here, the
+# ratios stay within about 5% from 64 to 3,000 tokens: benchmarks/measure_context_cost.py).
 CONTEXT = 256
 # how the passes were timed: a table timed otherwise is measured again
 _METHOD = "after-plain"
