@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from specchat import locations
-from specchat.backends.base import Block, Exactness
+from specchat.backends.base import Backend, Block, Exactness
 from specchat.backends.exactness import probe_exactness
 
 _COSTS_FILE = "block_costs.json"
@@ -185,7 +185,7 @@ class BlockCostTable:
         backend.rollback(n)
 
 
-def time_passes(backend, sizes: Sequence[int], repeats: int) -> dict[int, float]:
+def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[int, float]:
     """Seconds of a chain pass of each size behind the backend's cache as it is, timed as
     decoding meets it: after plain one-token passes, and charged what it slows the plain pass
     after it (llama.cpp's one-token pass is slower after a larger one; timed there, it made

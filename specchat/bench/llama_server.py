@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from specchat.errors import SpecchatError
@@ -196,7 +196,7 @@ class LlamaServerProcess:
         self.stop()
 
 
-def _ended_with_parent():
+def _ended_with_parent() -> Callable[[], None] | None:
     """What the server's child process runs before llama-server starts, so that it is sent
     SIGTERM when specchat dies: SIGKILL (or a crash) skips `atexit` and every handler, and left
     servers running on the cores. Linux's PR_SET_PDEATHSIG fires when the *thread* that started

@@ -55,8 +55,8 @@ class CopyRegime:
     """Whether a copy is under way, which the policy learns apart: the previous draft was taken
     whole (a streak), or the context's short match picks up, a few tokens on, the text a long match
     was copying just before — a copy resumed after an edit (a renamed word, a changed number, an
-    inserted clause). On Spec-Bench dev answers a 3-token match was taken for 2.2 of 8 drafted
-    tokens on average, and for 5.5 where it resumed a copy (docs/benchmarks.md, round thirteen)."""
+    inserted clause). Such a match is taken about as far as a long one, where other matches of its
+    length are poor bets (docs/benchmarks.md, round thirteen)."""
 
     def __init__(self) -> None:
         self.streak = False  # the previous draft was accepted in full
