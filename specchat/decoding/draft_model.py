@@ -86,10 +86,11 @@ class DraftModelDrafter:
         probs_seen: list[np.ndarray] = []
         stopped: tuple[int, np.ndarray] | None = None  # where the draft lost confidence
         last = context[-1]
-        started = time.perf_counter()
         if depth:
             self._sync(context[:-1])
+        started, passes = time.perf_counter(), 0
         for _ in range(depth):
+            passes += 1
             logits = self.model.evaluate(Block.chain([last]))[0]
             self.model.commit([0])
             self._tokens.append(last)
@@ -108,7 +109,11 @@ class DraftModelDrafter:
             if token in self._ends:
                 break
         if tokens:
-            spent = (time.perf_counter() - started) / len(tokens)
+            # per pass of its own, as the policy charges it: neither the catch-up above (the
+            # tokens since its last draft, evaluated at once) nor a pass whose token it did not
+            # keep is a drafted token's price — counted in, after a stretch of plain steps they
+            # priced drafting above a target pass, and it stopped drafting for good
+            spent = (time.perf_counter() - started) / passes
             self._cost = 0.8 * self._cost + 0.2 * spent
         else:
             self._probe_countdown -= 1
