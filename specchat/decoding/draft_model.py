@@ -49,8 +49,8 @@ class DraftModelDrafter:
         self.k, self.k_max, self.threshold = k, k_max, threshold
         self.tree_width, self.soft_match = tree_width, soft_match
         self._tokens: list[int] = []  # what the draft's cache holds
-        # Seconds per drafted token as actually paid: alternating two runtimes' thread pools on
-        # shared cores can cost several times the draft's stand-alone block cost.
+        # Seconds per pass of its own while drafting, as actually paid: alternating two runtimes'
+        # thread pools on shared cores can cost several times the draft's stand-alone block cost.
         self._cost: float | None = None
         self._probe_countdown = 16
         self._prepared = False
