@@ -88,9 +88,8 @@ class DraftModelDrafter:
         last = context[-1]
         if depth:
             self._sync(context[:-1])
-        started, passes = time.perf_counter(), 0
+        started = time.perf_counter()
         for _ in range(depth):
-            passes += 1
             logits = self.model.evaluate(Block.chain([last]))[0]
             self.model.commit([0])
             self._tokens.append(last)
@@ -113,6 +112,7 @@ class DraftModelDrafter:
             # tokens since its last draft, evaluated at once) nor a pass whose token it did not
             # keep is a drafted token's price — counted in, after a stretch of plain steps they
             # priced drafting above a target pass, and it stopped drafting for good
+            passes = len(tokens) + (stopped is not None)
             spent = (time.perf_counter() - started) / passes
             self._cost = 0.8 * self._cost + 0.2 * spent
         else:

@@ -81,7 +81,7 @@ class SuffixDrafter:
         self._turn_start = 0
         self._proposals: list[tuple[Continuation, str]] = []
         self._copies = CopyRegime()
-        self._latest: Match | None = None  # this conversation's match at the last plan
+        self._latest = Match([], 0, 0, -1)  # this conversation's match at the last lookup
         self._ends: frozenset[int] = frozenset()
 
     def prepare(self, target: Backend) -> None:
@@ -127,8 +127,7 @@ class SuffixDrafter:
             return Plan(available=0, key=("suffix",))
         best, source = self._proposals[0]
         bucket = match_bucket(best.match_length)
-        if source in (PROMPT, CHAT) and self._latest is not None:
-            # a copy, as prompt lookup's: its learned acceptance too
+        if source in (PROMPT, CHAT):  # a copy, as prompt lookup's: its learned acceptance too
             key, prior = self._copies.situation(self._latest, len(context))
             return Plan(available=len(best.tokens), key=key, prior=prior)
         sure = confidence_bucket(best.probs[0])
