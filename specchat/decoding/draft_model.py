@@ -4,7 +4,8 @@ the target verifies them in one pass.
 K adapts (+2 after a fully accepted draft, -1 after a rejection) and drafting stops early when the
 draft's own top probability falls below a threshold. With `tree_width` above 1 the chain becomes a
 SpecInfer token tree: the draft's next-likeliest tokens join where it is unsure, as far as the
-target's pass costs pay for them (token_tree.py). With `soft_match` β above 0 (opt-in) sampled
+target's pass costs and the chances the target takes them (learned from greedy verification) pay
+for them (token_tree.py). With `soft_match` β above 0 (opt-in) sampled
 drafts are verified by soft matching, which is faster and NOT sampled from the target's
 distribution; every step so verified says so (Step.distance). The draft may run on another backend
 or device than the target: it only ever exchanges token ids with it, and it is handed in loaded.
@@ -13,6 +14,7 @@ or device than the target: it only ever exchanges token ids with it, and it is h
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,10 +24,19 @@ from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler, SamplingParams, logits_to_probs, sample
 from specchat.decoding.sources import DRAFT, NO_SOURCES, DraftSources
 from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
-from specchat.decoding.token_tree import chain_positions, widen
+from specchat.decoding.token_tree import Position, TakeRates, as_drafted, chain_positions, widen
 
 _PLAIN = SamplingParams(temperature=1.0)
 _PRIOR = 0.8  # a draft of the same family agrees most of the time
+
+
+@dataclass(frozen=True)
+class _Drafted:
+    """What `observe` needs of a draft: the chain's length (which K measures) and, for a greedy
+    tree, the positions whose verification teaches the take rates."""
+
+    chain: int
+    positions: list[Position] | None = None
 
 
 class DraftModelDrafter:
@@ -55,6 +66,7 @@ class DraftModelDrafter:
         self._probe_countdown = 16
         self._prepared = False
         self._ends: frozenset[int] = frozenset()
+        self._rates = TakeRates()
 
     def prepare(self, target: Backend) -> None:
         self._ends = target.eos_ids  # a token drafted after an end of answer is never kept
@@ -126,17 +138,23 @@ class DraftModelDrafter:
         draft = Draft.chain(
             context[-1], tokens, probs_seen if sampled and tokens else None, DRAFT, soft
         )
+        draft.state = _Drafted(len(tokens))
         if self.tree_width > 1 and tokens and not soft:  # soft matching verifies chains
-            positions = chain_positions(tokens, probs_seen, stopped)
+            rate = as_drafted if sampled else self._rates
+            positions = chain_positions(tokens, probs_seen, stopped, self.tree_width, rate)
             rng = sampler.rng if sampled else None
-            widen(draft, positions, self.tree_width, target.block_cost, rng)
-        draft.state = len(tokens)  # the chain the draft drafted, which K measures
+            widen(draft, positions, self.tree_width, target.block_cost, rng, rate)
+            if not sampled:
+                draft.state = _Drafted(len(tokens), positions)
         return draft
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
+        drafted: _Drafted = draft.state
         if draft.drafted:
-            full = accepted >= draft.state  # the chain was taken whole (a tree may add one)
+            full = accepted >= drafted.chain  # the chain was taken whole (a tree may add one)
             self.k = min(self.k_max, self.k + 2) if full else max(1, self.k - 1)
+        if drafted.positions is not None:
+            self._rates.learn(drafted.positions, logits, self.tree_width)
 
 
 class DraftModelDecoder(SpeculativeDecoder):

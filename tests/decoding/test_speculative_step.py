@@ -273,6 +273,32 @@ def test_token_trees_grow_where_a_wider_pass_is_cheap(char_ngram_model):
         assert dear_tree == reference and narrow == 0
 
 
+@pytest.mark.parametrize("order", [8, 3])
+def test_a_tree_learns_which_alternatives_the_target_takes(char_ngram_model, order):
+    """A draft that is the target's own model (order 8) is right wherever it is unsure, so its
+    second choices are never taken: priced at its own probabilities they kept filling the pass,
+    learned from verification they stop joining. A weaker draft (order 3) is often wrong where
+    it is unsure, and its alternatives keep their place. The answer is greedy's either way."""
+    backend = NumpyBackend(char_ngram_model, overhead=0.01, per_token=0.0005)
+    draft_model = char_ngram_model if order == 8 else CharNgramModel(order=order)
+    values = DraftModelDecoder.validate({"k": 3, "tree_width": 4})
+    decoder = DraftModelDecoder(draft_model=NumpyBackend(draft_model), **values)
+    hung = []  # alternatives hung, a round of the prompts at a time
+    for _ in range(3):
+        hung.append(0)
+        for text in PROMPTS:
+            ids = raw_prompt_ids(backend, text)
+            backend.passes.clear()
+            done, steps = generate(backend, decoder, ids)
+            assert list(done.token_ids) == greedy_answer(backend, ids), text
+            hung[-1] += sum(size - 1 - s.drafted for size, s in zip(backend.passes, steps))
+    assert hung[0] > 0  # at first the draft's word is all there is
+    if order == 8:
+        assert hung[-1] == 0
+    else:
+        assert hung[-1] > 0
+
+
 def test_a_tree_teaches_the_policy_only_the_chain_it_sized():
     """Alternatives hung where the draft model stopped for want of confidence make the tree one
     node deeper than the chain the policy asked for; the policy must learn from the chain alone,
@@ -283,7 +309,7 @@ def test_a_tree_teaches_the_policy_only_the_chain_it_sized():
     peaked[[1, 2]] = 0.86
     unsure = np.full(8, 1 / 8)
     draft = Draft.chain(0, [1, 2])
-    positions = chain_positions([1, 2], [peaked, peaked], stopped=(3, unsure))
+    positions = chain_positions([1, 2], [peaked, peaked], stopped=(3, unsure), width=4)
     assert widen(draft, positions, 4, lambda n: 1.0, None) > 0  # a flat pass: every node pays
     assert draft.drafted == 3 and draft.sized == 2
     plain = Draft.chain(0, [1, 2])
