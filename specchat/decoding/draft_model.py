@@ -2,10 +2,7 @@
 the target verifies them in one pass.
 
 K adapts (+2 after a fully accepted draft, -1 after a rejection) and drafting stops early when the
-draft is unsure: below a threshold on the chance the target takes its token. Sampling goes by the
-draft's own top probability; greedy by how often the target took tokens the draft was as sure of
-(token_tree.TakeRates). A quantized copy of the target agrees with it far more often than its
-probabilities say, and stopped on its word, the chain ended where the target would have gone on. With `tree_width` above 1 the chain becomes a
+draft's own top probability falls below a threshold. With `tree_width` above 1 the chain becomes a
 SpecInfer token tree: the draft's next-likeliest tokens join where it is unsure, as far as the
 target's pass costs and the chances the target takes them (learned from greedy verification) pay
 for them (token_tree.py). With `soft_match` β above 0 (opt-in) sampled
@@ -35,8 +32,8 @@ _PRIOR = 0.8  # a draft of the same family agrees most of the time
 
 @dataclass(frozen=True)
 class _Drafted:
-    """What `observe` needs of a draft: the chain's length (which K measures) and, for greedy
-    drafts, the positions whose verification teaches the take rates."""
+    """What `observe` needs of a draft: the chain's length (which K measures) and, for a greedy
+    tree, the positions whose verification teaches the take rates."""
 
     chain: int
     positions: list[Position] | None = None
@@ -114,10 +111,7 @@ class DraftModelDrafter:
             else:  # the q the token is sampled from, which verification needs
                 probs = sampler.probs(logits)
                 token = sample(probs, sampler.rng)
-            sure = float(probs.max())
-            if sampler.greedy:  # how often the target took such a token, not the draft's word
-                sure = self._rates(0, sure)
-            if tokens and sure < self.threshold:
+            if tokens and probs.max() < self.threshold:
                 stopped = (token, probs)
                 break
             tokens.append(token)
@@ -144,14 +138,14 @@ class DraftModelDrafter:
         draft = Draft.chain(
             context[-1], tokens, probs_seen if sampled and tokens else None, DRAFT, soft
         )
-        positions = None
-        if tokens and (self.tree_width > 1 and not soft or not sampled):
+        draft.state = _Drafted(len(tokens))
+        if self.tree_width > 1 and tokens and not soft:  # soft matching verifies chains
             rate = as_drafted if sampled else self._rates
             positions = chain_positions(tokens, probs_seen, stopped, self.tree_width, rate)
-            if self.tree_width > 1 and not soft:  # soft matching verifies chains
-                rng = sampler.rng if sampled else None
-                widen(draft, positions, self.tree_width, target.block_cost, rng, rate)
-        draft.state = _Drafted(len(tokens), None if sampled else positions)
+            rng = sampler.rng if sampled else None
+            widen(draft, positions, self.tree_width, target.block_cost, rng, rate)
+            if not sampled:
+                draft.state = _Drafted(len(tokens), positions)
         return draft
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
@@ -190,13 +184,7 @@ class DraftModelDecoder(SpeculativeDecoder):
         ),
         Param("k_max", int, 12, "longest draft", 1, 64),
         Param(
-            "threshold",
-            float,
-            0.3,
-            "stop drafting when the chance the target takes the draft's token is lower (greedy: "
-            "learned from verification; sampling: the draft's top probability)",
-            0,
-            1,
+            "threshold", float, 0.3, "stop drafting when the draft's top probability is lower", 0, 1
         ),
         Param(
             "tree_width",

@@ -65,7 +65,7 @@ class TakeRates:
         return (self._taken[cell] + self._PRIOR * prob) / (self._seen[cell] + self._PRIOR)
 
     def learn(self, positions: list[Position], logits: np.ndarray, width: int) -> None:
-        """Every position of a greedy draft's chain was evaluated: the target's choice there
+        """Every position of a greedy tree's chain was evaluated: the target's choice there
         says which of the draft's `width` likeliest tokens it would have taken, if any."""
         for position in positions:
             choice = int(np.argmax(logits[position.node]))
@@ -78,9 +78,9 @@ class TakeRates:
 @dataclass(frozen=True)
 class Position:
     """A draft node the tree may widen: `probs` is the draft's distribution for its children,
-    `top` its likeliest tokens (best first; a chain's: the one it chose), `drafted` the child
-    the chain already holds there (None: the chain stopped here, and `first` is the token the
-    draft chose, which leads any children this node gets)."""
+    `top` its likeliest tokens (best first), `drafted` the child the chain already holds there
+    (None: the chain stopped here, and `first` is the token the draft chose, which leads any
+    children this node gets)."""
 
     node: int
     probs: np.ndarray
@@ -107,12 +107,12 @@ def chain_positions(
     distribution), each with its `width` + 1 likeliest tokens."""
     positions, reach = [], 1.0
     for i, (token, probs) in enumerate(zip(chain, rows)):
-        position = Position(i, probs, _top(probs, token, width), reach, token)
+        position = Position(i, probs, _top(probs, width + 1), reach, token)
         positions.append(position)
         reach *= rate(position.rank(token), float(probs[token]))
     if stopped is not None:
         token, probs = stopped
-        positions.append(Position(len(chain), probs, _top(probs, token, width), reach, None, token))
+        positions.append(Position(len(chain), probs, _top(probs, width + 1), reach, None, token))
     return positions
 
 
@@ -164,12 +164,8 @@ def widen(
     return added
 
 
-def _top(probs: np.ndarray, chosen: int, width: int) -> np.ndarray:
-    """The `width` + 1 likeliest tokens; a chain (`width` 1) has no alternatives to rank, and
-    only what was `chosen` is needed there."""
-    if width == 1:
-        return np.array([chosen])
-    n = min(width + 1, len(probs))
+def _top(probs: np.ndarray, n: int) -> np.ndarray:
+    n = min(n, len(probs))
     top = np.sort(np.argpartition(probs, len(probs) - n)[len(probs) - n :])
     return top[np.argsort(-probs[top], kind="stable")]  # ties as argmax breaks them
 

@@ -299,31 +299,6 @@ def test_a_tree_learns_which_alternatives_the_target_takes(char_ngram_model, ord
         assert hung[-1] > 0
 
 
-@pytest.mark.parametrize("order", [8, 3])
-def test_a_chain_stops_where_the_target_would_not_take_the_draft(char_ngram_model, order):
-    """Drafting stops where the draft is unsure (here: below a 0.6 chance). A draft that is the
-    target's own model is unsure in many places and still right in all of them: learned from
-    verification, its chains run to the length asked for. A weaker draft (order 3) is often
-    wrong where it is unsure, and keeps stopping there. The answer is greedy's either way."""
-    backend = NumpyBackend(char_ngram_model, overhead=0.01, per_token=0.0005)
-    draft_model = char_ngram_model if order == 8 else CharNgramModel(order=order)
-    values = DraftModelDecoder.validate({"k": 3, "threshold": 0.6})
-    decoder = DraftModelDecoder(draft_model=NumpyBackend(draft_model), **values)
-    for _ in range(3):
-        short, drafting = 0, 0  # drafts that stopped before the length asked for, in this round
-        for text in PROMPTS:
-            ids = raw_prompt_ids(backend, text)
-            done, steps = generate(backend, decoder, ids)
-            assert list(done.token_ids) == greedy_answer(backend, ids), text
-            ahead = steps[:-1]  # the last step's draft may stop at the end of the answer
-            short += sum(1 for s in ahead if 0 < s.drafted < s.depth)
-            drafting += sum(1 for s in ahead if s.drafted)
-    if order == 8:
-        assert short == 0 and drafting > 0
-    else:
-        assert short > drafting / 2
-
-
 def test_a_tree_teaches_the_policy_only_the_chain_it_sized():
     """Alternatives hung where the draft model stopped for want of confidence make the tree one
     node deeper than the chain the policy asked for; the policy must learn from the chain alone,
