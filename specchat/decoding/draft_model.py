@@ -5,10 +5,10 @@ K adapts (+2 after a fully accepted draft, -1 after a rejection) and drafting st
 draft's own top probability falls below a threshold. With `tree_width` above 1 the chain becomes a
 SpecInfer token tree: the draft's next-likeliest tokens join where it is unsure, as far as the
 target's pass costs and the chances the target takes them (learned from greedy verification) pay
-for them (token_tree.py). With `soft_match` β above 0 (opt-in) sampled
-drafts are verified by soft matching, which is faster and NOT sampled from the target's
-distribution; every step so verified says so (Step.distance). The draft may run on another backend
-or device than the target: it only ever exchanges token ids with it, and it is handed in loaded.
+for them (token_tree.py). With `soft_match` β above 0 (opt-in) sampled drafts are verified by soft
+matching, which is faster and NOT sampled from the target's distribution; every step so verified
+says so (Step.distance). The draft may run on another backend or device than the target: it only
+ever exchanges token ids with it, and it is handed in loaded.
 """
 
 from __future__ import annotations
