@@ -138,14 +138,13 @@ class DraftModelDrafter:
         draft = Draft.chain(
             context[-1], tokens, probs_seen if sampled and tokens else None, DRAFT, soft
         )
-        draft.state = _Drafted(len(tokens))
+        positions = None
         if self.tree_width > 1 and tokens and not soft:  # soft matching verifies chains
             rate = as_drafted if sampled else self._rates
             positions = chain_positions(tokens, probs_seen, stopped, self.tree_width, rate)
             rng = sampler.rng if sampled else None
             widen(draft, positions, self.tree_width, target.block_cost, rng, rate)
-            if not sampled:
-                draft.state = _Drafted(len(tokens), positions)
+        draft.state = _Drafted(len(tokens), None if sampled else positions)
         return draft
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
