@@ -4,18 +4,26 @@ per line — answered by rewriting the whole function, so the answer copies most
 
     .venv/bin/python benchmarks/code_edits.py /tmp/code_edits.jsonl
     .venv/bin/specchat bench --data /tmp/code_edits.jsonl -d pld -d suffix --max-tokens 256 --peers
+
+With --held-out it writes twelve other functions, for confirming what was tuned on the six.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import base64
 import calendar
 import colorsys
+import difflib
 import fnmatch
+import glob
+import heapq
+import html
 import inspect
 import json
 import shlex
+import statistics
 import textwrap
 
 FUNCTIONS = (
@@ -25,6 +33,20 @@ FUNCTIONS = (
     fnmatch.filter,
     colorsys.rgb_to_hls,
     calendar.weekday,
+)
+HELD_OUT = (
+    difflib.get_close_matches,
+    calendar.monthrange,
+    colorsys.hls_to_rgb,
+    textwrap.indent,
+    shlex.split,
+    html.escape,
+    heapq.nsmallest,
+    colorsys.yiq_to_rgb,
+    base64.b64encode,
+    glob.has_magic,
+    statistics.median,
+    statistics.mode,
 )
 EDITS = (
     ("type-hints", "Add type hints to this function and return the whole function."),
@@ -47,9 +69,10 @@ def source_without_docstring(function) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
+    parser.add_argument("--held-out", action="store_true", help="the twelve functions not tuned on")
     args = parser.parse_args()
     with open(args.out, "w", encoding="utf-8") as out:
-        for number, function in enumerate(FUNCTIONS, 1):
+        for number, function in enumerate(HELD_OUT if args.held_out else FUNCTIONS, 1):
             category, ask = EDITS[(number - 1) % len(EDITS)]
             prompt = f"{ask}\n\n```python\n{source_without_docstring(function)}\n```"
             item = {"question_id": number, "category": category, "turns": [prompt]}

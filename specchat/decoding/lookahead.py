@@ -138,7 +138,7 @@ class LookaheadDrafter:
         self._pool.reset(context, self.seed_from_prompt, sources.turn_start)
         self._index.reset(context if self.seed_from_prompt else [])
         self._turn_start = sources.turn_start
-        self._copies.reset()
+        self._copies.reset(len(context))
         self._last = None
         source = context if context else [0]
         self._levels = [

@@ -1,5 +1,6 @@
-"""Prompt lookup decoding: draft the tokens that followed the latest earlier occurrence of the
-context's longest recent n-gram, verify them in one target pass.
+"""Prompt lookup decoding: draft the tokens that followed an earlier occurrence of the context's
+longest recent n-gram (of its latest occurrences, the one that agrees furthest back), verify them
+in one target pass.
 
 Acceptance is bursty — a draft copied from a passage being quoted keeps being right, one matched on
 a single common token rarely is — so the policy learns it per situation: how far back the context's
@@ -49,6 +50,11 @@ def copy_prior(bucket: int, streak: bool) -> float:
 _LONG_MATCH = 8
 _RESUME_WITHIN = 16
 _RESUME_SKIP = 8
+# An answer whose first `_FROM_START` tokens or more are all one match copies from its start: on
+# Spec-Bench and code-edit answers the first drafted token was taken in nearly all such positions,
+# and 4-7.5 tokens of 8 (docs/benchmarks.md, round fifteen).
+_FROM_START = 2
+_FROM_START_PRIOR = 0.95
 
 
 class CopyRegime:
@@ -56,25 +62,35 @@ class CopyRegime:
     whole (a streak), or the context's short match picks up, a few tokens on, the text a long match
     was copying just before — a copy resumed after an edit (a renamed word, a changed number, an
     inserted clause). Such a match is taken about as far as a long one, where other matches of its
-    length are poor bets (docs/benchmarks.md, round thirteen)."""
+    length are poor bets (docs/benchmarks.md, round thirteen). An answer that is all one copy so
+    far (a function rewritten with type hints starts as the prompt's code) is a third situation,
+    learned apart from the others: its short matches are the surest of all."""
 
     def __init__(self) -> None:
         self.streak = False  # the previous draft was accepted in full
         self._trail: list[tuple[int, int]] = []  # (context length, source end) of long matches
+        self._answer_start = 0
 
-    def reset(self) -> None:
+    def reset(self, answer_start: int) -> None:
+        """A new answer begins after `answer_start` context tokens."""
         self.streak = False
         self._trail = []
+        self._answer_start = answer_start
 
     def situation(self, match: Match, position: int) -> tuple[tuple, float]:
         """The policy's key and prior for copying `match`'s continuation at context length
         `position` (noting a long match for the steps after)."""
         self._trail = [(p, e) for p, e in self._trail if position - p <= _RESUME_WITHIN]
         resumed = any(0 < match.end - e <= position - p + _RESUME_SKIP for p, e in self._trail)
+        # the answer so far is all one copy (a quoted block being rewritten starts so)
+        answered = position - self._answer_start
+        from_start = answered >= _FROM_START and match.length >= answered
         if match.length >= _LONG_MATCH:
             self._trail.append((position, match.end))
-        under_way = self.streak or resumed
         bucket = match_bucket(match.length)
+        if from_start:
+            return ("copy", bucket, "start"), _FROM_START_PRIOR
+        under_way = self.streak or resumed
         return ("copy", bucket, under_way), copy_prior(bucket, under_way)
 
     def observe(self, drafted: int, accepted: int) -> None:
@@ -103,7 +119,7 @@ class PromptLookupDrafter:
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         self._index.reset(context)
-        self._copies.reset()
+        self._copies.reset(len(context))
         self._turn_start = sources.turn_start
         self._previous = None
         if sources.previous_answer:
@@ -145,7 +161,7 @@ class PromptLookupDecoder(SpeculativeDecoder):
     key = "f5"
     default_rank = 2
     description = (
-        "prompt lookup: drafts what followed the latest earlier match of the context's tail"
+        "prompt lookup: drafts what followed the longest earlier match of the context's tail"
     )
     params = (
         Param("max_ngram", int, 3, "longest n-gram matched against the context", 1, 64),

@@ -5,7 +5,7 @@ Each source proposes its best continuation of the context's tail (a saved chat o
 match: `SAVED_MIN_MATCH`). Saved chats and the regenerated answer are suffix trees whose
 continuations are the most frequent ones, scored by the summed probability of their tokens, as
 ArcticInference does. This conversation proposes what followed the latest earlier occurrence of its
-tail, as prompt lookup does: replayed on Spec-Bench dev answers with earlier questions saved
+tail that agrees furthest back, as prompt lookup does: replayed on Spec-Bench dev answers with earlier questions saved
 (benchmarks/replay_policy.py --history), recency beat frequency for the conversation's own text (oracle
 1.34× against 1.29× at llama.cpp's pass costs, 3.0× against 2.2× at transformers'). The best-scored
 proposal is the draft, its length chosen by the shared draft-length policy from the match length and
@@ -76,7 +76,7 @@ class SuffixDrafter:
         self.max_candidates = candidates
         self.factor, self.min_prob = factor, min_prob
         self._sources: DraftSources = NO_SOURCES
-        self._conversation = NgramIndex(1, 3)  # this conversation: the latest occurrence
+        self._conversation = NgramIndex(1, 3)  # this conversation: a recent occurrence
         self._trees = SequenceTrees()  # the regenerated answer
         self._turn_start = 0
         self._proposals: list[tuple[Continuation, str]] = []
@@ -93,7 +93,7 @@ class SuffixDrafter:
         self._sources = sources
         self._turn_start = min(sources.turn_start, len(context))
         self._conversation.reset(context)
-        self._copies.reset()
+        self._copies.reset(len(context))
         self._trees = SequenceTrees()
         if sources.previous_answer:
             self._trees.add(PREVIOUS, context[-DEPTH:] + list(sources.previous_answer))

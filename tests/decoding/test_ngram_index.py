@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.decoding.ngram_index import NgramIndex
+from specchat.decoding.ngram_index import MATCH_CAP, RECENT, NgramIndex
 from specchat.decoding.plain import GreedyDecoder
 from specchat.engine.local import Engine
 from specchat.engine.protocol import GenerationRequest
@@ -20,18 +20,42 @@ def greedy_text(backend, prompt: str, tokens: int) -> list[int]:
 
 
 def brute_force_match(tokens: list[int], min_n: int, max_n: int, limit: int) -> list[int]:
-    """What followed the most recent earlier occurrence of the longest tail n-gram that has one."""
+    """What followed, of the `RECENT` latest earlier occurrences of the longest tail n-gram that
+    has one, the one that agrees with the context furthest back (ties: the latest)."""
     for n in range(min(max_n, len(tokens) - 1), min_n - 1, -1):
         tail = tokens[-n:]
-        for end in range(len(tokens) - 2, n - 2, -1):
-            if tokens[end - n + 1 : end + 1] == tail:
-                return tokens[end + 1 : end + 1 + limit]
+        ends = [e for e in range(n - 1, len(tokens) - 1) if tokens[e - n + 1 : e + 1] == tail]
+        if not ends:
+            continue
+
+        def reach(end: int, n: int = n) -> int:
+            length = n
+            while (
+                length < MATCH_CAP and end >= length and tokens[end - length] == tokens[-1 - length]
+            ):
+                length += 1
+            return length
+
+        best = max(reversed(ends[-RECENT:]), key=reach)  # max keeps the first: the latest
+        return tokens[best + 1 : best + 1 + limit]
     return []
+
+
+def test_a_copy_under_way_is_followed_past_a_later_repeat_of_its_last_tokens():
+    """Rewriting a function, the answer's last tokens ("\n    return") may recur later in the
+    prompt than where the copy is: the longer agreement says which occurrence is being copied."""
+    copied = [10, 11, 12, 13, 14, 15, 16]  # the passage the answer copies
+    elsewhere = [20, 12, 13, 14, 21]  # its last three tokens again, followed differently
+    index = NgramIndex(1, 3)
+    index.reset(copied + elsewhere + [10, 11, 12, 13, 14])
+    found = index.match(2)
+    assert found.continuation == [15, 16]
+    assert found.length == 5
 
 
 @pytest.mark.parametrize("min_n,max_n", [(1, 3), (2, 4), (1, 1), (3, 8)])
 @pytest.mark.parametrize("prompt", ["The cat", "Once upon a time", "def add(a, b):\n"])
-def test_incremental_index_finds_the_latest_longest_match(numpy_backend, prompt, min_n, max_n):
+def test_incremental_index_finds_the_longest_recent_match(numpy_backend, prompt, min_n, max_n):
     text = greedy_text(numpy_backend, prompt, 120)
     index = NgramIndex(min_n, max_n)
     index.reset(text[:1])

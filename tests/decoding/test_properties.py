@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specchat.backends.base import Block
-from specchat.decoding.ngram_index import MATCH_CAP, NgramIndex
+from specchat.decoding.ngram_index import MATCH_CAP, RECENT, NgramIndex
 from specchat.decoding.sampling import Sampler, SamplingParams, verify_tree
 from specchat.decoding.speculative import Draft, insert_branch
 from specchat.decoding.suffix_array import DEPTH, TokenSuffixArray
@@ -144,20 +144,29 @@ TOKENS = st.lists(st.integers(0, 5), max_size=80)  # a small vocabulary: many re
 
 
 def brute_force_ngram(tokens: list[int], tail: list[int], min_n: int, longest: int, limit: int):
-    """(continuation, n, length, end) of the latest occurrence, with at least one token after it,
-    of the longest tail n-gram of `tail` (n from `longest` down to `min_n`)."""
+    """(continuation, n, length, end) for the longest tail n-gram of `tail` (n from `longest` down
+    to `min_n`) that occurs with at least one token after it: of its `RECENT` latest occurrences,
+    the one that agrees with the tail furthest back (to `MATCH_CAP`; ties: the latest)."""
     for n in range(longest, min_n - 1, -1):
-        for end in range(len(tokens) - 2, n - 2, -1):
-            if tokens[end - n + 1 : end + 1] == tail[len(tail) - n :]:
-                length = n
-                while (
-                    length < MATCH_CAP
-                    and end - length >= 0
-                    and len(tail) - 1 - length >= 0
-                    and tokens[end - length] == tail[len(tail) - 1 - length]
-                ):
-                    length += 1
-                return tokens[end + 1 : end + 1 + limit], n, length, end
+        ends = [
+            end
+            for end in range(n - 1, len(tokens) - 1)
+            if tokens[end - n + 1 : end + 1] == tail[len(tail) - n :]
+        ][-RECENT:]
+        found = None
+        for end in ends:
+            length = n
+            while (
+                length < MATCH_CAP
+                and end - length >= 0
+                and len(tail) - 1 - length >= 0
+                and tokens[end - length] == tail[len(tail) - 1 - length]
+            ):
+                length += 1
+            if found is None or length >= found[2]:
+                found = tokens[end + 1 : end + 1 + limit], n, length, end
+        if found is not None:
+            return found
     return [], 0, 0, -1
 
 
