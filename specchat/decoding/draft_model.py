@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specchat.backends.base import Backend, Block, sync_cache
+from specchat.decoding.copy_or_draft import CopyOrDraftDrafter, chat_copier
 from specchat.decoding.draft_policy import Plan
 from specchat.decoding.params import Param
 from specchat.decoding.sampling import Sampler, SamplingParams, logits_to_probs, sample
@@ -195,6 +196,13 @@ class DraftModelDecoder(SpeculativeDecoder):
             16,
         ),
         Param(
+            "copies",
+            bool,
+            True,
+            "also copy from the chat (as suffix does) wherever a copy promises more tokens a "
+            "second than the draft model",
+        ),
+        Param(
             "soft_match",
             float,
             0.0,
@@ -205,14 +213,20 @@ class DraftModelDecoder(SpeculativeDecoder):
         ),
     ) + SPECULATIVE_PARAMS
     needs_draft_model = True
+    # where a default draft exists (transformers with the bundled model), ahead of suffix: it
+    # copies as suffix does and drafts with the model elsewhere
+    default_rank = 4
 
     def __init__(self, draft_model: Backend, **values: object) -> None:
         super().__init__(**values)
-        self.drafter = DraftModelDrafter(
+        model = DraftModelDrafter(
             draft_model,
             int(values["k"]),
             int(values["k_max"]),
             float(values["threshold"]),
             int(values["tree_width"]),
             float(values["soft_match"]),
+        )
+        self.drafter = (
+            CopyOrDraftDrafter(chat_copier(), model, self.policy) if values["copies"] else model
         )

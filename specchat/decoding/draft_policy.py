@@ -190,6 +190,13 @@ class DraftLengthPolicy:
         affordable = self.ledger + self.allowance >= worst
         return hopeful if keeps >= 1.0 - self.explore_budget and affordable else best
 
+    def value(self, target: Backend, plan: Plan, room: int) -> float:
+        """Expected tokens a second of the step `depth` would take in `plan`, by the rates as
+        known: how a drafter with two sources compares them."""
+        depth = self.depth(target, plan, room)
+        known = expected_from_rates(self.rates(plan, depth, optimism=0.0)) if depth else [1.0]
+        return known[depth] / _pass_cost(target, plan, depth)
+
     def update(self, plan: Plan, drafted: int, accepted: int) -> None:
         """Learn from a verified draft of `drafted` tokens (the depth `depth` chose), and enter
         what it saved or lost in the answer's ledger."""

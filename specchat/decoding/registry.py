@@ -79,8 +79,8 @@ def default_decoder(backend: Backend | None = None) -> str:
     for cls in ranked:
         if not cls.default_rank:
             break
-        if backend is None:
-            if cls.unavailable_anywhere() is None:
+        if backend is None:  # no draft model is a default before the model is known
+            if cls.unavailable_anywhere() is None and not cls.needs_draft_model:
                 return cls.name
         elif unavailable_reason(cls.name, backend) is None:
             return cls.name

@@ -102,7 +102,8 @@ def tiny_pair():
 
 def _answer(target, draft, seed: int, temperature: float = 1.0, **values):
     decoder = DraftModelDecoder(
-        draft_model=draft, **DraftModelDecoder.validate({"fixed_draft": 3, **values})
+        draft_model=draft,
+        **DraftModelDecoder.validate({"fixed_draft": 3, "copies": False, **values}),
     )
     target.rollback(0)
     request = GenerationRequest(

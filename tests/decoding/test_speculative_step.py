@@ -208,12 +208,14 @@ def decoder_for(name: str):
     if name.startswith("draft"):
         # a weaker model of the same vocabulary: the same corpus read with 4-grams only
         draft = NumpyBackend(CharNgramModel(order=4), model_name="char-4gram")
-        values = {"k": 3, **({"tree_width": 4} if name == "draft-tree" else {})}
+        values = {"k": 3, "copies": name == "draft-copies"}
+        if name == "draft-tree":
+            values["tree_width"] = 4
         return DraftModelDecoder(draft_model=draft, **DraftModelDecoder.validate(values))
     return DECODERS[name].create()
 
 
-@pytest.mark.parametrize("name", ["pld", "lookahead", "draft", "draft-tree"])
+@pytest.mark.parametrize("name", ["pld", "lookahead", "draft", "draft-tree", "draft-copies"])
 def test_greedy_family_equals_greedy_on_the_numpy_backend(numpy_backend, name):
     accepted = 0
     for text in PROMPTS:
@@ -281,7 +283,7 @@ def test_a_tree_learns_which_alternatives_the_target_takes(char_ngram_model, ord
     it is unsure, and its alternatives keep their place. The answer is greedy's either way."""
     backend = NumpyBackend(char_ngram_model, overhead=0.01, per_token=0.0005)
     draft_model = char_ngram_model if order == 8 else CharNgramModel(order=order)
-    values = DraftModelDecoder.validate({"k": 3, "tree_width": 4})
+    values = DraftModelDecoder.validate({"k": 3, "tree_width": 4, "copies": False})
     decoder = DraftModelDecoder(draft_model=NumpyBackend(draft_model), **values)
     hung = []  # alternatives hung, a round of the prompts at a time
     for _ in range(3):
