@@ -17,6 +17,7 @@ from specchat.decoding.payoff import PayoffGuard
 from specchat.decoding.plain import GreedyDecoder
 from specchat.decoding.registry import DECODERS
 from specchat.decoding.sampling import Sampler, SamplingParams
+from specchat.decoding.sources import DRAFT
 from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, SpeculativeDecoder
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.local import Engine
@@ -406,3 +407,27 @@ def test_the_guard_falls_back_to_plain_steps_when_speculation_measures_slower(
     kept, kept_steps = generate(honest, DECODERS["pld"].create(guard=True), ids, 150)
     assert list(kept.token_ids) == reference
     assert speculating_share(kept_steps, skip=4) > 2 * speculating_share(guarded_steps, skip=4)
+
+
+@pytest.mark.parametrize("copies", [False, True], ids=["model", "copies"])
+def test_the_first_token_waits_for_no_draft_model_pass(char_ngram_model, copies):
+    """The draft's cache catches up with the prompt after the first token, not before it: read
+    beside the target's prefill it made the first token wait about three times as long. Each
+    answer starts so, and its drafts still come from the model and stay greedy's."""
+    target = NumpyBackend(char_ngram_model)
+    draft = NumpyBackend(CharNgramModel(order=4), model_name="char-4gram")
+    values = DraftModelDecoder.validate({"k": 3, "copies": copies})
+    decoder = DraftModelDecoder(draft_model=draft, **values)
+    for text in PROMPTS:
+        ids = raw_prompt_ids(target, text)
+        reference = greedy_answer(target, ids)
+        target.rollback(0)
+        events = Engine(target, decoder).generate(GenerationRequest(tuple(ids), 120))
+        draft.passes.clear()
+        first = next(e for e in events if isinstance(e, StepEvent))
+        assert first.tokens and draft.passes == [], text
+        assert first.drafted == 0 or first.source != DRAFT, text  # a copy may start at once
+        rest = list(events)
+        assert isinstance(rest[-1], DoneEvent)
+        assert [*first.tokens, *(t for e in rest[:-1] for t in e.tokens)] == reference, text
+        assert draft.passes or copies, "the draft model drafted after the first token"
