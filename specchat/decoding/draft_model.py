@@ -29,6 +29,10 @@ from specchat.decoding.token_tree import Position, TakeRates, as_drafted, chain_
 
 _PLAIN = SamplingParams(temperature=1.0)
 _PRIOR = 0.8  # a draft of the same family agrees most of the time
+# The draft reads at most this many of the prompt's last tokens: reading a prompt costs a draft
+# pass per few tokens (on llama.cpp's Q4_1, about one per token), and a RAG prompt of 700 tokens
+# cost the draft more than the answer's drafts saved; what it drafts is still verified.
+_PROMPT_WINDOW = 128
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class DraftModelDrafter:
         self._ends: frozenset[int] = frozenset()
         self._rates = TakeRates()
         self._first_step = True  # of an answer: the target's alone (see `reset`)
+        self._start = 0  # the context's first token the draft reads (see `reset`)
 
     def prepare(self, target: Backend) -> None:
         self._ends = target.eos_ids  # a token drafted after an end of answer is never kept
@@ -80,9 +85,11 @@ class DraftModelDrafter:
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         """A new answer: its first step is the target's alone. The draft's cache catches up with
-        the prompt at its first draft, after the first token: read at once beside the target's
-        prefill, it made the first token wait about three times as long on transformers."""
+        the prompt's last `_PROMPT_WINDOW` tokens at its first draft, after the first token: read
+        at once beside the target's prefill, the whole prompt made the first token wait about
+        three times as long on transformers."""
         self._first_step = True
+        self._start = max(0, len(context) - 1 - _PROMPT_WINDOW)  # where the draft's view begins
 
     def _sync(self, committed: list[int]) -> None:
         sync_cache(self.model, self._tokens, committed)
@@ -105,7 +112,7 @@ class DraftModelDrafter:
         stopped: tuple[int, np.ndarray] | None = None  # where the draft lost confidence
         last = context[-1]
         if depth:
-            self._sync(context[:-1])
+            self._sync(context[self._start : -1])
         started = time.perf_counter()
         for _ in range(depth):
             logits = self.model.evaluate(Block.chain([last]))[0]
@@ -179,8 +186,9 @@ class DraftModelDecoder(SpeculativeDecoder):
             "draft_backend",
             str,
             None,
-            "llama or hf (default: by the draft's format)",
-            choices=("llama", "hf"),
+            "llama, int4 or hf (default: by the draft's format; the bundled default draft runs "
+            "on int4 where it can)",
+            choices=("llama", "int4", "hf"),
             optional=True,
         ),
         Param("draft_device", str, "cpu", "cpu or cuda", choices=("cpu", "cuda")),

@@ -166,9 +166,10 @@ def test_default_draft_of_the_bundled_model_on_hf(bundled_gguf: Path) -> None:
     target = load_model(None, LoadOptions(backend="hf", threads=1, n_ctx=1024))
     try:
         draft = load_draft(None, LoadOptions(), target)
-        assert draft.name == "llama" and draft.model_name == target.model_name
+        # the same GGUF on the int4 runtime, which reads prompts faster than llama.cpp
+        assert draft.name == "int4" and draft.model_name == target.model_name
         assert draft.n_ctx == 1024
-        assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1  # on the target's threads: loading it kept them
     finally:
         target.close()
 
