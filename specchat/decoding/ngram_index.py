@@ -63,8 +63,9 @@ class NgramIndex:
 
     def match(self, limit: int, tail: list[int] | None = None) -> Match:
         """The continuation (at most `limit` tokens) of the earlier occurrence of the longest
-        matching indexed suffix that agrees furthest back, with how long the match really is. With `tail`, the
-        suffix is that of `tail` (another text's end looked up in this one), else its own."""
+        matching indexed suffix that agrees furthest back, with how long the match really is.
+        With `tail`, the suffix is that of `tail` (another text's end looked up in this one),
+        else its own."""
         tokens = self.tokens
         own = tail is None
         tail = tokens if tail is None else tail

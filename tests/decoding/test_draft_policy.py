@@ -168,6 +168,14 @@ def test_accepted_lengths_replay_the_proposals_against_the_answer():
     assert lengths == [3, 0, 0, 1]
 
 
+def _agreement(tokens: list[int], end: int) -> int:
+    """How far back the occurrence ending at `end` agrees with the tokens' tail (capped)."""
+    last, agree = len(tokens) - 1, 0
+    while agree < MATCH_CAP and end - agree >= 0 and tokens[end - agree] == tokens[last - agree]:
+        agree += 1
+    return agree
+
+
 def test_ngram_match_reports_the_true_match_length():
     rng = random.Random(3)
     for _ in range(200):
@@ -177,15 +185,8 @@ def test_ngram_match_reports_the_true_match_length():
         found = index.match(5)
         if found.ngram == 0:
             continue
-        end, last = found.end, len(tokens) - 1
-        expected = 0
-        while (
-            expected < MATCH_CAP
-            and end - expected >= 0
-            and tokens[end - expected] == tokens[last - expected]
-        ):
-            expected += 1
-        assert found.length == expected >= found.ngram
+        end = found.end
+        assert found.length == _agreement(tokens, end) >= found.ngram
         assert found.continuation == tokens[end + 1 : end + 6]
         # of the longest indexed tail's recent occurrences, none agrees further back
         n = found.ngram
@@ -196,13 +197,7 @@ def test_ngram_match_reports_the_true_match_length():
         ][-RECENT:]
         assert end in ends
         for other in ends:
-            agree = 0
-            while (
-                agree < MATCH_CAP
-                and other - agree >= 0
-                and tokens[other - agree] == tokens[last - agree]
-            ):
-                agree += 1
+            agree = _agreement(tokens, other)
             assert agree < found.length or (agree == found.length and other <= end)
 
 
