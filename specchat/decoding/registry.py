@@ -60,13 +60,16 @@ def baseline_name() -> str:
 
 def default_race(backend: Backend | None = None) -> list[str]:
     """What `compare`, `bench` and the race screen run when not told: the baseline and every
-    speculative decoder that needs nothing more than the model; on a remote server, the server's
-    own method."""
+    speculative decoder that needs nothing more than the model, and the backend's default where
+    that is another (a draft model's, on transformers); on a remote server, the server's own
+    method."""
     if backend is not None and not backend.capabilities.logits:
         return [n for n, cls in DECODERS.items() if cls.needs_server]
-    return [baseline_name()] + [
+    race = [baseline_name()] + [
         cls.name for cls in DECODERS.values() if cls.speculative and not cls.needs_draft_model
     ]
+    default = default_decoder(backend)
+    return race if default in race else [*race, default]
 
 
 def default_decoder(backend: Backend | None = None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.backends.base import ChatMessage
-from specchat.decoding.registry import default_decoder
+from specchat.decoding.registry import default_decoder, default_race
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import DRAFT, PROMPT
 from specchat.engine.events import DoneEvent, StepEvent
@@ -53,7 +53,11 @@ def test_the_draft_decoder_copies_a_quoted_sentence_and_drafts_the_rest(hf_bundl
         assert margin < MARGIN_TOLERANCE, f"diverged at {index}, margin {margin}"
 
 
-def test_the_draft_decoder_is_the_default_where_a_default_draft_exists(hf_bundled, llama_backend):
+def test_the_draft_decoder_is_the_default_and_races_where_a_default_draft_exists(
+    hf_bundled, llama_backend
+):
     assert default_decoder(hf_bundled) == "draft"
     assert default_decoder(llama_backend) != "draft"  # no smaller sibling on llama.cpp
     assert default_decoder() != "draft"  # before the model is known
+    # compare and the race screen race the default against the rest
+    assert "draft" in default_race(hf_bundled) and "draft" not in default_race(llama_backend)
