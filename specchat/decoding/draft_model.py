@@ -72,7 +72,10 @@ class DraftModelDrafter:
         self._prepared = False
         self._ends: frozenset[int] = frozenset()
         self._rates = TakeRates()
-        self._first_step = True  # of an answer: the target's alone (see `reset`)
+        # an answer's first step is the target's alone (see `reset`); off, the draft reads the
+        # prompt before the first token and drafts it (what statistics over 2-token answers need)
+        self.first_step_alone = True
+        self._first_step = True
         self._start = 0  # the context's first token the draft reads (see `reset`)
 
     def prepare(self, target: Backend) -> None:
@@ -88,7 +91,7 @@ class DraftModelDrafter:
         the prompt's last `_PROMPT_WINDOW` tokens at its first draft, after the first token: read
         at once beside the target's prefill, the whole prompt made the first token wait about
         three times as long on transformers."""
-        self._first_step = True
+        self._first_step = self.first_step_alone
         self._start = max(0, len(context) - 1 - _PROMPT_WINDOW)  # where the draft's view begins
 
     def _sync(self, committed: list[int]) -> None:

@@ -40,12 +40,17 @@ def tiny_pair():
     return target, draft
 
 
-def _decoder(name, draft_backend=None, **values):
+def _decoder(name, draft_backend=None, **values_in):
     if name.startswith("draft"):
         # a model built in the test, not loaded from a spec
-        values = {"k": 3, **({"tree_width": 3} if name == "draft-tree" else {}), **values}
-        return DraftModelDecoder(draft_model=draft_backend, **DraftModelDecoder.validate(values))
-    return DECODERS[name].create(**values)
+        # the draft model alone, drafting from the answer's first token (answers here are short)
+        values = {"k": 3, "copies": False, **({"tree_width": 3} if name == "draft-tree" else {})}
+        decoder = DraftModelDecoder(
+            draft_model=draft_backend, **DraftModelDecoder.validate({**values, **values_in})
+        )
+        decoder.drafter.first_step_alone = False
+        return decoder
+    return DECODERS[name].create(**values_in)
 
 
 TINY_PROMPTS = [
