@@ -154,7 +154,9 @@ class ChatSession:
         built (the returned warning says why, unless no decoder was chosen)."""
         self.backend = backend
         warning = None
-        if not self.config.decoder and self.unavailable_reason(self.decoder_name):
+        if not self.config.decoder and (
+            self.decoder_name == default_decoder() or self.unavailable_reason(self.decoder_name)
+        ):  # none chosen: the backend's own default (a draft model's on transformers)
             self.decoder_name = default_decoder(backend)
         try:
             decoder = self._build(self.decoder_name)

@@ -414,6 +414,16 @@ async def test_export_and_copy(backend, fixed_chat, private_dirs):
         assert "## You" in text and "*(stopped)*" in text
 
 
+async def test_the_chat_opens_on_the_backends_own_default(hf_bundled, private_dirs):
+    """No decoder chosen: on transformers with the bundled model the chat opens on the draft
+    model (which copies too), the backend's default, not the one named before it loaded."""
+    app = SpecchatApp(settings=RunConfig(max_tokens=4), backend=hf_bundled)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.session.engine is not None)
+        assert app.session.decoder_name == default_decoder(hf_bundled) == "draft"
+        assert default_decoder() != "draft"
+
+
 @pytest.mark.parametrize("content", ["decoder = [oops", "max_tokens = 'many'"])
 async def test_broken_settings_file_gives_message(backend, private_dirs, content):
     (private_dirs / "config").mkdir(exist_ok=True)
