@@ -12,15 +12,9 @@ from specchat.decoding.registry import default_decoder, default_race
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import DRAFT, PROMPT
 from specchat.engine.events import DoneEvent, StepEvent
-from specchat.evaluation.race import (
-    DecoderEntrant,
-    RaceTurn,
-    first_divergence,
-    greedy_margin,
-    run_decoder,
-)
+from specchat.evaluation.race import DecoderEntrant, RaceTurn, run_decoder
 from specchat.prompting import chat_prompt_ids
-from tests.decoding.test_hf_decoders import MARGIN_TOLERANCE
+from tests.decoding.test_hf_decoders import assert_greedy_up_to_rounding
 
 QUOTED = (
     "Repeat this sentence exactly, then say what it is about: The lighthouse keeper climbed the "
@@ -47,10 +41,7 @@ def test_the_draft_decoder_copies_a_quoted_sentence_and_drafts_the_rest(hf_bundl
     assert {e.source for e in alone if e.accepted} <= {DRAFT}  # copies off: the model alone
     ids = chat_prompt_ids(hf_bundled, [ChatMessage("user", QUOTED)])
     reference = run_decoder(hf_bundled, "greedy", {}, ids, 96, SamplingParams()).token_ids
-    index = first_divergence(reference, done.token_ids)
-    if index is not None:
-        margin = greedy_margin(hf_bundled, ids, reference, index)
-        assert margin < MARGIN_TOLERANCE, f"diverged at {index}, margin {margin}"
+    assert_greedy_up_to_rounding(hf_bundled, ids, reference, done.token_ids, "draft")
 
 
 def test_the_draft_decoder_is_the_default_and_races_where_a_default_draft_exists(
