@@ -341,10 +341,11 @@ def _load_shared_draft(spec: str | None, options: LoadOptions) -> Backend:
 
 
 def _default_draft_runtime(device: str) -> str:
-    from specchat.backends.int4 import unavailable_reason
+    """The bundled GGUF's first runtime that runs it on `device` (int4 before llama.cpp)."""
+    from specchat.backends.runtimes import candidates
 
     path = bundled_gguf()
-    return "int4" if path is not None and unavailable_reason(path, device) is None else "llama"
+    return candidates(path, device)[0] if path is not None else "llama"
 
 
 def default_draft_reason(target: Backend) -> str | None:
