@@ -8,10 +8,11 @@ import random
 import pytest
 
 from specchat.decoding.draft_policy import DraftLengthPolicy, Plan, expected_from_rates
-from specchat.decoding.ngram_index import MATCH_CAP, RECENT, NgramIndex
+from specchat.decoding.ngram_index import RECENT, NgramIndex
 from specchat.decoding.prompt_lookup import PromptLookupDrafter, copy_prior, match_bucket
 from specchat.decoding.suffix import SuffixDrafter
 from specchat.evaluation.oracle import accepted_lengths, efficiency, oracle_speedup
+from tests.decoding.ngram_oracle import agreement
 
 
 class _Costs:
@@ -168,14 +169,6 @@ def test_accepted_lengths_replay_the_proposals_against_the_answer():
     assert lengths == [3, 0, 0, 1]
 
 
-def _agreement(tokens: list[int], end: int) -> int:
-    """How far back the occurrence ending at `end` agrees with the tokens' tail (capped)."""
-    last, agree = len(tokens) - 1, 0
-    while agree < MATCH_CAP and end - agree >= 0 and tokens[end - agree] == tokens[last - agree]:
-        agree += 1
-    return agree
-
-
 def test_ngram_match_reports_the_true_match_length():
     rng = random.Random(3)
     for _ in range(200):
@@ -186,7 +179,7 @@ def test_ngram_match_reports_the_true_match_length():
         if found.ngram == 0:
             continue
         end = found.end
-        assert found.length == _agreement(tokens, end) >= found.ngram
+        assert found.length == agreement(tokens, end) >= found.ngram
         assert found.continuation == tokens[end + 1 : end + 6]
         # of the longest indexed tail's recent occurrences, none agrees further back
         n = found.ngram
@@ -197,7 +190,7 @@ def test_ngram_match_reports_the_true_match_length():
         ][-RECENT:]
         assert end in ends
         for other in ends:
-            agree = _agreement(tokens, other)
+            agree = agreement(tokens, other)
             assert agree < found.length or (agree == found.length and other <= end)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.decoding.ngram_index import MATCH_CAP, RECENT, NgramIndex
+from specchat.decoding.ngram_index import NgramIndex
 from specchat.decoding.plain import GreedyDecoder
 from specchat.engine.local import Engine
 from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import raw_prompt_ids
+from tests.decoding.ngram_oracle import brute_force_ngram
 
 
 def greedy_text(backend, prompt: str, tokens: int) -> list[int]:
@@ -22,23 +23,7 @@ def greedy_text(backend, prompt: str, tokens: int) -> list[int]:
 def brute_force_match(tokens: list[int], min_n: int, max_n: int, limit: int) -> list[int]:
     """What followed, of the `RECENT` latest earlier occurrences of the longest tail n-gram that
     has one, the one that agrees with the context furthest back (ties: the latest)."""
-    for n in range(min(max_n, len(tokens) - 1), min_n - 1, -1):
-        tail = tokens[-n:]
-        ends = [e for e in range(n - 1, len(tokens) - 1) if tokens[e - n + 1 : e + 1] == tail]
-        if not ends:
-            continue
-
-        def reach(end: int, n: int = n) -> int:
-            length = n
-            while (
-                length < MATCH_CAP and end >= length and tokens[end - length] == tokens[-1 - length]
-            ):
-                length += 1
-            return length
-
-        best = max(reversed(ends[-RECENT:]), key=reach)  # max keeps the first: the latest
-        return tokens[best + 1 : best + 1 + limit]
-    return []
+    return brute_force_ngram(tokens, tokens, min_n, min(max_n, len(tokens) - 1), limit)[0]
 
 
 def test_a_copy_under_way_is_followed_past_a_later_repeat_of_its_last_tokens():

@@ -18,12 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specchat.backends.base import Block
-from specchat.decoding.ngram_index import MATCH_CAP, RECENT, NgramIndex
+from specchat.decoding.ngram_index import NgramIndex
 from specchat.decoding.sampling import Sampler, SamplingParams, verify_tree
 from specchat.decoding.speculative import Draft, insert_branch
 from specchat.decoding.suffix_array import DEPTH, TokenSuffixArray
 from specchat.decoding.suffix_tree import SharedTree, unavailable_reason
 from specchat.engine.detokenizer import Detokenizer
+from tests.decoding.ngram_oracle import brute_force_ngram
 from tests.numpy_backend import CORPUS, CharNgramModel, NumpyBackend
 
 REPRODUCIBLE = settings(
@@ -141,33 +142,6 @@ def test_text_without_the_stop_string_is_released_whole(case, stop):
 # -- the n-gram index and the suffix index -------------------------------------------------------
 
 TOKENS = st.lists(st.integers(0, 5), max_size=80)  # a small vocabulary: many repeats
-
-
-def brute_force_ngram(tokens: list[int], tail: list[int], min_n: int, longest: int, limit: int):
-    """(continuation, n, length, end) for the longest tail n-gram of `tail` (n from `longest` down
-    to `min_n`) that occurs with at least one token after it: of its `RECENT` latest occurrences,
-    the one that agrees with the tail furthest back (to `MATCH_CAP`; ties: the latest)."""
-    for n in range(longest, min_n - 1, -1):
-        ends = [
-            end
-            for end in range(n - 1, len(tokens) - 1)
-            if tokens[end - n + 1 : end + 1] == tail[len(tail) - n :]
-        ][-RECENT:]
-        found = None
-        for end in ends:
-            length = n
-            while (
-                length < MATCH_CAP
-                and end - length >= 0
-                and len(tail) - 1 - length >= 0
-                and tokens[end - length] == tail[len(tail) - 1 - length]
-            ):
-                length += 1
-            if found is None or length >= found[2]:
-                found = tokens[end + 1 : end + 1 + limit], n, length, end
-        if found is not None:
-            return found
-    return [], 0, 0, -1
 
 
 @REPRODUCIBLE
