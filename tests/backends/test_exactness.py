@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import json
+import platform
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specchat.backends import exactness as exactness_module
@@ -17,14 +19,13 @@ from specchat.backends.exactness import probe_exactness
 from tests.cli import run_cli
 
 
-@pytest.fixture(scope="module")
-def q4_k_m(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> Path:
-    """The bundled model requantized to Q4_K_M by llama.cpp's own quantizer."""
+def _requantized(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path, name: str) -> Path:
+    """The bundled model requantized to `name` (Q4_K_M, Q8_0) by llama.cpp's own quantizer."""
     import llama_cpp
 
-    target = tmp_path_factory.mktemp("quants") / "SmolLM2-135M-Instruct.Q4_K_M.gguf"
+    target = tmp_path_factory.mktemp("quants") / f"SmolLM2-135M-Instruct.{name}.gguf"
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}")
     params.allow_requantize = True
     params.nthread = 1
     code = llama_cpp.llama_model_quantize(
@@ -32,6 +33,16 @@ def q4_k_m(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> Path
     )
     assert code == 0
     return target
+
+
+@pytest.fixture(scope="module")
+def q4_k_m(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> Path:
+    return _requantized(tmp_path_factory, bundled_gguf, "Q4_K_M")
+
+
+@pytest.fixture(scope="module")
+def q8_0(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> Path:
+    return _requantized(tmp_path_factory, bundled_gguf, "Q8_0")
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +80,42 @@ def test_a_k_quant_copy_is_exact_only_to_near_ties_and_it_is_kept(k_quant_backen
     finally:
         again.close()
     assert exactness_module.PROBE_BLOCK > 1
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the patch's kernel is x86's")
+def test_the_installed_llama_cpp_multiplies_several_tokens_at_once():
+    """scripts/setup builds llama.cpp with scripts/patches applied, whose Q4_1 and Q8_0 kernel
+    takes a weight row against several tokens at once; its build says so."""
+    import llama_cpp
+
+    assert b"SPECCHAT_COLS = 1" in llama_cpp.llama_print_system_info()
+
+
+@pytest.mark.parametrize("quant", ["bundled", "q8_0"])
+def test_blocks_of_any_width_give_the_one_by_one_logits(quant, bundled_gguf: Path, request):
+    """The patched kernel takes up to 8 tokens a call: blocks narrower, wider and not a multiple
+    of that, on two threads, give bit for bit the logits of the tokens one by one, on the bundled
+    Q4_1 file and on a Q8_0 copy (whose LM head and layers take the Q8_0 kernel)."""
+    from specchat.backends.base import Block
+    from specchat.backends.llama import LlamaBackend
+
+    path = bundled_gguf if quant == "bundled" else request.getfixturevalue(quant)
+    backend = LlamaBackend(path, n_ctx=512, threads=2)
+    try:
+        ids = backend.tokenize("A block of tokens is verified in one pass, one token at a time " * 3)
+        backend.prefill(ids[:12])
+        start = backend.n_committed
+        rest = ids[12:]
+        alone = []
+        for token in rest[:11]:
+            alone.append(backend.evaluate(Block.chain([token]))[0].copy())
+            backend.commit([0])
+        for width in (2, 3, 5, 8, 9, 11):
+            backend.rollback(start)
+            together = backend.evaluate(Block.chain(rest[:width]))
+            assert np.array_equal(together, np.stack(alone[:width])), (quant, width)
+    finally:
+        backend.close()
 
 
 def test_numpy_backend_probes_bitwise(numpy_backend):
