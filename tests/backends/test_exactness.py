@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from specchat.backends import exactness as exactness_module
@@ -82,7 +84,9 @@ def test_a_k_quant_copy_is_exact_only_to_near_ties_and_it_is_kept(k_quant_backen
     assert exactness_module.PROBE_BLOCK > 1
 
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the patch's kernel is x86's")
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64"), reason="the patch's kernel is x86's"
+)
 def test_the_installed_llama_cpp_multiplies_several_tokens_at_once():
     """scripts/setup builds llama.cpp with scripts/patches applied, whose Q4_1 and Q8_0 kernel
     takes a weight row against several tokens at once; its build says so."""
@@ -91,31 +95,25 @@ def test_the_installed_llama_cpp_multiplies_several_tokens_at_once():
     assert b"SPECCHAT_COLS = 1" in llama_cpp.llama_print_system_info()
 
 
+@pytest.mark.parametrize("kernel", ["default", "avx2"])
 @pytest.mark.parametrize("quant", ["bundled", "q8_0"])
-def test_blocks_of_any_width_give_the_one_by_one_logits(quant, bundled_gguf: Path, request):
+def test_blocks_of_any_width_give_the_one_by_one_logits(quant, kernel, bundled_gguf: Path, request):
     """The patched kernel takes up to 8 tokens a call: blocks narrower, wider and not a multiple
     of that, on two threads, give bit for bit the logits of the tokens one by one, on the bundled
-    Q4_1 file and on a Q8_0 copy (whose LM head and layers take the Q8_0 kernel)."""
-    from specchat.backends.base import Block
-    from specchat.backends.llama import LlamaBackend
-
+    Q4_1 file and on a Q8_0 copy (whose layers and LM head take the Q8_0 kernel), with the
+    AVX-512 kernel where the CPU has one and with the AVX2 kernel every x86-64 build has."""
     path = bundled_gguf if quant == "bundled" else request.getfixturevalue(quant)
-    backend = LlamaBackend(path, n_ctx=512, threads=2)
-    try:
-        ids = backend.tokenize("A block of tokens is verified in one pass, one token at a time " * 3)
-        backend.prefill(ids[:12])
-        start = backend.n_committed
-        rest = ids[12:]
-        alone = []
-        for token in rest[:11]:
-            alone.append(backend.evaluate(Block.chain([token]))[0].copy())
-            backend.commit([0])
-        for width in (2, 3, 5, 8, 9, 11):
-            backend.rollback(start)
-            together = backend.evaluate(Block.chain(rest[:width]))
-            assert np.array_equal(together, np.stack(alone[:width])), (quant, width)
-    finally:
-        backend.close()
+    env = dict(os.environ, SPECCHAT_GGML_NO_AVX512="1" if kernel == "avx2" else "0")
+    ran = subprocess.run(
+        [sys.executable, "-m", "tests.backends.block_widths", str(path)],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip().endswith("bitwise")
 
 
 def test_numpy_backend_probes_bitwise(numpy_backend):
