@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-WIDTHS = (2, 3, 5, 8, 9, 11)  # under, at and past the kernel's 8 tokens a call, odd and even
+# under, at and past the kernel's 8 tokens a call, odd and even; and past the 32 tokens a pass
+# splits by thread (above it, ggml's own chunks)
+WIDTHS = (2, 3, 5, 8, 9, 11, 40)
 
 
 def differing_width(path: Path) -> int | None:
@@ -21,7 +23,7 @@ def differing_width(path: Path) -> int | None:
     backend = LlamaBackend(path, n_ctx=512, threads=2)
     try:
         ids = backend.tokenize(
-            "A block of tokens is verified in one pass, one token at a time " * 3
+            "A block of tokens is verified in one pass, one token at a time " * 5
         )
         backend.prefill(ids[:12])
         start = backend.n_committed

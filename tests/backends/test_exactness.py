@@ -89,17 +89,17 @@ def test_a_k_quant_copy_is_exact_only_to_near_ties_and_it_is_kept(k_quant_backen
 )
 def test_the_installed_llama_cpp_multiplies_several_tokens_at_once():
     """scripts/setup builds llama.cpp with scripts/patches applied, whose Q4_1 and Q8_0 kernel
-    takes a weight row against several tokens at once; its build says so."""
+    takes a weight row against several tokens at once; its build names the patch's revision."""
     import llama_cpp
 
-    assert b"SPECCHAT_COLS = 1" in llama_cpp.llama_print_system_info()
+    assert b"SPECCHAT_COLS = 2" in llama_cpp.llama_print_system_info()
 
 
 @pytest.mark.parametrize("kernel", ["default", "avx2"])
 @pytest.mark.parametrize("quant", ["bundled", "q8_0"])
 def test_blocks_of_any_width_give_the_one_by_one_logits(quant, kernel, bundled_gguf: Path, request):
-    """The patched kernel takes up to 8 tokens a call: blocks narrower, wider and not a multiple
-    of that, on two threads, give bit for bit the logits of the tokens one by one, on the bundled
+    """The patched kernel takes up to 8 tokens a call, and a pass of up to 32 splits its rows by
+    thread: blocks narrower, wider and not a multiple of that, on two threads, give bit for bit the logits of the tokens one by one, on the bundled
     Q4_1 file and on a Q8_0 copy (whose layers and LM head take the Q8_0 kernel), with the
     AVX-512 kernel where the CPU has one and with the AVX2 kernel every x86-64 build has."""
     path = bundled_gguf if quant == "bundled" else request.getfixturevalue(quant)
