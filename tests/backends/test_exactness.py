@@ -99,9 +99,10 @@ def test_the_installed_llama_cpp_multiplies_several_tokens_at_once():
 @pytest.mark.parametrize("quant", ["bundled", "q8_0"])
 def test_blocks_of_any_width_give_the_one_by_one_logits(quant, kernel, bundled_gguf: Path, request):
     """The patched kernel takes up to 8 tokens a call, and a pass of up to 32 splits its rows by
-    thread: blocks narrower, wider and not a multiple of that, on two threads, give bit for bit the logits of the tokens one by one, on the bundled
-    Q4_1 file and on a Q8_0 copy (whose layers and LM head take the Q8_0 kernel), with the
-    AVX-512 kernel where the CPU has one and with the AVX2 kernel every x86-64 build has."""
+    thread: blocks narrower, wider and not a multiple of that, on two threads, give bit for bit
+    the logits of the tokens one by one, on the bundled Q4_1 file and on a Q8_0 copy (whose
+    layers and LM head take the Q8_0 kernel), with the AVX-512 kernel where the CPU has one and
+    with the AVX2 kernel every x86-64 build has."""
     path = bundled_gguf if quant == "bundled" else request.getfixturevalue(quant)
     env = dict(os.environ, SPECCHAT_GGML_NO_AVX512="1" if kernel == "avx2" else "0")
     ran = subprocess.run(
