@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 
 from specchat import locations
 from specchat.backends.base import Backend, Block, Exactness
 from specchat.backends.exactness import probe_exactness
+from specchat.backends.pass_timings import SETTLE, PassTimings
 
 _COSTS_FILE = "block_costs.json"
 _EXACTNESS_FILE = "exactness.json"
 _REPEATS = 3
-_REFINE_BELOW = 0.97  # a pass this much faster than the table says lowers it
+_REFINE_BELOW = 0.97  # a plain pass this much faster than the table says lowers it
+_RESHAPE_EVERY = 8  # larger passes timed in use between updates of the table's shape
 _SAVE_EVERY = 10.0  # seconds between writes of refined costs
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
@@ -31,7 +35,7 @@ _FILLER_TOKEN = 198
 # ratios stay within about 5% from 64 to 3,000 tokens: benchmarks/measure_context_cost.py).
 CONTEXT = 256
 # how the passes were timed: a table timed otherwise is measured again
-_METHOD = "after-plain"
+_METHOD = "settled"
 
 
 class BlockCostTable:
@@ -45,6 +49,7 @@ class BlockCostTable:
         self._loaded = False
         self._exactness: Exactness | None = None
         self._refined, self._saved_at = 0, time.monotonic()
+        self._in_use = PassTimings()
 
     @staticmethod
     def full_key(key: str, device: str, threads: object) -> str:
@@ -59,6 +64,7 @@ class BlockCostTable:
         table._backend, table._key = None, cls.full_key(key, device, threads)
         table._costs, table._memo, table._loaded, table._exactness = {}, {}, False, None
         table._refined, table._saved_at = 0, time.monotonic()
+        table._in_use = PassTimings()
         table._load()
         return table if table._costs else None
 
@@ -92,26 +98,51 @@ class BlockCostTable:
 
     @contextlib.contextmanager
     def timing(self, block: Block) -> Iterator[None]:
-        """Time a chain pass in use. A table measured while the machine was busy is too high
-        everywhere (noise only ever adds time); a pass faster than it says brings the whole
-        table down by that factor, keeping the shape it was measured with — the ratios the
-        policy sizes drafts by — and never below what passes have shown. Kept on disk now and
-        then."""
+        """Time a pass in use (`_observe`)."""
         start = time.perf_counter()
         yield
-        if block.is_chain and self._costs:
-            self._observe(len(block), time.perf_counter() - start)
+        if self._costs:
+            self._observe(len(block), time.perf_counter() - start, block.is_chain)
 
-    def _observe(self, k: int, seconds: float) -> None:
-        factor = seconds / self.cost(k)
-        if factor >= _REFINE_BELOW:
+    def _observe(self, k: int, seconds: float, chain: bool) -> None:
+        """Two refinements from passes in use. A table measured while the machine was busy is
+        too high everywhere (noise only ever adds time): a plain pass faster than it says brings
+        the whole table down by that factor, keeping its shape. And the shape — the ratios the
+        policy sizes drafts by — follows what larger passes cost in use, the plain passes they
+        slow included (`PassTimings`), every few of them. Kept on disk now and then."""
+        if k == 1 and (factor := seconds / self.cost(1)) < _REFINE_BELOW:
+            for size in self._costs:
+                self._costs[size] *= factor
+            self._memo.clear()
+            self._refined += 1
+        if self._in_use.observe(k, seconds, chain) and self._in_use.closed % _RESHAPE_EVERY == 0:
+            self._reshape(self._in_use.ratios())
+        if self._refined and time.monotonic() - self._saved_at > _SAVE_EVERY:
+            self.keep()
+
+    def _reshape(self, ratios: dict[int, float]) -> None:
+        """Sizes timed in use take their measured ratio; the others move by the factor of the
+        nearest timed size; costs stay non-decreasing in k."""
+        if not ratios:
             return
-        for size in self._costs:
-            self._costs[size] *= factor
+        one = self.cost(1)
+        factors = {k: one * ratio / self.cost(k) for k, ratio in ratios.items()}
+        sizes = sorted(set(self._costs) | set(ratios))
+        reshaped = {}
+        for k in sizes:
+            if k == 1:
+                reshaped[k] = one
+            elif k in ratios:
+                reshaped[k] = one * ratios[k]
+            else:
+                nearest = min(factors, key=lambda m: (abs(math.log(k / m)), m))
+                reshaped[k] = self.cost(k) * factors[nearest]
+        running = 0.0
+        for k in sizes:
+            running = max(running, reshaped[k])
+            self._costs[k] = running
         self._memo.clear()
         self._refined += 1
-        if time.monotonic() - self._saved_at > _SAVE_EVERY:
-            self.keep()
 
     def keep(self) -> None:
         """Write what use refined to disk (also called when the backend closes)."""
@@ -187,11 +218,12 @@ class BlockCostTable:
 
 def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[int, float]:
     """Seconds of a chain pass of each size behind the backend's cache as it is, timed as
-    decoding meets it: after plain one-token passes, and charged what it slows the plain pass
-    after it (llama.cpp's one-token pass is slower after a larger one; timed there, it made
-    drafts look cheaper than they are, and the policy drafted where it lost). All sizes
-    round-robin in one sweep, so load changes hit every size alike; the minimum of the repeats
-    (noise only ever adds time), made non-decreasing in k."""
+    decoding meets it: after settled plain one-token passes, and charged what it slows the
+    `SETTLE` plain passes after it (llama.cpp's one-token pass is slower after a larger one, and
+    the next one too; priced without that, drafts looked cheaper than they are and the policy
+    drafted where it lost). All sizes round-robin in one sweep, so load changes hit every size
+    alike; the minimum of the repeats for the pass itself (noise only ever adds time), the median
+    for what it slows, made non-decreasing in k."""
     filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
     base = backend.n_committed
 
@@ -204,17 +236,18 @@ def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[in
 
     timed(1)  # a first pass sets up what later ones reuse
     best = {k: float("inf") for k in sizes}
-    after: dict[int, list[float]] = {k: [] for k in sizes}
+    slowed: dict[int, list[float]] = {k: [] for k in sizes}
     for _ in range(repeats):
         for k in sizes:
-            timed(1)
+            for _ in range(SETTLE - 1):
+                timed(1)
             plain = timed(1)
             best[k] = min(best[k], timed(k))
-            after[k].append(timed(1) - plain)
+            slowed[k].append(sum(timed(1) - plain for _ in range(SETTLE)))
     costs, running = {}, 0.0
     for k in sizes:
-        slowed = max(0.0, sorted(after[k])[len(after[k]) // 2]) if k > 1 else 0.0
-        running = max(running, best[k] + slowed)
+        tail = max(0.0, statistics.median(slowed[k])) if k > 1 else 0.0
+        running = max(running, best[k] + tail)
         costs[k] = running
     return costs
 

@@ -12,32 +12,95 @@ from pathlib import Path
 import pytest
 
 from specchat.backends import block_cost
+from specchat.backends.base import Block
 from specchat.backends.block_cost import BlockCostTable
 from tests.numpy_backend import NumpyBackend
 
 
-@pytest.mark.measured_costs
-@pytest.mark.parametrize("slowed", [0.0, 0.25])
-def test_a_draft_is_charged_the_plain_pass_it_slows(
-    slowed: float, char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """llama.cpp's shape: a plain pass costs 1, a k-token pass 0.5 + 0.5·k, and a one-token pass
-    right after a larger one `slowed` more."""
-    last = [1]
+def modelled_runtime(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: dict
+) -> NumpyBackend:
+    """llama.cpp's shape: a plain pass costs 1, a k-token pass `shape["base"]` + 0.5·k, and the
+    two one-token passes after a larger one `shape["slowed"]` and half that more. `shape` may
+    change while the runtime runs (the machine's other load, another build)."""
+    since = [9]
 
     def pass_seconds(k: int) -> float:
-        seconds = 1.0 if k == 1 else 0.5 + 0.5 * k
-        if k == 1 and last[0] > 1:
-            seconds += slowed
-        last[0] = k
+        seconds = 1.0 if k == 1 else shape["base"] + 0.5 * k
+        if k == 1:
+            since[0] += 1
+            seconds += {1: shape["slowed"], 2: shape["slowed"] / 2}.get(since[0], 0.0)
+        else:
+            since[0] = 0
         return seconds
 
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
     runtime = NumpyBackend(char_ngram_model, pass_seconds=pass_seconds)
     monkeypatch.setattr(block_cost.time, "perf_counter", lambda: runtime.clock)
+    return runtime
+
+
+@pytest.mark.measured_costs
+@pytest.mark.parametrize("slowed", [0.0, 0.25])
+def test_a_draft_is_charged_the_plain_passes_it_slows(
+    slowed: float, char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = modelled_runtime(
+        char_ngram_model, tmp_path, monkeypatch, {"base": 0.5, "slowed": slowed}
+    )
     table = BlockCostTable(runtime, key="stand-in")
-    # a plain step costs what a one-token pass costs after another one, not after a draft
+    # a plain step costs what a settled one-token pass costs, not one just after a draft
     assert table.cost(1) == 1.0
     for k in (2, 4, 8, 16):
-        assert table.cost(k) == 0.5 + 0.5 * k + slowed
+        assert table.cost(k) == pytest.approx(0.5 + 0.5 * k + 1.5 * slowed)
     assert runtime.n_committed == 0  # the context filled for timing is given back
+
+
+def decode(runtime: NumpyBackend, table: BlockCostTable, pattern: list[int], times: int) -> None:
+    """Passes as a speculative answer makes them (sizes in `pattern`, again and again), each
+    timed by the table as a backend times its passes."""
+    for _ in range(times):
+        for k in pattern:
+            block = Block.chain([1] * k)
+            with table.timing(block):
+                runtime.evaluate(block)
+            runtime.commit([0])
+
+
+@pytest.mark.measured_costs
+def test_the_costs_follow_what_drafts_cost_in_use(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measured at load, then the machine changes: larger passes cost 0.3 more and slow the
+    plain passes after them. Drafting on, the table takes the new shape — for the sizes drafted
+    and, by the nearest one's factor, for the others — and keeps it for the next start."""
+    shape = {"base": 0.5, "slowed": 0.0}
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, shape)
+    table = BlockCostTable(runtime, key="stand-in")
+    assert table.cost(2) == pytest.approx(1.5)
+    shape.update(base=0.8, slowed=0.2)
+    decode(runtime, table, [1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 4, 1], times=40)
+    assert table.cost(1) == 1.0
+    assert table.cost(2) == pytest.approx(1.8 + 0.3)
+    assert table.cost(4) == pytest.approx(2.8 + 0.3)
+    assert table.cost(8) == pytest.approx(4.5 * 3.1 / 2.5)  # 4's factor
+    table.keep()
+    again = BlockCostTable(runtime, key="stand-in")
+    assert again.cost(2) == pytest.approx(2.1)
+
+
+@pytest.mark.measured_costs
+def test_plain_passes_alone_leave_the_shape(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Greedy answers (no larger passes) never move the ratios; a plain pass faster than the
+    table lowers every size alike."""
+    shape = {"base": 0.5, "slowed": 0.0}
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, shape)
+    table = BlockCostTable(runtime, key="stand-in")
+    before = {k: table.cost(k) for k in (1, 2, 8)}
+    runtime.pass_seconds = lambda k: 0.8 * k
+    decode(runtime, table, [1], times=50)
+    assert table.cost(1) == pytest.approx(0.8)
+    for k in (2, 8):
+        assert table.cost(k) / table.cost(1) == pytest.approx(before[k] / before[1])
