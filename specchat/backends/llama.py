@@ -188,7 +188,9 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         if block.is_chain:
             self._decode([(t, n + i, self._main, True) for i, t in enumerate(block.tokens)])
             self._last_block = block
-            return np.stack([self._logits_row(i) for i in range(len(block))])
+            # every row was asked for, so llama.cpp holds them in batch order: one copy
+            rows = self._lib.llama_get_logits(self._ctx)
+            return np.ctypeslib.as_array(rows, shape=(len(block), self.vocab_size)).copy()
         return self._evaluate_tree(block, n)
 
     def _evaluate_tree(self, block: Block, n: int) -> np.ndarray:

@@ -48,7 +48,10 @@ _PRIOR_WEIGHT = 2.0  # pseudo-trials behind a prior rate
 _MAX_TRIALS = 400.0  # older evidence fades past this many trials per depth bucket
 _OPTIMISM = 1.0  # standard deviations added to each rate (exploration)
 _EXPLORE_BUDGET = 0.1  # most expected speed (share of the best) an exploring draft may give up
-_MARGIN = 0.0  # how much faster than a plain pass a draft must be expected to be
+# how much faster than a plain pass a draft must be expected to be: a little, for what pricing
+# misses (the drafted step's own Python, a cost table a busy minute moved); replayed on the dev
+# half at llama.cpp's costs a small margin also drafts better overall (docs/benchmarks.md)
+_MARGIN = 0.1
 _ALLOWANCE = 1.0  # plain passes an answer's exploring drafts may lose before its drafts have gained
 _FALLBACK_MARGIN = 0.2  # the gain a draft must promise once an answer's drafts have lost
 _STAKE = 2.0  # most plain passes one draft may lose beyond what the answer's drafts saved
@@ -182,13 +185,18 @@ class DraftLengthPolicy:
             best = 0  # a gain within the margin is no reason to risk a pass
         if not self.optimism or losing:
             return best
-        hopeful = best_depth(expected_from_rates(self.rates(plan, top)), costs)
-        if hopeful <= best:
-            return best
-        keeps = (known[hopeful] / costs[hopeful]) / (known[best] / costs[best])
-        worst = (costs[hopeful] - costs[0]) / plain  # if nothing were taken
-        affordable = self.ledger + self.allowance >= worst
-        return hopeful if keeps >= 1.0 - self.explore_budget and affordable else best
+        # explore: the optimistic best among the depths the answer could lose whole (nothing
+        # taken) and that keep all but the budget of the known best's speed
+        hopeful_rates = expected_from_rates(self.rates(plan, top))
+        floor = (1.0 - self.explore_budget) * known[best] / costs[best]
+        hopeful, hopeful_rate = best, hopeful_rates[best] / costs[best]
+        for d in range(best + 1, top + 1):
+            if (costs[d] - costs[0]) / plain > self.ledger + self.allowance:
+                break
+            rate = hopeful_rates[d] / costs[d]
+            if known[d] / costs[d] >= floor and rate > hopeful_rate * 1.0001:
+                hopeful, hopeful_rate = d, rate
+        return hopeful
 
     def value(self, target: Backend, plan: Plan, room: int) -> float:
         """Expected tokens a second of the step `depth` would take in `plan`, by the rates as
