@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import statistics
 import time
@@ -20,13 +19,14 @@ from collections.abc import Callable, Iterator, Sequence
 from specchat import locations
 from specchat.backends.base import Backend, Block, Exactness
 from specchat.backends.exactness import probe_exactness
-from specchat.backends.pass_timings import SETTLE, PassTimings
 
 _COSTS_FILE = "block_costs.json"
 _EXACTNESS_FILE = "exactness.json"
 _REPEATS = 3
 _REFINE_BELOW = 0.97  # a plain pass this much faster than the table says lowers it
-_RESHAPE_EVERY = 8  # larger passes timed in use between updates of the table's shape
+# plain passes a larger pass is charged for: llama.cpp's one-token pass is slower after a larger
+# one, and the next one too
+SETTLE = 3
 _SAVE_EVERY = 10.0  # seconds between writes of refined costs
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
@@ -49,7 +49,6 @@ class BlockCostTable:
         self._loaded = False
         self._exactness: Exactness | None = None
         self._refined, self._saved_at = 0, time.monotonic()
-        self._in_use = PassTimings()
 
     @staticmethod
     def full_key(key: str, device: str, threads: object) -> str:
@@ -64,7 +63,6 @@ class BlockCostTable:
         table._backend, table._key = None, cls.full_key(key, device, threads)
         table._costs, table._memo, table._loaded, table._exactness = {}, {}, False, None
         table._refined, table._saved_at = 0, time.monotonic()
-        table._in_use = PassTimings()
         table._load()
         return table if table._costs else None
 
@@ -101,48 +99,23 @@ class BlockCostTable:
         """Time a pass in use (`_observe`)."""
         start = time.perf_counter()
         yield
-        if self._costs:
-            self._observe(len(block), time.perf_counter() - start, block.is_chain)
+        if block.is_chain and self._costs:
+            self._observe(len(block), time.perf_counter() - start)
 
-    def _observe(self, k: int, seconds: float, chain: bool) -> None:
-        """Two refinements from passes in use. A table measured while the machine was busy is
-        too high everywhere (noise only ever adds time): a plain pass faster than it says brings
-        the whole table down by that factor, keeping its shape. And the shape — the ratios the
-        policy sizes drafts by — follows what larger passes cost in use, the plain passes they
-        slow included (`PassTimings`), every few of them. Kept on disk now and then."""
-        if k == 1 and (factor := seconds / self.cost(1)) < _REFINE_BELOW:
-            for size in self._costs:
-                self._costs[size] *= factor
-            self._memo.clear()
-            self._refined += 1
-        if self._in_use.observe(k, seconds, chain) and self._in_use.closed % _RESHAPE_EVERY == 0:
-            self._reshape(self._in_use.ratios())
-        if self._refined and time.monotonic() - self._saved_at > _SAVE_EVERY:
-            self.keep()
-
-    def _reshape(self, ratios: dict[int, float]) -> None:
-        """Sizes timed in use take their measured ratio; the others move by the factor of the
-        nearest timed size; costs stay non-decreasing in k."""
-        if not ratios:
+    def _observe(self, k: int, seconds: float) -> None:
+        """A table measured while the machine was busy is too high everywhere (noise only ever
+        adds time): a plain pass faster than it says brings the whole table down by that factor,
+        keeping the shape it was measured with — the ratios the policy sizes drafts by. Only
+        plain passes: a larger pass's cost includes what it slows after it. Kept on disk now
+        and then."""
+        if k != 1 or (factor := seconds / self.cost(1)) >= _REFINE_BELOW:
             return
-        one = self.cost(1)
-        factors = {k: one * ratio / self.cost(k) for k, ratio in ratios.items()}
-        sizes = sorted(set(self._costs) | set(ratios))
-        reshaped = {}
-        for k in sizes:
-            if k == 1:
-                reshaped[k] = one
-            elif k in ratios:
-                reshaped[k] = one * ratios[k]
-            else:
-                nearest = min(factors, key=lambda m: (abs(math.log(k / m)), m))
-                reshaped[k] = self.cost(k) * factors[nearest]
-        running = 0.0
-        for k in sizes:
-            running = max(running, reshaped[k])
-            self._costs[k] = running
+        for size in self._costs:
+            self._costs[size] *= factor
         self._memo.clear()
         self._refined += 1
+        if time.monotonic() - self._saved_at > _SAVE_EVERY:
+            self.keep()
 
     def keep(self) -> None:
         """Write what use refined to disk (also called when the backend closes)."""

@@ -68,39 +68,18 @@ def decode(runtime: NumpyBackend, table: BlockCostTable, pattern: list[int], tim
 
 
 @pytest.mark.measured_costs
-def test_the_costs_follow_what_drafts_cost_in_use(
+def test_a_faster_plain_pass_lowers_every_size_alike(
     char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Measured at load, then the machine changes: larger passes cost 0.3 more and slow the
-    plain passes after them. Drafting on, the table takes the new shape — for the sizes drafted
-    and, by the nearest one's factor, for the others — and keeps it for the next start."""
-    shape = {"base": 0.5, "slowed": 0.0}
-    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, shape)
-    table = BlockCostTable(runtime, key="stand-in")
-    assert table.cost(2) == pytest.approx(1.5)
-    shape.update(base=0.8, slowed=0.2)
-    decode(runtime, table, [1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 4, 1], times=40)
-    assert table.cost(1) == 1.0
-    assert table.cost(2) == pytest.approx(1.8 + 0.3)
-    assert table.cost(4) == pytest.approx(2.8 + 0.3)
-    assert table.cost(8) == pytest.approx(4.5 * 3.1 / 2.5)  # 4's factor
-    table.keep()
-    again = BlockCostTable(runtime, key="stand-in")
-    assert again.cost(2) == pytest.approx(2.1)
-
-
-@pytest.mark.measured_costs
-def test_plain_passes_alone_leave_the_shape(
-    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Greedy answers (no larger passes) never move the ratios; a plain pass faster than the
-    table lowers every size alike."""
+    """A table measured on a busy machine comes down as plain passes run faster, keeping the
+    ratios drafts are sized by; larger passes in use (cheaper than charged: what they slow
+    comes after them) leave it."""
     shape = {"base": 0.5, "slowed": 0.0}
     runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, shape)
     table = BlockCostTable(runtime, key="stand-in")
     before = {k: table.cost(k) for k in (1, 2, 8)}
     runtime.pass_seconds = lambda k: 0.8 * k
-    decode(runtime, table, [1], times=50)
+    decode(runtime, table, [2, 1], times=50)
     assert table.cost(1) == pytest.approx(0.8)
     for k in (2, 8):
         assert table.cost(k) / table.cost(1) == pytest.approx(before[k] / before[1])
