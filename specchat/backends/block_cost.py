@@ -26,7 +26,7 @@ _REPEATS = 3
 _REFINE_BELOW = 0.97  # a plain pass this much faster than the table says lowers it
 # plain passes a larger pass is charged for: llama.cpp's one-token pass is slower after a larger
 # one, and the next one too
-SETTLE = 3
+_SETTLE = 3
 _SAVE_EVERY = 10.0  # seconds between writes of refined costs
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
@@ -192,7 +192,7 @@ class BlockCostTable:
 def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[int, float]:
     """Seconds of a chain pass of each size behind the backend's cache as it is, timed as
     decoding meets it: after settled plain one-token passes, and charged what it slows the
-    `SETTLE` plain passes after it (llama.cpp's one-token pass is slower after a larger one, and
+    three plain passes after it (llama.cpp's one-token pass is slower after a larger one, and
     the next one too; priced without that, drafts looked cheaper than they are and the policy
     drafted where it lost). All sizes round-robin in one sweep, so load changes hit every size
     alike; the minimum of the repeats for the pass itself (noise only ever adds time), the median
@@ -212,11 +212,11 @@ def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[in
     slowed: dict[int, list[float]] = {k: [] for k in sizes}
     for _ in range(repeats):
         for k in sizes:
-            for _ in range(SETTLE - 1):
+            for _ in range(_SETTLE - 1):
                 timed(1)
             plain = timed(1)
             best[k] = min(best[k], timed(k))
-            slowed[k].append(sum(timed(1) - plain for _ in range(SETTLE)))
+            slowed[k].append(sum(timed(1) - plain for _ in range(_SETTLE)))
     costs, running = {}, 0.0
     for k in sizes:
         tail = max(0.0, statistics.median(slowed[k])) if k > 1 else 0.0
