@@ -56,6 +56,7 @@ _ALLOWANCE = 1.0  # plain passes an answer's exploring drafts may lose before it
 _FALLBACK_MARGIN = 0.2  # the gain a draft must promise once an answer's drafts have lost
 _STAKE = 2.0  # most plain passes one draft may lose beyond what the answer's drafts saved
 _STORE_FILE = "draft_policy.json"
+_TIE = 1.0001  # a depth must beat a shorter one's rate by this much (ties go to the shorter)
 
 
 def depth_bucket(depth: int) -> int:
@@ -194,7 +195,7 @@ class DraftLengthPolicy:
             if (costs[d] - costs[0]) / plain > self.ledger + self.allowance:
                 break
             rate = hopeful_rates[d] / costs[d]
-            if known[d] / costs[d] >= floor and rate > hopeful_rate * 1.0001:
+            if known[d] / costs[d] >= floor and rate > hopeful_rate * _TIE:
                 hopeful, hopeful_rate = d, rate
         return hopeful
 
@@ -263,7 +264,7 @@ def best_depth(expected: list[float], costs: Sequence[float]) -> int:
     best_d, best_rate = 0, expected[0] / costs[0]
     for d in range(1, len(expected)):
         rate = expected[d] / costs[d]
-        if rate > best_rate * 1.0001:
+        if rate > best_rate * _TIE:
             best_d, best_rate = d, rate
     return best_d
 

@@ -18,18 +18,17 @@ from tests.numpy_backend import NumpyBackend
 
 
 def modelled_runtime(
-    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: dict
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slowed: float
 ) -> NumpyBackend:
-    """llama.cpp's shape: a plain pass costs 1, a k-token pass `shape["base"]` + 0.5·k, and the
-    two one-token passes after a larger one `shape["slowed"]` and half that more. `shape` may
-    change while the runtime runs (the machine's other load, another build)."""
+    """llama.cpp's shape: a plain pass costs 1, a k-token pass 0.5 + 0.5·k, and the two
+    one-token passes after a larger one `slowed` and half that more."""
     since = [9]
 
     def pass_seconds(k: int) -> float:
-        seconds = 1.0 if k == 1 else shape["base"] + 0.5 * k
+        seconds = 1.0 if k == 1 else 0.5 + 0.5 * k
         if k == 1:
             since[0] += 1
-            seconds += {1: shape["slowed"], 2: shape["slowed"] / 2}.get(since[0], 0.0)
+            seconds += {1: slowed, 2: slowed / 2}.get(since[0], 0.0)
         else:
             since[0] = 0
         return seconds
@@ -45,9 +44,7 @@ def modelled_runtime(
 def test_a_draft_is_charged_the_plain_passes_it_slows(
     slowed: float, char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runtime = modelled_runtime(
-        char_ngram_model, tmp_path, monkeypatch, {"base": 0.5, "slowed": slowed}
-    )
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed)
     table = BlockCostTable(runtime, key="stand-in")
     # a plain step costs what a settled one-token pass costs, not one just after a draft
     assert table.cost(1) == 1.0
@@ -74,8 +71,7 @@ def test_a_faster_plain_pass_lowers_every_size_alike(
     """A table measured on a busy machine comes down as plain passes run faster, keeping the
     ratios drafts are sized by; larger passes in use (cheaper than charged: what they slow
     comes after them) leave it."""
-    shape = {"base": 0.5, "slowed": 0.0}
-    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, shape)
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
     table = BlockCostTable(runtime, key="stand-in")
     before = {k: table.cost(k) for k in (1, 2, 8)}
     runtime.pass_seconds = lambda k: 0.8 * k
