@@ -96,19 +96,19 @@ class BlockCostTable:
 
     @contextlib.contextmanager
     def timing(self, block: Block) -> Iterator[None]:
-        """Time a pass in use (`_observe`)."""
+        """Time a pass in use (`_observe`). Only plain passes refine the table: a larger pass's
+        cost includes what it slows after it, which its own seconds do not show."""
         start = time.perf_counter()
         yield
-        if block.is_chain and self._costs:
-            self._observe(len(block), time.perf_counter() - start)
+        if len(block) == 1 and self._costs:
+            self._observe(time.perf_counter() - start)
 
-    def _observe(self, k: int, seconds: float) -> None:
+    def _observe(self, seconds: float) -> None:
         """A table measured while the machine was busy is too high everywhere (noise only ever
         adds time): a plain pass faster than it says brings the whole table down by that factor,
-        keeping the shape it was measured with — the ratios the policy sizes drafts by. Only
-        plain passes: a larger pass's cost includes what it slows after it. Kept on disk now
-        and then."""
-        if k != 1 or (factor := seconds / self.cost(1)) >= _REFINE_BELOW:
+        keeping the shape it was measured with — the ratios the policy sizes drafts by. Kept on
+        disk now and then."""
+        if (factor := seconds / self.cost(1)) >= _REFINE_BELOW:
             return
         for size in self._costs:
             self._costs[size] *= factor
@@ -192,7 +192,7 @@ class BlockCostTable:
 def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[int, float]:
     """Seconds of a chain pass of each size behind the backend's cache as it is, timed as
     decoding meets it: after settled plain one-token passes, and charged what it slows the
-    three plain passes after it (llama.cpp's one-token pass is slower after a larger one, and
+    `_SETTLE` plain passes after it (llama.cpp's one-token pass is slower after a larger one, and
     the next one too; priced without that, drafts looked cheaper than they are and the policy
     drafted where it lost). All sizes round-robin in one sweep, so load changes hit every size
     alike; the minimum of the repeats for the pass itself (noise only ever adds time), the median
