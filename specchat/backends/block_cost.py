@@ -23,7 +23,10 @@ from specchat.backends.exactness import probe_exactness
 _COSTS_FILE = "block_costs.json"
 _EXACTNESS_FILE = "exactness.json"
 _REPEATS = 3
-_REFINE_BELOW = 0.97  # a plain pass this much faster than the table says lowers it
+# use refines the table from the median of this many settled plain passes, where it differs
+# from the table by more than the tolerance
+_WINDOW = 32
+_TOLERANCE = 0.03
 # plain passes a larger pass is charged for: llama.cpp's one-token pass is slower after a larger
 # one, and the next one too
 _SETTLE = 3
@@ -42,13 +45,17 @@ class BlockCostTable:
     """Lazy per-k cost of a chain pass for one backend, cached per model, device and threads."""
 
     def __init__(self, backend, key: str) -> None:
-        self._backend = backend
-        self._key = self.full_key(key, backend.device, getattr(backend, "threads", ""))
+        self._start(backend, self.full_key(key, backend.device, getattr(backend, "threads", "")))
+
+    def _start(self, backend, full_key: str) -> None:
+        self._backend, self._key = backend, full_key
         self._costs: dict[int, float] = {}
         self._memo: dict[int, float] = {}  # every size asked for, read per draft: kept
         self._loaded = False
         self._exactness: Exactness | None = None
         self._refined, self._saved_at = 0, time.monotonic()
+        self._plain_run = 0  # one-token passes in a row, in use
+        self._recent: list[float] = []  # settled plain passes' seconds, not yet refined from
 
     @staticmethod
     def full_key(key: str, device: str, threads: object) -> str:
@@ -60,9 +67,7 @@ class BlockCostTable:
         """The costs measured before for this model key, device and threads, without loading
         the model (None: never measured)."""
         table = cls.__new__(cls)
-        table._backend, table._key = None, cls.full_key(key, device, threads)
-        table._costs, table._memo, table._loaded, table._exactness = {}, {}, False, None
-        table._refined, table._saved_at = 0, time.monotonic()
+        table._start(None, cls.full_key(key, device, threads))
         table._load()
         return table if table._costs else None
 
@@ -96,19 +101,31 @@ class BlockCostTable:
 
     @contextlib.contextmanager
     def timing(self, block: Block) -> Iterator[None]:
-        """Time a pass in use (`_observe`). Only plain passes refine the table: a larger pass's
-        cost includes what it slows after it, which its own seconds do not show."""
+        """Time a pass in use (`_observe`). Only settled plain passes refine the table, as they
+        were timed for it: a larger pass's cost includes what it slows after it, which its own
+        seconds do not show, and the plain passes it slows are not yet settled."""
         start = time.perf_counter()
         yield
-        if len(block) == 1 and self._costs:
+        if len(block) > 1:
+            self._plain_run = 0
+            return
+        self._plain_run += 1
+        if self._plain_run > _SETTLE and self._costs:
             self._observe(time.perf_counter() - start)
 
     def _observe(self, seconds: float) -> None:
-        """A table measured while the machine was busy is too high everywhere (noise only ever
-        adds time): a plain pass faster than it says brings the whole table down by that factor,
-        keeping the shape it was measured with — the ratios the policy sizes drafts by. Kept on
-        disk now and then."""
-        if (factor := seconds / self.cost(1)) >= _REFINE_BELOW:
+        """The table follows what a plain pass typically costs now — lower than measured where
+        the machine was busy then, higher where it is busy now — by the median of a window of
+        passes, moving every size by one factor to keep the shape it was measured with (the
+        ratios the policy sizes drafts by). Not the fastest pass seen: that would only ever go
+        down, to the luckiest of thousands of passes, and the runtime chosen for a model compares
+        the tables of two runtimes used unequally. Kept on disk now and then."""
+        self._recent.append(seconds)
+        if len(self._recent) < _WINDOW:
+            return
+        factor = statistics.median(self._recent) / self.cost(1)
+        self._recent.clear()
+        if abs(factor - 1.0) <= _TOLERANCE:
             return
         for size in self._costs:
             self._costs[size] *= factor
