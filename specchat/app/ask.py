@@ -247,6 +247,7 @@ def run_ask(
                 saved.close()
             if store is not None:
                 store.close()
+            loaded.close()  # keeps what the answer's passes refined of the pass costs
     if interrupted.is_set():
         return 130
     return 2 if failed else 0
