@@ -247,9 +247,6 @@ def run_ask(
                 saved.close()
             if store is not None:
                 store.close()
-    # the answer's events have all run: nothing uses the model now. Closing it keeps what its
-    # passes refined of the pass costs
-    loaded.close()
     if interrupted.is_set():
         return 130
     return 2 if failed else 0

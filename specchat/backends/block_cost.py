@@ -30,7 +30,6 @@ _TOLERANCE = 0.03
 # plain passes a larger pass is charged for: llama.cpp's one-token pass is slower after a larger
 # one, and the next one too
 _SETTLE = 3
-_SAVE_EVERY = 10.0  # seconds between writes of refined costs
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 _FILLER_TOKEN = 198
 # Passes are timed behind this many cached tokens, about where a chat answer runs: a pass attends
@@ -53,7 +52,6 @@ class BlockCostTable:
         self._memo: dict[int, float] = {}  # every size asked for, read per draft: kept
         self._loaded = False
         self._exactness: Exactness | None = None
-        self._refined, self._saved_at = 0, time.monotonic()
         self._plain_run = 0  # one-token passes in a row, in use
         self._recent: list[float] = []  # settled plain passes' seconds, not yet refined from
 
@@ -119,7 +117,8 @@ class BlockCostTable:
         passes, moving every size by one factor to keep the shape it was measured with (the
         ratios the policy sizes drafts by). Not the fastest pass seen: that would only ever go
         down, to the luckiest of thousands of passes, and the runtime chosen for a model compares
-        the tables of two runtimes used unequally. Kept on disk now and then."""
+        the tables of two runtimes used unequally. Kept on disk at once: a refinement is rare (a
+        window of passes that moved), and a process that never closes its model still keeps it."""
         self._recent.append(seconds)
         if len(self._recent) < _WINDOW:
             return
@@ -130,15 +129,7 @@ class BlockCostTable:
         for size in self._costs:
             self._costs[size] *= factor
         self._memo.clear()
-        self._refined += 1
-        if time.monotonic() - self._saved_at > _SAVE_EVERY:
-            self.keep()
-
-    def keep(self) -> None:
-        """Write what use refined to disk (also called when the backend closes)."""
-        if self._refined:
-            self._refined = 0
-            self._saved_at = time.monotonic()
+        with contextlib.suppress(OSError):  # a cache that cannot be written never stops an answer
             self._save()
 
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:

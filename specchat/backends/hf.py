@@ -267,7 +267,6 @@ class HFBackend(MeasuredCosts):
         """Free the model and the cache (and the GPU memory they held)."""
         import torch
 
-        self._costs.keep()
         self._cache = None
         self._pending = None
         self.model = None

@@ -177,8 +177,6 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self._n_committed = max(0, min(n_committed, self._n_committed))
 
     def close(self) -> None:
-        if getattr(self, "_costs", None) is not None:  # what use refined
-            self._costs.keep()
         self.model = None
         self._pending = None
         if getattr(self, "vocabulary", None) is not None:

@@ -278,8 +278,6 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         self._drop_all_to(n_committed)
 
     def close(self) -> None:
-        if getattr(self, "_costs", None) is not None:  # what use refined
-            self._costs.keep()
         if getattr(self, "_ctx", None):
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self._ctx)
