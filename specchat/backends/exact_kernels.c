@@ -11,8 +11,9 @@
  */
 #include <math.h>
 #include <stdint.h>
-#if defined(__AVX512F__)
+#if defined(__AVX2__) && defined(__FMA__) /* x86-64-v3; every AVX-512 build has them too */
 #include <immintrin.h>
+#define HAVE_AVX2 1
 #endif
 #include <stdlib.h>
 #include <string.h>
@@ -56,22 +57,62 @@ static inline float exp_approx(float x) {
     return p * scale;
 }
 
+#if defined(HAVE_AVX2)
+/* The helpers above on 8 floats at once, by the same operations (so the same bits). */
+static inline __m256 from_bf16x8(const bf16 *values) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)values);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+static inline void to_bf16x8(__m256 values, bf16 *out) {
+    const __m256i bits = _mm256_castps_si256(values);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i halves = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves, halves), 0x08);
+    _mm_storeu_si128((__m128i *)out, _mm256_castsi256_si128(packed));
+}
+
+static inline __m256 exp_approx8(__m256 x) {
+    /* min/max with x second: a NaN passes through, as in the scalar comparisons */
+    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), x));
+    const __m256 shifter = _mm256_set1_ps(12582912.0f);
+    const __m256 n = _mm256_sub_ps(
+        _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), shifter), shifter);
+    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
+    r = _mm256_add_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(2.12194440e-4f)));
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+    const __m256i bits = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+#endif
+
 /* Sum of `count` floats in LANES interleaved partial sums, then halving: a fixed order. */
 static inline float lane_sum(const float *values, int64_t count) {
     float acc[LANES] = {0};
     int64_t start = 0;
+#if defined(HAVE_AVX2)
+    __m256 low = _mm256_setzero_ps(), high = low;
+    for (; start + LANES <= count; start += LANES) {
+        low = _mm256_add_ps(low, _mm256_loadu_ps(values + start));
+        high = _mm256_add_ps(high, _mm256_loadu_ps(values + start + 8));
+    }
+    _mm256_storeu_ps(acc, low);
+    _mm256_storeu_ps(acc + 8, high);
+#endif
     for (; start + LANES <= count; start += LANES)
         for (int lane = 0; lane < LANES; lane++) acc[lane] += values[start + lane];
     for (int64_t i = start; i < count; i++) acc[i - start] += values[i];
-    for (int width = LANES / 2; width >= 1; width /= 2)
-        for (int lane = 0; lane < width; lane++) acc[lane] += acc[lane + width];
-    return acc[0];
-}
-
-static inline float dot(const float *a, const float *b, int dim) {
-    float acc[LANES] = {0};
-    for (int start = 0; start < dim; start += LANES)
-        for (int lane = 0; lane < LANES; lane++) acc[lane] += a[start + lane] * b[start + lane];
     for (int width = LANES / 2; width >= 1; width /= 2)
         for (int lane = 0; lane < width; lane++) acc[lane] += acc[lane + width];
     return acc[0];
@@ -107,7 +148,16 @@ void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64
     for (int64_t row = 0; row < rows; row++) {
         const bf16 *g = gate + row * stride, *u = up + row * stride;
         bf16 *o = out + row * width;
-        for (int64_t i = 0; i < width; i++) {
+        int64_t i = 0;
+#if defined(HAVE_AVX2)
+        for (; i + 8 <= width; i += 8) {
+            const __m256 gv = from_bf16x8(g + i);
+            const __m256 e = exp_approx8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0f)));
+            const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+            to_bf16x8(_mm256_mul_ps(silu, from_bf16x8(u + i)), o + i);
+        }
+#endif
+        for (; i < width; i++) {
             const float gv = from_bf16(g[i]);
             o[i] = to_bf16(gv / (1.0f + exp_approx(-gv)) * from_bf16(u[i]));
         }
@@ -172,6 +222,30 @@ static void contiguous_scores(const float *q, const float *keys, int64_t slots, 
         _mm512_mask_storeu_ps(out + start, mask, _mm512_mul_ps(a0, scale_v));
         start = count;
     }
+#elif defined(HAVE_AVX2)
+    /* four groups of 8 keys at once, as above with half the lanes */
+    const __m256 scale_v = _mm256_set1_ps(scale);
+    for (; start + 32 <= count; start += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int d = 0; d < dim; d++) {
+            const __m256 qd = _mm256_set1_ps(q[d]);
+            const float *kd = keys + d * slots + start;
+            a0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kd), a0);
+            a1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kd + 8), a1);
+            a2 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kd + 16), a2);
+            a3 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kd + 24), a3);
+        }
+        _mm256_storeu_ps(out + start, _mm256_mul_ps(a0, scale_v));
+        _mm256_storeu_ps(out + start + 8, _mm256_mul_ps(a1, scale_v));
+        _mm256_storeu_ps(out + start + 16, _mm256_mul_ps(a2, scale_v));
+        _mm256_storeu_ps(out + start + 24, _mm256_mul_ps(a3, scale_v));
+    }
+    for (; start + 8 <= count; start += 8) {
+        __m256 a0 = _mm256_setzero_ps();
+        for (int d = 0; d < dim; d++)
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(keys + d * slots + start), a0);
+        _mm256_storeu_ps(out + start, _mm256_mul_ps(a0, scale_v));
+    }
 #endif
     for (; start + LANES <= count; start += LANES) {
         float acc[LANES] = {0};
@@ -208,6 +282,26 @@ static inline __attribute__((always_inline)) void weighted_values(
         for (int c = 0; c < dim / 16; c++) _mm512_storeu_ps(acc + 16 * c, sum[c]);
         return;
     }
+#elif defined(HAVE_AVX2)
+    if (dim % 8 == 0) { /* 64 dimensions at a time: eight sums in registers */
+        for (int first = 0; first < dim; first += 64) {
+            const int vectors = (dim - first >= 64 ? 64 : dim - first) / 8;
+            __m256 sum[8];
+            for (int c = 0; c < vectors; c++) sum[c] = _mm256_setzero_ps();
+            for (int64_t t = 0; t < count; t++) {
+                const int64_t slot = t < n_prefix ? t : n_prefix + mine[t - n_prefix];
+                const __m256 w = _mm256_set1_ps(weights[t]);
+                const bf16 *row = values + slot * dim + first;
+                for (int c = 0; c < vectors; c++) {
+                    const __m128i raw = _mm_loadu_si128((const __m128i *)(row + 8 * c));
+                    const __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+                    sum[c] = _mm256_fmadd_ps(w, v, sum[c]);
+                }
+            }
+            for (int c = 0; c < vectors; c++) _mm256_storeu_ps(acc + first + 8 * c, sum[c]);
+        }
+        return;
+    }
 #endif
     for (int d = 0; d < dim; d++) acc[d] = 0.0f;
     for (int64_t t = 0; t < count; t++) {
@@ -216,6 +310,29 @@ static inline __attribute__((always_inline)) void weighted_values(
         const bf16 *row = values + slot * dim;
         for (int d = 0; d < dim; d++) acc[d] = fmaf(w, from_bf16(row[d]), acc[d]);
     }
+}
+
+/* weights = exp(weights - max) / their lane_sum, in place. */
+static inline void softmax(float *weights, int64_t count) {
+    float top = -3.0e38f;
+    int64_t t = 0;
+#if defined(HAVE_AVX2)
+    __m256 tops = _mm256_set1_ps(top);
+    for (; t + 8 <= count; t += 8) tops = _mm256_max_ps(_mm256_loadu_ps(weights + t), tops);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, tops);
+    for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top; /* max: any order */
+#endif
+    for (; t < count; t++) top = weights[t] > top ? weights[t] : top;
+    t = 0;
+#if defined(HAVE_AVX2)
+    for (; t + 8 <= count; t += 8)
+        _mm256_storeu_ps(weights + t,
+                         exp_approx8(_mm256_sub_ps(_mm256_loadu_ps(weights + t), _mm256_set1_ps(top))));
+#endif
+    for (; t < count; t++) weights[t] = exp_approx(weights[t] - top);
+    const float inverse = 1.0f / lane_sum(weights, count);
+    for (t = 0; t < count; t++) weights[t] *= inverse;
 }
 
 /* One layer's attention for a block of `rows` tokens behind `n_prefix` cached ones.
@@ -255,7 +372,7 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
     int32_t most_seen = 0;
     for (int32_t i = 0; i < rows; i++) most_seen = n_seen[i] > most_seen ? n_seen[i] : most_seen;
     const int64_t most_keys = (int64_t)n_prefix + most_seen;
-#pragma omp parallel num_threads(threads) if (tasks >= 32 && threads > 1)
+#pragma omp parallel num_threads(threads) if (tasks > 1 && threads > 1)
     {
         float *weights = malloc(sizeof(float) * (size_t)(most_keys + LANES));
         float acc[MAX_HEAD_DIM];
@@ -275,11 +392,7 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
             contiguous_scores(qh, keys, slots, head_dim, (int64_t)n_prefix + run, scale, weights);
             for (int64_t t = (int64_t)n_prefix + run; t < count; t++)
                 weights[t] = key_score(qh, keys, slots, head_dim, n_prefix + mine[t - n_prefix]) * scale;
-            float top = -3.0e38f;
-            for (int64_t t = 0; t < count; t++) top = weights[t] > top ? weights[t] : top;
-            for (int64_t t = 0; t < count; t++) weights[t] = exp_approx(weights[t] - top);
-            const float inverse = 1.0f / lane_sum(weights, count);
-            for (int64_t t = 0; t < count; t++) weights[t] *= inverse;
+            softmax(weights, count);
             switch (head_dim) { /* constant sizes let the accumulators live in registers */
             case 64: weighted_values(weights, count, n_prefix, mine, values, 64, acc); break;
             case 128: weighted_values(weights, count, n_prefix, mine, values, 128, acc); break;
@@ -334,25 +447,34 @@ static inline void store_result(void *out, int out_is_bf16, int64_t index, float
         ((float *)out)[index] = value;
 }
 
-/* One weight row's 16 weights at vector v: float32 rows, or int8 codes times their group's
- * scale (plus zero, fused). */
+/* What a call's weight rows are: float32, int8 codes times their group's scale (plus its zero,
+ * fused), or two 4-bit codes a byte times scale plus zero (ggml's nibble order within each group
+ * of 32: byte j holds weight j low and weight j + 16 high). */
+enum { FLOAT_ROWS, SCALED_CODES, SCALED_CODES_WITH_ZEROS, NIBBLES_WITH_ZEROS };
+
 typedef struct {
     const float *f32;
-    const int8_t *codes;
+    const uint8_t *codes;
     const float *scales, *zeros;
     int group;
-    int group_shift; /* log2(group / 16): vector v's group is v >> group_shift */
+    int group_shift; /* log2(group / 16): 16-wide vector v's group is v >> group_shift */
 } weight_row;
 
-static inline float weight_at(const weight_row *w, int64_t k) {
-    if (w->f32) return w->f32[k];
-    const float code = (float)w->codes[k], scale = w->scales[k / w->group];
-    return w->zeros ? fmaf(code, scale, w->zeros[k / w->group]) : code * scale;
+static inline float weight_at(const weight_row *w, int kind, int64_t k) {
+    const int64_t g = k >> (4 + w->group_shift);
+    switch (kind) {
+    case FLOAT_ROWS: return w->f32[k];
+    case NIBBLES_WITH_ZEROS: {
+        const int i = (int)(k % 32);
+        const uint8_t byte = w->codes[16 * g + (i & 15)];
+        return fmaf((float)(i < 16 ? byte & 15 : byte >> 4), w->scales[g], w->zeros[g]);
+    }
+    case SCALED_CODES_WITH_ZEROS: return fmaf((float)(int8_t)w->codes[k], w->scales[g], w->zeros[g]);
+    default: return (float)(int8_t)w->codes[k] * w->scales[g];
+    }
 }
 
 #if defined(__AVX512F__)
-enum { FLOAT_ROWS, SCALED_CODES, SCALED_CODES_WITH_ZEROS };
-
 static inline __attribute__((always_inline)) __m512 weight_vector(const weight_row *w, int64_t v,
                                                                   int kind) {
     if (kind == FLOAT_ROWS) return _mm512_loadu_ps(w->f32 + 16 * v);
@@ -384,34 +506,300 @@ static inline __attribute__((always_inline)) void dot_rows_avx512(
 }
 #endif
 
-/* out[m][n] = sum_k x[m][k] * w[n][k] (cols a multiple of 32), for the weights the int4 kernel
- * cannot carry: float32 rows (`f32`), or int8 codes with a float32 scale (and zero) per `group`
- * weights, the exact form of Q8_0, Q5_x and Q6_K blocks. Each weight row is read once for all m
- * rows; every output is the same fixed-order float32 sum whatever m is. x and out are bf16 or
- * float32. */
-void matmul_rows(const float *f32, const int8_t *codes, const float *scales, const float *zeros,
-                 int32_t group, int64_t rows, int64_t cols, const void *x, int32_t x_is_bf16,
-                 int64_t m, void *out, int32_t out_is_bf16, int32_t threads) {
+/* One weight row as float32 in `wide`: weight_at for every column, vectorized where the CPU
+ * can (the same operations, so the same bits). */
+static void widen_row(const weight_row *w, int kind, int64_t cols, float *wide) {
+#if defined(HAVE_AVX2)
+    if (kind == NIBBLES_WITH_ZEROS) {
+        const __m128i low = _mm_set1_epi8(0x0f);
+        for (int64_t g = 0; g < cols / 32; g++) {
+            const __m128i raw = _mm_loadu_si128((const __m128i *)(w->codes + 16 * g));
+            const __m128i lo = _mm_and_si128(raw, low), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+            const __m256 scale = _mm256_set1_ps(w->scales[g]), zero = _mm256_set1_ps(w->zeros[g]);
+            const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            for (int p = 0; p < 4; p++) {
+                const __m256 code = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[p]));
+                _mm256_storeu_ps(wide + 32 * g + 8 * p, _mm256_fmadd_ps(code, scale, zero));
+            }
+        }
+        return;
+    }
+    if (kind == SCALED_CODES || kind == SCALED_CODES_WITH_ZEROS) {
+        for (int64_t k = 0; k < cols; k += 8) {
+            const int64_t g = k >> (4 + w->group_shift);
+            const __m128i q = _mm_loadl_epi64((const __m128i *)(w->codes + k));
+            const __m256 code = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+            const __m256 scale = _mm256_set1_ps(w->scales[g]);
+            _mm256_storeu_ps(wide + k, kind == SCALED_CODES_WITH_ZEROS
+                                           ? _mm256_fmadd_ps(code, scale, _mm256_set1_ps(w->zeros[g]))
+                                           : _mm256_mul_ps(code, scale));
+        }
+        return;
+    }
+#endif
+    for (int64_t k = 0; k < cols; k++) wide[k] = weight_at(w, kind, k);
+}
+
+#define TILE 3 /* x rows per pass over a widened weight row: 12 accumulators in 16 registers */
+
+/* COUNT (<= TILE) x rows against one widened weight row, each in the same order: 8-float vector
+ * v into accumulator v % 4, the four added pairwise, then the 8 lanes halved (4, 2, 1). */
+static inline __attribute__((always_inline)) void dot_rows8(const float *x, const float *wide,
+                                                            int64_t cols, int count,
+                                                            float *results) {
+#if defined(HAVE_AVX2)
+    __m256 acc[TILE][4];
+    for (int j = 0; j < count; j++)
+        for (int a = 0; a < 4; a++) acc[j][a] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < cols; k += 32)
+        for (int a = 0; a < 4; a++) {
+            const __m256 wv = _mm256_loadu_ps(wide + k + 8 * a);
+            for (int j = 0; j < count; j++)
+                acc[j][a] = _mm256_fmadd_ps(_mm256_loadu_ps(x + j * cols + k + 8 * a), wv, acc[j][a]);
+        }
+    for (int j = 0; j < count; j++) {
+        const __m256 t = _mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]),
+                                       _mm256_add_ps(acc[j][2], acc[j][3]));
+        const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+        const __m128 h = _mm_add_ps(u, _mm_movehl_ps(u, u));
+        results[j] = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+    }
+#else
+    for (int j = 0; j < count; j++) {
+        const float *xr = x + j * cols;
+        float acc[4][8] = {{0}};
+        for (int64_t v = 0; v < cols / 8; v++)
+            for (int l = 0; l < 8; l++)
+                acc[v & 3][l] = fmaf(xr[8 * v + l], wide[8 * v + l], acc[v & 3][l]);
+        float t[8], u[4];
+        for (int l = 0; l < 8; l++) t[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+        for (int l = 0; l < 4; l++) u[l] = t[l] + t[l + 4];
+        results[j] = (u[0] + u[2]) + (u[1] + u[3]);
+    }
+#endif
+}
+
+/* -- 8-bit activations -------------------------------------------------------------------------
+ *
+ * Below AVX-512 a weight is cheapest multiplied as llama.cpp does it: each x row rounded to int8
+ * per group of 32 with one scale (scale = max |x| / 127), and each group's dot product summed in
+ * integers (maddubs: 32 byte products in one instruction, exact and in any order), then scaled.
+ * Per output, in this fixed order: 8 integer lanes per group (lane l: bytes 4l..4l+3), converted
+ * and multiplied into accumulator g % 2 by weight scale * x scale (one float product); the zero
+ * term (4-bit weights: w = code * scale + zero) into 8 more lanes by group % 8, each zero times
+ * x scale * the x group's integer sum; then each set of lanes summed by halving. */
+
+#define QGROUP 32
+
+typedef struct {
+    int8_t *codes;  /* [m][cols] */
+    float *scales;  /* [m][padded]: the x scale per group */
+    float *sums;    /* [m][padded]: x scale * the group's integer sum */
+    int64_t padded; /* groups rounded up to a multiple of 8 (zeros beyond) */
+} int8_rows;
+
+static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q) {
+    const int64_t groups = cols / QGROUP;
+    q->padded = (groups + 7) / 8 * 8;
+    q->codes = malloc((size_t)(m * cols));
+    q->scales = calloc((size_t)(m * q->padded), sizeof(float));
+    q->sums = calloc((size_t)(m * q->padded), sizeof(float));
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t g = 0; g < groups; g++) {
+            const float *xg = x + r * cols + g * QGROUP;
+            int8_t *cg = q->codes + r * cols + g * QGROUP;
+            float top = 0.0f;
+            for (int i = 0; i < QGROUP; i++) top = fmaxf(top, fabsf(xg[i]));
+            const float scale = top / 127.0f, inverse = top > 0.0f ? 1.0f / scale : 0.0f;
+            int32_t sum = 0;
+            for (int i = 0; i < QGROUP; i++) {
+                cg[i] = (int8_t)(int32_t)nearbyintf(xg[i] * inverse);
+                sum += cg[i];
+            }
+            q->scales[r * q->padded + g] = scale;
+            q->sums[r * q->padded + g] = scale * (float)sum;
+        }
+}
+
+static void free_int8_rows(int8_rows *q) {
+    free(q->codes);
+    free(q->scales);
+    free(q->sums);
+}
+
+static inline float halve8(const float lanes[8]) {
+    float u[4];
+    for (int l = 0; l < 4; l++) u[l] = lanes[l] + lanes[l + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+#if defined(HAVE_AVX2)
+static inline float halve8_avx2(__m256 t) {
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 h = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* Group g of one weight row against COUNT x rows, into their accumulators. */
+static inline __attribute__((always_inline)) void group_into(const weight_row *w, int nibbles,
+                                                             const int8_rows *q, int64_t r0,
+                                                             int64_t cols, int count, int64_t g,
+                                                             __m256 *acc) {
+    __m256i codes, magnitudes = _mm256_setzero_si256();
+    if (nibbles) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(w->codes + 16 * g));
+        const __m128i low = _mm_set1_epi8(0x0f);
+        codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
+    } else {
+        codes = _mm256_loadu_si256((const __m256i *)(w->codes + QGROUP * g));
+        magnitudes = _mm256_sign_epi8(codes, codes); /* |code|, as unsigned bytes */
+    }
+    const float scale = w->scales[g];
+    for (int j = 0; j < count; j++) {
+        const int64_t r = r0 + j;
+        __m256i x = _mm256_loadu_si256((const __m256i *)(q->codes + r * cols + QGROUP * g));
+        __m256i pairs;
+        if (nibbles) {
+            pairs = _mm256_maddubs_epi16(codes, x);
+        } else {
+            x = _mm256_sign_epi8(x, codes); /* x * sign(code): |code| * that = code * x */
+            pairs = _mm256_maddubs_epi16(magnitudes, x);
+        }
+        const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+        const __m256 factor = _mm256_set1_ps(scale * q->scales[r * q->padded + g]);
+        acc[j] = _mm256_fmadd_ps(lanes, factor, acc[j]);
+    }
+}
+
+/* COUNT (<= 4) x rows against one weight row of 4-bit codes (NIBBLES) or int8 codes. */
+static inline __attribute__((always_inline)) void dot_int8_rows(const weight_row *w, int nibbles,
+                                                                const int8_rows *q, int64_t r0,
+                                                                int64_t cols, int count,
+                                                                float *results) {
+    const int64_t groups = cols / QGROUP;
+    __m256 even[4], odd[4]; /* accumulators of even and odd groups, named: in registers */
+    for (int j = 0; j < count; j++) even[j] = odd[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g += 2) {
+        group_into(w, nibbles, q, r0, cols, count, g, even);
+        if (g + 1 < groups) group_into(w, nibbles, q, r0, cols, count, g + 1, odd);
+    }
+    for (int j = 0; j < count; j++) {
+        float result = halve8_avx2(_mm256_add_ps(even[j], odd[j]));
+        if (nibbles) {
+            const int64_t r = r0 + j;
+            __m256 zero_lanes = _mm256_setzero_ps();
+            for (int64_t g = 0; g < groups; g += 8) {
+                const int64_t left = groups - g;
+                const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(left > 8 ? 8 : (int)left),
+                                                        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                const __m256 zeros = _mm256_maskload_ps(w->zeros + g, mask);
+                zero_lanes = _mm256_fmadd_ps(zeros, _mm256_loadu_ps(q->sums + r * q->padded + g),
+                                             zero_lanes);
+            }
+            result += halve8_avx2(zero_lanes);
+        }
+        results[j] = result;
+    }
+}
+#else
+static inline void dot_int8_rows(const weight_row *w, int nibbles, const int8_rows *q, int64_t r0,
+                                 int64_t cols, int count, float *results) {
+    const int64_t groups = cols / QGROUP;
+    for (int j = 0; j < count; j++) {
+        const int64_t r = r0 + j;
+        const int8_t *x = q->codes + r * cols;
+        float acc[2][8] = {{0}}, zero_lanes[8] = {0}, t[8];
+        for (int64_t g = 0; g < groups; g++) {
+            const float factor = w->scales[g] * q->scales[r * q->padded + g];
+            for (int l = 0; l < 8; l++) {
+                int32_t lane = 0;
+                for (int b = 4 * l; b < 4 * l + 4; b++) {
+                    const int64_t k = QGROUP * g + b;
+                    int32_t code;
+                    if (nibbles) {
+                        const uint8_t byte = w->codes[16 * g + (b & 15)];
+                        code = b < 16 ? byte & 15 : byte >> 4;
+                    } else {
+                        code = (int8_t)w->codes[k];
+                    }
+                    lane += code * x[k];
+                }
+                acc[g & 1][l] = fmaf((float)lane, factor, acc[g & 1][l]);
+            }
+        }
+        for (int l = 0; l < 8; l++) t[l] = acc[0][l] + acc[1][l];
+        float result = halve8(t);
+        if (nibbles) {
+            for (int64_t g = 0; g < q->padded; g++) {
+                const float zero = g < groups ? w->zeros[g] : 0.0f;
+                zero_lanes[g & 7] = fmaf(zero, q->sums[r * q->padded + g], zero_lanes[g & 7]);
+            }
+            result += halve8(zero_lanes);
+        }
+        results[j] = result;
+    }
+}
+#endif
+
+/* out[m][n] = sum_k x[m][k] * w[n][k] (cols a multiple of 32), for weights in exact_kernels'
+ * own forms: float32 rows (`f32`), int8 codes with a float32 scale (and zero) per `group`
+ * weights (the exact form of Q8_0, Q5_x and Q6_K blocks), or 4-bit codes (`code_bits` 4) with a
+ * scale and zero per 32 (Q4_0, Q4_1, Q4_K). With `int8_x`, 4-bit codes and int8 codes in groups
+ * of 32 (Q8_0, Q5_0) meet x rounded to 8 bits (above); everything else meets float32 x. Each
+ * weight row is read once for all m rows; every output is the same fixed-order sum whatever m
+ * is. x and out are bf16 or float32. */
+void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
+                 int32_t group, int32_t code_bits, int32_t int8_x, int64_t rows, int64_t cols,
+                 const void *x, int32_t x_is_bf16, int64_t m, void *out, int32_t out_is_bf16,
+                 int32_t threads) {
     float *scratch = NULL;
     const float *xf = float_rows(x, x_is_bf16, m, cols, &scratch);
     const int64_t groups = group ? cols / group : 0;
+    const int64_t row_bytes = code_bits == 4 ? cols / 2 : cols;
+    const int kind = f32 ? FLOAT_ROWS
+                         : code_bits == 4 ? NIBBLES_WITH_ZEROS
+                                          : zeros ? SCALED_CODES_WITH_ZEROS : SCALED_CODES;
+    if (int8_x && (kind == NIBBLES_WITH_ZEROS || (kind == SCALED_CODES && group == QGROUP))) {
+        int8_rows q;
+        quantize_rows(xf, m, cols, &q);
+        const int nibbles = kind == NIBBLES_WITH_ZEROS;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+        for (int64_t n = 0; n < rows; n++) {
+            const weight_row w = {NULL, codes + n * row_bytes, scales + n * groups,
+                                  zeros ? zeros + n * groups : NULL, group, 1};
+            float results[4] = {0};
+            for (int64_t r = 0; r < m; r += 4) {
+                const int count = m - r >= 4 ? 4 : (int)(m - r);
+                switch (count) { /* constant counts: sums stay in registers */
+                case 4: dot_int8_rows(&w, nibbles, &q, r, cols, 4, results); break;
+                case 3: dot_int8_rows(&w, nibbles, &q, r, cols, 3, results); break;
+                case 2: dot_int8_rows(&w, nibbles, &q, r, cols, 2, results); break;
+                default: dot_int8_rows(&w, nibbles, &q, r, cols, 1, results); break;
+                }
+                for (int j = 0; j < count; j++)
+                    store_result(out, out_is_bf16, (r + j) * rows + n, results[j]);
+            }
+        }
+        free_int8_rows(&q);
+        free(scratch);
+        return;
+    }
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         float *wide = malloc(sizeof(float) * (size_t)cols);
-        float results[8];
-        (void)results;
+        float results[8] = {0};
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < rows; n++) {
-            weight_row w = {f32 ? f32 + n * cols : NULL, codes ? codes + n * cols : NULL,
-                            scales ? scales + n * groups : NULL, zeros ? zeros + n * groups : NULL,
-                            group, group == 32 ? 1 : 0};
+            const weight_row w = {f32 ? f32 + n * cols : NULL, codes ? codes + n * row_bytes : NULL,
+                                  scales ? scales + n * groups : NULL,
+                                  zeros ? zeros + n * groups : NULL, group, group == 32 ? 1 : 0};
 #if defined(__AVX512F__)
-            (void)wide;
-            for (int64_t r = 0; r < m; r += 8) {
-                const int64_t left = m - r;
-                const float *xr = xf + r * cols;
-                /* constant counts and kinds: sums stay in registers, no branch per vector */
-                const int count = left >= 8 ? 8 : (int)left;
+            if (kind != NIBBLES_WITH_ZEROS) {
+                for (int64_t r = 0; r < m; r += 8) {
+                    const int64_t left = m - r;
+                    const float *xr = xf + r * cols;
+                    /* constant counts and kinds: sums stay in registers, no branch per vector */
+                    const int count = left >= 8 ? 8 : (int)left;
 #define DOT_ROWS(KIND)                                                                       \
     switch (count) {                                                                         \
     case 8: dot_rows_avx512(&w, xr, cols, 8, KIND, results); break;                          \
@@ -423,22 +811,36 @@ void matmul_rows(const float *f32, const int8_t *codes, const float *scales, con
     case 2: dot_rows_avx512(&w, xr, cols, 2, KIND, results); break;                          \
     default: dot_rows_avx512(&w, xr, cols, 1, KIND, results); break;                         \
     }
-                if (f32) {
-                    DOT_ROWS(FLOAT_ROWS)
-                } else if (zeros) {
-                    DOT_ROWS(SCALED_CODES_WITH_ZEROS)
-                } else {
-                    DOT_ROWS(SCALED_CODES)
-                }
+                    if (kind == FLOAT_ROWS) {
+                        DOT_ROWS(FLOAT_ROWS)
+                    } else if (kind == SCALED_CODES_WITH_ZEROS) {
+                        DOT_ROWS(SCALED_CODES_WITH_ZEROS)
+                    } else {
+                        DOT_ROWS(SCALED_CODES)
+                    }
 #undef DOT_ROWS
-                for (int j = 0; j < 8 && j < left; j++)
+                    for (int j = 0; j < 8 && j < left; j++)
+                        store_result(out, out_is_bf16, (r + j) * rows + n, results[j]);
+                }
+                continue;
+            }
+#endif
+            const float *weights = w.f32;
+            if (!weights) {
+                widen_row(&w, kind, cols, wide);
+                weights = wide;
+            }
+            for (int64_t r = 0; r < m; r += TILE) {
+                const int count = m - r >= TILE ? TILE : (int)(m - r);
+                const float *xr = xf + r * cols;
+                switch (count) { /* constant counts: sums stay in registers */
+                case 3: dot_rows8(xr, weights, cols, 3, results); break;
+                case 2: dot_rows8(xr, weights, cols, 2, results); break;
+                default: dot_rows8(xr, weights, cols, 1, results); break;
+                }
+                for (int j = 0; j < count; j++)
                     store_result(out, out_is_bf16, (r + j) * rows + n, results[j]);
             }
-#else
-            for (int64_t k = 0; k < cols; k++) wide[k] = weight_at(&w, k);
-            for (int64_t r = 0; r < m; r++)
-                store_result(out, out_is_bf16, r * rows + n, dot(xf + r * cols, wide, (int)cols));
-#endif
         }
         free(wide);
     }

@@ -5,7 +5,8 @@ call and how many masked slots follow it (measured: SDPA and matmul + softmax di
 bits between a 1-row and a k-row call, fp32 and bf16 alike), so a block would not equal one-token
 passes. These few loops fix every reduction's order per row instead; being plain C with no torch
 headers they compile in about a second with the C compiler the llama.cpp build already needs, and
-the shared object is cached under the cache dir, keyed by source, compiler and CPU.
+the shared object is cached under the cache dir, keyed by source, compiler and instruction-set
+level (`specchat.cpu`): each level is its own build, so a machine can run the lower ones too.
 
 A ctypes call costs about a microsecond, less than a torch op, so they also keep the per-layer
 overhead down.
@@ -16,16 +17,24 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from specchat import locations
+from specchat import cpu, locations
 from specchat.errors import SpecchatError
 
 _SOURCE = Path(__file__).with_name("exact_kernels.c")
-_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=c11"]
+_FLAGS = ["-O3", "-fno-math-errno", "-fPIC", "-shared", "-std=c11"]
+# -std=c11 (not gnu11) also means -ffp-contract=off: no multiply and add is fused behind the
+# source's back, so a level's vector code and its plain C compute the same bits
+_OPENMP = "-fopenmp"
+# what each level is built for on x86-64; avx512 is only ever the CPU's own (a level never
+# exceeds it), so it is built for the CPU itself, as it always was
+_X86_MARCH = {"generic": "-march=x86-64", "avx2": "-march=x86-64-v3", "avx512": "-march=native"}
 
 _p = ctypes.c_void_p
 _i64 = ctypes.c_int64
@@ -42,7 +51,7 @@ _SIGNATURES = {
         _p, _i32, _i32, _i32, _f32, _i32,  # out, heads, kv_heads, head_dim, scale, threads
     ],
     "matmul_rows": [
-        _p, _p, _p, _p, _i32,  # float32 rows, or int8 codes with scales (and zeros) per group
+        _p, _p, _p, _p, _i32, _i32, _i32,  # float32 rows, or codes with scales (and zeros): group, bits, int8 x
         _i64, _i64, _p, _i32, _i64, _p, _i32, _i32,  # rows, cols, x, x_is_bf16, m, out, out_is_bf16, threads
     ],
 }  # fmt: skip
@@ -53,12 +62,107 @@ def _compiler() -> str:
         if name and shutil.which(name):
             return name
     raise SpecchatError(
-        "the int4 runtime builds its attention kernels with a C compiler once; none was found "
+        "the int4 runtime builds its kernels with a C compiler once; none was found "
         "(install gcc, or use --backend llama)"
     )
 
 
-def _cpu_key() -> str:
+def level_flags(level: str) -> list[str]:
+    """The compiler flags that build the kernels for `level` on this machine."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return [_X86_MARCH[level]]
+    return []  # another architecture: plain C, vectorized by the compiler (NEON on ARM)
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """A loaded build: the library, the level it was built for and whether it runs threads
+    (OpenMP), or one thread where the compiler has no OpenMP."""
+
+    library: ctypes.CDLL
+    level: str
+    threaded: bool
+
+    def __getattr__(self, name: str):
+        return getattr(self.library, name)
+
+
+def kernels(level: str | None = None) -> Kernels:
+    """The kernels built for `level` (default: this process's, `specchat.cpu.level`), built on
+    first use and then loaded from the cache; a one-line SpecchatError when they cannot be."""
+    chosen = level or cpu.level()
+    return _load(chosen, _compiler())
+
+
+@cache
+def _load(level: str, compiler: str) -> Kernels:
+    import torch  # noqa: F401 - loads the OpenMP runtime the kernels then share with torch
+
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, check=False
+    ).stdout
+    flags = [*_FLAGS, *level_flags(level)]
+    native = any("native" in flag for flag in flags)
+    key = hashlib.sha256(
+        b"|".join(
+            [
+                _SOURCE.read_bytes(),
+                version.encode(),
+                " ".join(flags).encode(),
+                _cpu_flags().encode() if native else b"",
+            ]
+        )
+    ).hexdigest()[:16]
+    folder = locations.cache_dir() / "int4-kernels"
+    folder.mkdir(parents=True, exist_ok=True)
+    threaded_library = folder / f"exact_kernels-{level}-{key}-omp.so"
+    serial_library = folder / f"exact_kernels-{level}-{key}.so"
+    for library, threaded in ((threaded_library, True), (serial_library, False)):
+        if library.exists():
+            return _open(library, level, threaded)
+    error = _build(compiler, [*flags, _OPENMP], threaded_library)
+    if error is None:
+        return _open(threaded_library, level, True)
+    if _build(compiler, flags, serial_library) is None:  # no OpenMP here: one thread
+        return _open(serial_library, level, False)
+    raise SpecchatError(f"cannot build the int4 runtime's kernels with {compiler}: {error}")
+
+
+def _build(compiler: str, flags: list[str], library: Path) -> str | None:
+    """Compile the kernels into `library`; None, or the compiler's first line of complaint."""
+    partial = library.with_name(f".{library.stem}.{os.getpid()}.so")
+    try:
+        built = subprocess.run(
+            [compiler, *flags, "-o", str(partial), str(_SOURCE), "-lm"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        partial.unlink(missing_ok=True)
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if built.returncode != 0 or not partial.exists():
+        partial.unlink(missing_ok=True)
+        lines = (built.stderr or built.stdout).strip().splitlines()
+        return next((line for line in lines if "error" in line), lines[0] if lines else "failed")
+    os.replace(partial, library)
+    return None
+
+
+def _open(library: Path, level: str, threaded: bool) -> Kernels:
+    try:
+        lib = ctypes.CDLL(str(library))
+    except OSError as exc:
+        raise SpecchatError(f"cannot load the int4 runtime's kernels: {exc}") from None
+    for name, argtypes in _SIGNATURES.items():
+        function = getattr(lib, name)
+        function.argtypes = argtypes
+        function.restype = None
+    return Kernels(lib, level, threaded)
+
+
+def _cpu_flags() -> str:
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
@@ -67,45 +171,3 @@ def _cpu_key() -> str:
     except OSError:
         pass
     return ""
-
-
-@cache
-def kernels() -> ctypes.CDLL:
-    """The compiled kernels (built on first use, then loaded from the cache)."""
-    import torch  # noqa: F401 - loads the OpenMP runtime the kernels then share with torch
-
-    compiler = _compiler()
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, check=False
-    ).stdout
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(
-        b"|".join([source, version.encode(), " ".join(_FLAGS).encode(), _cpu_key().encode()])
-    ).hexdigest()[:16]
-    folder = locations.cache_dir() / "int4-kernels"
-    folder.mkdir(parents=True, exist_ok=True)
-    library = folder / f"exact_kernels-{key}.so"
-    if not library.exists():
-        partial = folder / f".exact_kernels-{key}.{os.getpid()}.so"
-        built = subprocess.run(
-            [compiler, *_FLAGS, "-o", str(partial), str(_SOURCE), "-lm"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if built.returncode != 0:
-            partial.unlink(missing_ok=True)
-            message = (built.stderr.strip().splitlines() or ["no message"])[0]
-            raise SpecchatError(
-                f"cannot build the int4 runtime's kernels with {compiler}: {message}"
-            )
-        os.replace(partial, library)
-        for stale in folder.glob("exact_kernels-*.so"):  # builds of older sources or compilers
-            if stale != library:
-                stale.unlink(missing_ok=True)
-    lib = ctypes.CDLL(str(library))
-    for name, argtypes in _SIGNATURES.items():
-        function = getattr(lib, name)
-        function.argtypes = argtypes
-        function.restype = None
-    return lib

@@ -70,6 +70,20 @@ class Int4Blocks:
         weights = (codes - 8.0) * self.scales[..., None] + self.zeros[..., None]
         return weights.reshape(rows, cols).astype(np.float32)
 
+    def nibbles(self) -> Nibbles:
+        """The same weights as two codes a byte with w = code * scale + zero (float32, exact:
+        the zeros are Q4_1's minimum, Q4_0's -8 * scale and Q4_K's -dmin * m, each exact in
+        float32), for exact_kernels.c. A group's 16 bytes hold weight j low and j + 16 high,
+        ggml's own order."""
+        rows, cols = self.codes.shape
+        codes = self.codes.reshape(rows, cols // GROUP_SIZE, 2, GROUP_SIZE // 2)
+        packed = (codes[:, :, 0] | (codes[:, :, 1] << 4)).astype(np.uint8).reshape(rows, -1)
+        return Nibbles(
+            packed,
+            self.scales.astype(np.float32),
+            (self.zeros - 8.0 * self.scales).astype(np.float32),
+        )
+
     @staticmethod
     def concat(parts: list[Int4Blocks]) -> Int4Blocks:
         """Rows of several weights stacked: one kernel call for q, k and v (or gate and up)."""
@@ -78,6 +92,20 @@ class Int4Blocks:
             np.concatenate([p.scales for p in parts]),
             np.concatenate([p.zeros for p in parts]),
         )
+
+
+@dataclass(frozen=True)
+class Nibbles:
+    """A [rows, cols] weight as 4-bit codes two a byte and a float32 scale and zero per 32
+    weights of a row: w = code * scale + zero, one fused multiply-add (see Int4Blocks.nibbles)."""
+
+    packed: np.ndarray  # uint8 [rows, cols // 2]
+    scales: np.ndarray  # float32 [rows, cols // 32]
+    zeros: np.ndarray  # float32 [rows, cols // 32]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.packed.shape[0], self.packed.shape[1] * 2
 
 
 def _halves(raw: np.ndarray) -> np.ndarray:
@@ -148,6 +176,10 @@ class GroupedInt8:
     scales: np.ndarray  # float32 [rows, cols // group]
     zeros: np.ndarray | None  # float32 [rows, cols // group], or None for pure scales
     group: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.codes.shape
 
     def dequantize(self) -> np.ndarray:
         rows, cols = self.codes.shape

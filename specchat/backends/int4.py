@@ -16,6 +16,7 @@ import numpy as np
 
 from specchat.backends.base import LOCAL, Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
+from specchat.backends.exact_kernels import kernels
 from specchat.backends.gguf_header import GGUFHeader
 from specchat.backends.gguf_tensors import (
     SUPPORTED_ARCHITECTURES,
@@ -24,6 +25,7 @@ from specchat.backends.gguf_tensors import (
     int4_types,
 )
 from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf
+from specchat import cpu
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -43,17 +45,22 @@ def ancestry(parents: tuple[int, ...] | list[int]) -> np.ndarray:
     return table
 
 
-def cost_key(path: Path) -> str:
-    """What this runtime's pass costs (and exactness) on the file are kept under."""
-    return f"int4|{path.name}|{path.stat().st_size}"
+def cost_key(path: Path, level: str | None = None) -> str:
+    """What this runtime's pass costs (and exactness) on the file are kept under: the file and
+    the instruction-set level its kernels run at, which changes both."""
+    return f"int4|{path.name}|{path.stat().st_size}|{level or cpu.level()}"
 
 
 def unavailable_reason(path: Path, device: str) -> str | None:
     """Why the int4 runtime cannot run the GGUF at `path` on `device` (None: it can), from the
-    file's header alone: a Llama-family model without RoPE scaling whose tensors are all of
-    types it carries, on the CPU."""
+    file's header and the kernels' build: a Llama-family model without RoPE scaling whose
+    tensors are all of types it carries, on a CPU where its kernels build."""
     if device != "cpu":
         return "the int4 runtime runs on the CPU only"
+    try:
+        kernels()
+    except SpecchatError as exc:
+        return str(exc)
     header = GGUFHeader(path)
     arch = header.metadata.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
@@ -81,8 +88,11 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         device: str = "cpu",
         threads: int | None = None,
         n_ctx: int = 4096,
+        level: str | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
+        """`level`: the instruction-set level its kernels run at (default: the process's,
+        `specchat.cpu.level`)."""
         import torch
 
         path = Path(model_path)
@@ -109,11 +119,17 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self.add_bos = self.vocabulary.add_bos
         self.bos_id = self.vocabulary.bos_id
         self.model = Int4Llama(
-            tensors, n_ctx=self.n_ctx, max_block=_MAX_BLOCK, threads=self.threads, progress=progress
+            tensors,
+            n_ctx=self.n_ctx,
+            max_block=_MAX_BLOCK,
+            threads=self.threads,
+            level=level,
+            progress=progress,
         )
+        self.level = self.model.level
         self._n_committed = 0
         self._pending: Block | None = None
-        self._costs = BlockCostTable(self, key=cost_key(path))
+        self._costs = BlockCostTable(self, key=cost_key(path, self.level))
 
     # -- KV cache and blocks ---------------------------------------------------------------------
 

@@ -2,11 +2,16 @@
 
 Why it is shaped this way: on a CPU a speculative block is cheap only if the k-row matmuls cost
 little more than 1-row ones, and a decoder stays exactly greedy only if a block's rows equal
-one-token passes. torch's int4 kernel (`_weight_int4pack_mm_for_cpu`, bf16 activations) gives
-both: each output row is the same fixed sum whatever the number of rows. Everything else (norms,
-SwiGLU, RoPE, attention, the LM head and any weight the file stores in another type) runs in
-exact_kernels.c, whose rows are exact by construction, so a layer is four matmuls and three C
-calls: little per-op overhead, and a block row that equals the same token evaluated alone.
+one-token passes. Every kernel on the path computes an output row by one fixed sum whatever the
+number of rows, so a layer is four matmuls and three C calls: little per-op overhead, and a block
+row that equals the same token evaluated alone.
+
+Who carries the 4-bit weights depends on the instruction-set level (`specchat.cpu`): on AVX-512,
+torch's int4 kernel (`_weight_int4pack_mm_for_cpu`, bf16 activations, bf16 scales); below it,
+where that kernel's cost grows with every row, exact_kernels.c's own (`matmul_rows` on the file's
+nibbles: each weight row widened once to exact float32 weights and shared by every token of the
+block). Everything else (norms, SwiGLU, RoPE, attention, the LM head and any weight the file
+stores in another type) runs in exact_kernels.c at every level.
 
 Numbers: the residual stream is float32; matmul inputs and outputs are bf16 (the kernel's only
 fast type); keys are cached after RoPE in float32 and values in bf16 (what the projection gave);
@@ -20,13 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specchat.backends.exact_kernels import kernels
+from specchat.backends.exact_kernels import Kernels, kernels
 from specchat.backends.gguf_tensors import (
     GROUP_SIZE,
     SUPPORTED_ARCHITECTURES,
     GGUFTensors,
     GroupedInt8,
     Int4Blocks,
+    Nibbles,
 )
 from specchat.errors import SpecchatError
 
@@ -112,29 +118,49 @@ class Int4Linear:
         return self.mm(x, self.packed, GROUP_SIZE, self.scales_and_zeros)
 
 
+# levels whose 4-bit weights torch's int4 kernel carries, with float32 x everywhere else: the
+# build it was measured fastest on; below it that kernel's cost grows with every row of a block
+# (docs/benchmarks.md), and matmul_rows carries them with 8-bit x
+TORCH_INT4_LEVELS = frozenset({"avx512"})
+
+
 class RowsLinear:
-    """y = x W^T in exact_kernels.c for weights the int4 kernel cannot carry: Q8_0, Q5_x and Q6_K
-    as int8 codes with their blocks' scales (exactly the file's weights, a byte each), anything
-    else dequantized once to float32. Float32 sums whose order does not depend on how many rows
-    share the call; bf16 in and out in the layers, float32 for the LM head.
+    """y = x W^T in exact_kernels.c: 4-bit blocks as nibbles with a scale and zero per 32 (below
+    AVX-512), Q8_0, Q5_x and Q6_K as int8 codes with their blocks' scales (exactly the file's
+    weights, a byte each), anything else dequantized once to float32. Float32 sums whose order
+    does not depend on how many rows share the call; bf16 in and out in the layers, float32 for
+    the LM head.
 
     (oneDNN's prepacked bf16 linear was tried first: at 1536 inputs a row's bits changed with the
     number of rows in the call, and its bf16 weights rounded the file's.)"""
 
-    def __init__(self, weight: GroupedInt8 | np.ndarray, *, float32_out: bool = False) -> None:
-        if isinstance(weight, GroupedInt8):
+    def __init__(
+        self,
+        weight: GroupedInt8 | Nibbles | np.ndarray,
+        *,
+        float32_out: bool = False,
+        library: Kernels | None = None,
+    ) -> None:
+        self.code_bits = 8
+        if isinstance(weight, Nibbles):
+            self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
+            self.group, self.f32, self.code_bits = GROUP_SIZE, None, 4
+        elif isinstance(weight, GroupedInt8):
             self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
             self.group, self.f32 = weight.group, None
         else:
             self.f32 = np.ascontiguousarray(weight, dtype=np.float32)
             self.codes = self.scales = self.zeros = None
             self.group = 0
-        self.out_features, self.in_features = (weight.codes if self.f32 is None else weight).shape
+        self.out_features, self.in_features = weight.shape
         if self.in_features % 32 or self.group not in (0, 16, 32):
             raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
         self.float32_out = float32_out
         self.threads = 1
-        self._kernels = kernels()
+        self._kernels = library or kernels()
+        # where matmul_rows carries the 4-bit weights it also rounds x to 8 bits for them and
+        # for Q8_0 / Q5_0 (integer dot products, as llama.cpp's); on AVX-512 x stays float32
+        self.int8_x = self._kernels.level not in TORCH_INT4_LEVELS
 
     @staticmethod
     def _pointer(array: np.ndarray | None) -> int | None:
@@ -146,28 +172,41 @@ class RowsLinear:
         out = torch.empty((x.shape[0], self.out_features), dtype=out_type)
         self._kernels.matmul_rows(
             self._pointer(self.f32), self._pointer(self.codes), self._pointer(self.scales),
-            self._pointer(self.zeros), self.group, self.out_features, self.in_features,
+            self._pointer(self.zeros), self.group, self.code_bits, self.int8_x,
+            self.out_features, self.in_features,
             x.data_ptr(), x.dtype == torch.bfloat16, x.shape[0], out.data_ptr(),
             out_type == torch.bfloat16, self.threads,
         )  # fmt: skip
         return out
 
 
-def rows_linear(tensors: GGUFTensors, name: str, *, float32_out: bool = False) -> RowsLinear:
+
+
+def four_bit_linear(blocks: Int4Blocks, library: Kernels) -> Int4Linear | RowsLinear:
+    """The carrier of 4-bit weights at the kernels' level."""
+    if library.level in TORCH_INT4_LEVELS:
+        return Int4Linear(blocks)
+    return RowsLinear(blocks.nibbles(), library=library)
+
+
+def rows_linear(
+    tensors: GGUFTensors, name: str, library: Kernels, *, float32_out: bool = False
+) -> RowsLinear:
     grouped = tensors.grouped_int8(name)
     weight = grouped if grouped is not None else tensors.dense(name)
-    return RowsLinear(weight, float32_out=float32_out)
+    return RowsLinear(weight, float32_out=float32_out, library=library)
 
 
 class Projection:
     """Several weights that read the same input (q, k, v; gate, up): one call when they share a
     carrier. `parts(x)` gives each part's output as (tensor, first column)."""
 
-    def __init__(self, tensors: GGUFTensors, names: list[str]) -> None:
+    def __init__(self, tensors: GGUFTensors, names: list[str], library: Kernels) -> None:
         if all(tensors.is_int4(name) for name in names):
-            self.linears = [Int4Linear(Int4Blocks.concat([tensors.int4_blocks(n) for n in names]))]
+            blocks = Int4Blocks.concat([tensors.int4_blocks(n) for n in names])
+            self.linears = [four_bit_linear(blocks, library)]
         else:
-            self.linears = [_linear(tensors, name) for name in names]
+            self.linears = [_linear(tensors, name, library) for name in names]
         self.widths = [tensors.shape(name)[0] for name in names]
         self._starts = [sum(self.widths[:i]) for i in range(len(names))]
         self.carriers = [type(linear).__name__ for linear in self.linears]
@@ -179,10 +218,10 @@ class Projection:
         return [(linear(x), 0) for linear in self.linears]
 
 
-def _linear(tensors: GGUFTensors, name: str) -> Int4Linear | RowsLinear:
+def _linear(tensors: GGUFTensors, name: str, library: Kernels) -> Int4Linear | RowsLinear:
     if tensors.is_int4(name):
-        return Int4Linear(tensors.int4_blocks(name))
-    return rows_linear(tensors, name)
+        return four_bit_linear(tensors.int4_blocks(name), library)
+    return rows_linear(tensors, name, library)
 
 
 @dataclass
@@ -228,9 +267,11 @@ class Int4Llama:
         n_ctx: int,
         max_block: int = 512,
         threads: int = 2,
+        level: str | None = None,
         progress=None,
     ) -> None:
         shape = LlamaShape.read(tensors)
+        self._kernels = library = kernels(level)
         self.shape = shape
         self.tensors = tensors
         self.n_ctx = n_ctx
@@ -247,18 +288,18 @@ class Int4Llama:
             self.layers.append(
                 Layer(
                     attn_norm=torch.from_numpy(tensors.dense(blk + "attn_norm.weight")),
-                    qkv=Projection(tensors, [blk + "attn_q.weight", blk + "attn_k.weight", blk + "attn_v.weight"]),
-                    output=_linear(tensors, blk + "attn_output.weight"),
+                    qkv=Projection(tensors, [blk + "attn_q.weight", blk + "attn_k.weight", blk + "attn_v.weight"], library),
+                    output=_linear(tensors, blk + "attn_output.weight", library),
                     ffn_norm=torch.from_numpy(tensors.dense(blk + "ffn_norm.weight")),
-                    gate_up=Projection(tensors, [blk + "ffn_gate.weight", blk + "ffn_up.weight"]),
-                    down=_linear(tensors, blk + "ffn_down.weight"),
+                    gate_up=Projection(tensors, [blk + "ffn_gate.weight", blk + "ffn_up.weight"], library),
+                    down=_linear(tensors, blk + "ffn_down.weight", library),
                 )
             )  # fmt: skip
         self.final_norm = torch.from_numpy(tensors.dense("output_norm.weight"))
         if progress:
             progress("preparing the output layer")
         # the LM head in float32 on the file's exact weights: float32 logits
-        self.head = rows_linear(tensors, self.head_name, float32_out=True)
+        self.head = rows_linear(tensors, self.head_name, library, float32_out=True)
         factors = tensors.dense("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.cos, self.sin = rope_tables(shape, n_ctx, factors)
         self.slots = n_ctx + max_block
@@ -266,9 +307,13 @@ class Int4Llama:
         kv = (shape.layers, shape.kv_heads)
         self.k_cache = torch.zeros((*kv, shape.head_dim, self.slots), dtype=torch.float32)
         self.v_cache = torch.zeros((*kv, self.slots, shape.head_dim), dtype=torch.bfloat16)
-        self._kernels = kernels()
         self._scale = float(shape.head_dim**-0.5)
         self.threads = threads
+
+    @property
+    def level(self) -> str:
+        """The instruction-set level the kernels were built for."""
+        return self._kernels.level
 
     @property
     def threads(self) -> int:

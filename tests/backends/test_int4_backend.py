@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from specchat import cpu
 from specchat.backends.base import Block, ChatMessage
+from specchat.backends.exact_kernels import kernels
 from specchat.backends.gguf_tensors import GGUFTensors
 from specchat.backends.int4_model import Int4Linear, RowsLinear
 from specchat.errors import SpecchatError
@@ -25,6 +27,8 @@ from specchat.prompting import chat_prompt_ids
 # 8 bits, we round them to bf16): measured over 8 prompts x 48 greedy tokens on four files, the
 # two picked different tokens only where llama.cpp's top two were within 0.37 of each other.
 NEAR_TIE = 0.75
+# the instruction-set levels this machine runs: its own and every one below it
+LEVELS_HERE = cpu.LEVELS[: cpu.LEVELS.index(cpu.native_level()) + 1]
 
 
 @pytest.fixture(scope="session")
@@ -110,6 +114,7 @@ def test_packed_kernel_weights_differ_only_by_bf16_scales(bundled_gguf, quantize
     assert np.abs(seen - exact).max() < 0.25 * step[step > 0].min() + bound.max()
 
 
+@pytest.mark.parametrize("level", LEVELS_HERE)
 @pytest.mark.parametrize(
     "file,kind",
     [
@@ -120,7 +125,7 @@ def test_packed_kernel_weights_differ_only_by_bf16_scales(bundled_gguf, quantize
         ("Q5_K_M", "Q5_K"),
     ],
 )
-def test_other_types_are_carried_as_the_files_weights(quantized, file, kind) -> None:
+def test_other_types_are_carried_as_the_files_weights(quantized, file, kind, level) -> None:
     """Types without 4-bit blocks become int8 codes with their blocks' scales (and zeros), which
     give gguf's dequantized weights bit for bit; the C matmul multiplies by exactly those (read
     back through an identity matrix: in float32 as the head runs, rounded once to bf16 as a layer
@@ -134,12 +139,19 @@ def test_other_types_are_carried_as_the_files_weights(quantized, file, kind) -> 
     assert grouped is not None and np.array_equal(grouped.dequantize(), exact)
     cols = exact.shape[1]
     with torch.inference_mode():
-        head = RowsLinear(grouped, float32_out=True)(torch.eye(cols))
-        layer = RowsLinear(grouped)(torch.eye(cols, dtype=torch.bfloat16))
-        dense = RowsLinear(exact, float32_out=True)(torch.eye(cols))
-    assert torch.equal(head.T, torch.from_numpy(exact))
+        linear = RowsLinear(grouped, float32_out=True, library=kernels(level))
+        head = linear(torch.eye(cols))
+        layer = RowsLinear(grouped, library=kernels(level))(torch.eye(cols, dtype=torch.bfloat16))
+        dense = RowsLinear(exact, float32_out=True, library=kernels(level))(torch.eye(cols))
     assert torch.equal(dense.T, torch.from_numpy(exact))
-    assert torch.equal(layer.T, torch.from_numpy(exact).to(torch.bfloat16))
+    if linear.int8_x and grouped.group == 32 and grouped.zeros is None:
+        # x rounded to 8 bits: a one-hot row is exactly 127 times its scale 1/127, so each
+        # weight comes back within a few float32 roundings of the file's
+        assert np.allclose(head.T.numpy(), exact, rtol=4e-7, atol=0)
+        assert np.allclose(layer.T.float().numpy(), exact, rtol=2.0**-8, atol=0)
+    else:
+        assert torch.equal(head.T, torch.from_numpy(exact))
+        assert torch.equal(layer.T, torch.from_numpy(exact).to(torch.bfloat16))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -185,23 +197,27 @@ def teacher_forced_disagreements(llama, int4, prompt: str, tokens: int) -> list[
 @pytest.mark.parametrize(
     "file,carriers",
     [
-        ("Q4_1", {"Int4Linear"}),
-        ("Q4_0", {"Int4Linear"}),
-        ("Q4_K_M", {"Int4Linear", "RowsLinear"}),
+        ("Q4_1", {"4-bit"}),
+        ("Q4_0", {"4-bit"}),
+        ("Q4_K_M", {"4-bit", "RowsLinear"}),
         ("Q8_0", {"RowsLinear"}),
     ],
 )
 def test_greedy_agrees_with_llama_cpp_outside_near_ties(
     bundled_gguf, quantized, int4_backend, file, carriers
 ) -> None:
+    """At the machine's own level; 4-bit weights ride torch's int4 kernel on AVX-512 and the C
+    kernels below it."""
     from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4_model import TORCH_INT4_LEVELS
     from specchat.backends.llama import LlamaBackend
 
     path = model_file(file, bundled_gguf, quantized)
     llama = LlamaBackend(path, n_ctx=512, max_branches=1, threads=1)
     int4 = int4_backend if file == "Q4_1" else Int4Backend(path, n_ctx=512, threads=1)
+    four_bit = "Int4Linear" if int4.level in TORCH_INT4_LEVELS else "RowsLinear"
     try:
-        assert set(int4.model.carriers()) == carriers
+        assert set(int4.model.carriers()) == {four_bit if c == "4-bit" else c for c in carriers}
         assert int4.exactness().bitwise
         for prompt in ("Give me three tips for sleeping well.", "Write a haiku about autumn."):
             differ = teacher_forced_disagreements(llama, int4, prompt, 32)

@@ -1,0 +1,94 @@
+"""The CPU a run computes on: its model name and the instruction-set level the kernels use.
+
+Why a level and not just "the CPU": a runtime's speed and its exact arithmetic both depend on which
+vector instructions its kernels were built for, and most machines (AVX2 laptops, ARM) are not the
+AVX-512 ones the fast paths were first written on. `SPECCHAT_CPU` (also `cpu` in settings.toml
+and `--cpu`) caps the level, so any machine can run and test the lower ones; the int4 runtime's C
+kernels are built per level, and torch follows through `ATEN_CPU_CAPABILITY`. Figures name the
+CPU and the level that ran (`describe`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import cache
+
+from specchat.errors import SpecchatError
+
+# lowest first; a cap never raises a level above what the CPU has
+LEVELS = ("generic", "avx2", "avx512")
+ENV = "SPECCHAT_CPU"
+# what each level needs in /proc/cpuinfo's flags (x86-64-v3 and v4, as compilers define them)
+_NEEDS = {
+    "avx2": {"avx2", "fma", "f16c", "bmi2"},
+    "avx512": {"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq"},
+}
+# torch's names for the same caps
+_TORCH_CAPABILITY = {"generic": "default", "avx2": "avx2", "avx512": "avx512"}
+
+
+@cache
+def _cpuinfo() -> tuple[str, frozenset[str]]:
+    name, flags = "", frozenset()
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if not name and key in ("model name", "Model", "Hardware"):
+                    name = value.strip()
+                elif not flags and key in ("flags", "Features"):
+                    flags = frozenset(value.split())
+    except OSError:
+        pass
+    return name or platform.processor() or platform.machine() or "unknown CPU", flags
+
+
+def cpu_name() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it."""
+    return _cpuinfo()[0]
+
+
+def native_level() -> str:
+    """The highest level this CPU runs: avx512 or avx2 on x86-64 with those features, else
+    generic (plain C, which the compiler vectorizes where it can: NEON on ARM)."""
+    flags = _cpuinfo()[1]
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        for level in reversed(LEVELS[1:]):
+            if _NEEDS[level] <= flags:
+                return level
+    return "generic"
+
+
+def check_level(value: str) -> str:
+    """`value` as a level name, or a one-line error."""
+    level = value.strip().lower()
+    if level not in LEVELS:
+        raise SpecchatError(f"{ENV}={value!r}: use one of {', '.join(LEVELS)}")
+    return level
+
+
+def level() -> str:
+    """The level the kernels use: the CPU's own, capped by SPECCHAT_CPU where set."""
+    native = native_level()
+    cap = os.environ.get(ENV, "").strip()
+    if not cap:
+        return native
+    capped = check_level(cap)
+    return min(capped, native, key=LEVELS.index)
+
+
+def apply(cap: str | None) -> None:
+    """Cap the level for this process (None: the environment's or the CPU's own). torch reads
+    its cap once, at its first kernel call: a process that already ran torch keeps its own."""
+    if cap:
+        os.environ[ENV] = check_level(cap)
+    os.environ.setdefault("ATEN_CPU_CAPABILITY", _TORCH_CAPABILITY[level()])
+
+
+def describe() -> str:
+    """The CPU line every figure carries: model name, the level that ran, and the CPU's own."""
+    ran, native = level(), native_level()
+    shown = ran if ran == native else f"{ran}, capped from {native}"
+    return f"{cpu_name()} ({shown})"
