@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specchat import cpu
 from specchat.backends.base import LOCAL, Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.exact_kernels import kernels
@@ -25,7 +26,6 @@ from specchat.backends.gguf_tensors import (
     int4_types,
 )
 from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf
-from specchat import cpu
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 

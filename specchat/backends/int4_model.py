@@ -180,8 +180,6 @@ class RowsLinear:
         return out
 
 
-
-
 def four_bit_linear(blocks: Int4Blocks, library: Kernels) -> Int4Linear | RowsLinear:
     """The carrier of 4-bit weights at the kernels' level."""
     if library.level in TORCH_INT4_LEVELS:
