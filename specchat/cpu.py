@@ -87,8 +87,34 @@ def apply(cap: str | None) -> None:
     os.environ.setdefault("ATEN_CPU_CAPABILITY", _TORCH_CAPABILITY[level()])
 
 
-def describe() -> str:
-    """The CPU line every figure carries: model name, the level that ran, and the CPU's own."""
-    ran, native = level(), native_level()
-    shown = ran if ran == native else f"{ran}, capped from {native}"
+def level_of_build(system_info: str) -> str:
+    """The level a llama.cpp build's CPU kernels use, from `llama_print_system_info()`: ggml
+    picks its kernels when it is compiled (`-DGGML_NATIVE=OFF` builds AVX2), not by SPECCHAT_CPU."""
+    found = {
+        part.split("=")[0].strip()
+        for part in system_info.split("|")
+        if part.strip().endswith("= 1")
+    }
+    if "AVX512" in found:
+        return "avx512"
+    return "avx2" if {"AVX2", "FMA"} <= found else "generic"
+
+
+def torch_level() -> str:
+    """The level torch's CPU kernels run at in this process (ATEN_CPU_CAPABILITY caps it)."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    return (
+        "avx512"
+        if capability.startswith("avx512")
+        else ("avx2" if capability == "avx2" else "generic")
+    )
+
+
+def describe(ran: str | None = None) -> str:
+    """The CPU line every figure carries: the model name and the level that ran (`ran`, default
+    this process's), with the CPU's own where that is higher."""
+    ran, native = ran or level(), native_level()
+    shown = ran if ran == native else f"{ran}; the CPU has {native}"
     return f"{cpu_name()} ({shown})"

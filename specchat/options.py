@@ -23,6 +23,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cache
 from typing import Annotated, Any
 
+from specchat.cpu import LEVELS as CPU_LEVELS
 from specchat.decoding.params import Param
 from specchat.errors import SpecchatError
 
@@ -86,6 +87,12 @@ class RunConfig:
     device: str = option("cpu", "cpu or cuda", choices=("cpu", "cuda"))
     threads: int | None = option(
         None, "CPU threads (default: the physical cores)", minimum=1, maximum=1024, legacy_unset=0
+    )
+    cpu: str | None = option(
+        None,
+        "cap the instruction set of the int4 runtime's kernels and of torch: "
+        f"{', '.join(reversed(CPU_LEVELS))} (default: what the CPU has)",
+        choices=CPU_LEVELS,
     )
     n_ctx: int = option(
         4096, "context window in tokens", flags=("--n-ctx",), minimum=16, maximum=1 << 20

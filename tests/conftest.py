@@ -106,6 +106,24 @@ def int4_backend(bundled_gguf):
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="session")
+def int4_at_level(bundled_gguf):
+    """The bundled model on the int4 runtime at an instruction-set level (SPECCHAT_CPU's caps),
+    loaded when first asked for, on one thread."""
+    from specchat.backends.int4 import Int4Backend
+
+    loaded = {}
+
+    def at(level: str):
+        if level not in loaded:
+            loaded[level] = Int4Backend(bundled_gguf, n_ctx=2048, threads=1, level=level)
+        return loaded[level]
+
+    yield at
+    for backend in loaded.values():
+        backend.close()
+
+
 @pytest.fixture
 def fresh_llama(llama_backend):
     """The shared llama backend with an empty cache."""

@@ -113,6 +113,7 @@ class NumpyBackend:
     """
 
     name = "numpy"
+    level = "generic"  # plain numpy: no kernels of its own
     capabilities = LOCAL
     device = "cpu"
 

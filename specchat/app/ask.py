@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Callable
 
+from specchat import cpu
 from specchat.app.drafts_view import explanation
 from specchat.app.foreground import generating
 from specchat.app.tui.runs import RunText
@@ -63,9 +64,10 @@ def _step_json(event: StepEvent, rejected: str) -> str:
     )
 
 
-def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None) -> str:
+def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None, loaded: Backend) -> str:
     """The last line of `--json`: `decoder` ran last; `exactness`: whether the model's block
-    logits are its one-token passes' (null on a remote server)."""
+    logits are its one-token passes' (null on a remote server); `runtime` and `cpu`: what ran
+    it, and on what CPU at which instruction-set level (null on a GPU or a server)."""
     return json.dumps(
         {
             "type": "done",
@@ -76,6 +78,8 @@ def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None) -> s
             "decoder": decoder,
             "stats": event.stats.as_dict(),
             "exactness": None if exactness is None else exactness.as_dict(),
+            "runtime": loaded.name,
+            "cpu": cpu.describe(loaded.level) if loaded.level else None,
             # null: sampled from the target's distribution (or greedy); else what soft matching did
             "distribution_note": not_target_distribution(event.stats.distance_per_token),
         },
@@ -222,7 +226,7 @@ def run_ask(
                     if as_json:
                         if explain:
                             print(_drafts_json(answer), flush=True)
-                        print(_done_json(event, ran, exactness), flush=True)
+                        print(_done_json(event, ran, exactness, loaded), flush=True)
                     else:
                         sys.stdout.write("\n")
                         if event.finish_reason == "cancelled":

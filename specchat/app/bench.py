@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specchat import __version__
+from specchat import __version__, cpu
 from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
 from specchat.bench.llama_server import stopped_when_terminated
@@ -44,16 +44,6 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             pass
     return found
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def run_bench(
@@ -129,7 +119,8 @@ def run_bench(
     summary = summarize(rows, baseline_name())
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {
-        "machine": f"{_cpu_name()}, {os.cpu_count()} logical cores, {platform.system()}",
+        "machine": f"{cpu.cpu_name()}, {os.cpu_count()} logical cores, {platform.system()}",
+        "cpu": cpu.describe(loaded.level) if loaded.level else None,
         "model": loaded.model_name,
         "backend": loaded.name,
         "device": loaded.device,
@@ -143,7 +134,10 @@ def run_bench(
         "versions": _versions(),
         "decoder_params": per,
     }
-    print_report(Console(file=sys.stdout), summary, ordered_categories, rows)
+    console = Console(file=sys.stdout)
+    where = environment["cpu"] or loaded.device
+    console.print(f"{loaded.model_name} on {loaded.name} · {where}", markup=False)
+    print_report(console, summary, ordered_categories, rows)
     if json_out:
         result = {
             "summary": summary,

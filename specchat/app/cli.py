@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from specchat import __version__
+from specchat import __version__, cpu
 from specchat.errors import SpecchatError
 from specchat.options import ASK, BENCH, CHAT, COMPARE, RunConfig, cli_parameters, resolve
 from specchat.settings import load_settings
@@ -58,7 +58,9 @@ def run_command(name: str, target: typer.Typer | None = None):
 def run_config(command: str, flags: dict[str, object]) -> tuple[RunConfig, RunConfig, str | None]:
     """(the settings file's values, this run's configuration, why the file was not usable)."""
     settings, broken = load_settings()
-    return settings, resolve(settings, flags, command), broken
+    config = resolve(settings, flags, command)
+    cpu.apply(config.cpu)  # before anything computes: torch reads its cap once
+    return settings, config, broken
 
 
 def _warn(broken: str | None) -> None:

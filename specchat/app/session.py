@@ -133,7 +133,7 @@ class ChatSession:
         b = self.backend
         if b is None:
             return "no model"
-        label = f"{b.model_name} · {b.name} {b.device}"
+        label = f"{b.model_name} · {b.name} {b.device}{f' {b.level}' if b.level else ''}"
         return f"{label} · {self.exactness.label}" if self.exactness is not None else label
 
     def load(self, progress: Callable[[str], None]) -> tuple[float, str | None]:

@@ -128,6 +128,7 @@ class Backend(Protocol):
     name: str  # "llama" or "hf"
     capabilities: Capabilities
     device: str
+    level: str  # the instruction-set level its CPU kernels run at (specchat.cpu), "" on a GPU
     model_name: str
     vocab_size: int
     eos_ids: frozenset[int]

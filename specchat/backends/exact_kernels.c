@@ -640,11 +640,17 @@ static inline float halve8_avx2(__m256 t) {
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
 }
 
+/* A mask of the first `count` (capped at 8) lanes. */
+static inline __m256i first_lanes(int64_t count) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(count > 8 ? 8 : (int)count),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 /* Group g of one weight row against COUNT x rows, into their accumulators. */
 static inline __attribute__((always_inline)) void group_into(const weight_row *w, int nibbles,
                                                              const int8_rows *q, int64_t r0,
                                                              int64_t cols, int count, int64_t g,
-                                                             __m256 *acc) {
+                                                             const float *factors, __m256 *acc) {
     __m256i codes, magnitudes = _mm256_setzero_si256();
     if (nibbles) {
         const __m128i raw = _mm_loadu_si128((const __m128i *)(w->codes + 16 * g));
@@ -654,7 +660,6 @@ static inline __attribute__((always_inline)) void group_into(const weight_row *w
         codes = _mm256_loadu_si256((const __m256i *)(w->codes + QGROUP * g));
         magnitudes = _mm256_sign_epi8(codes, codes); /* |code|, as unsigned bytes */
     }
-    const float scale = w->scales[g];
     for (int j = 0; j < count; j++) {
         const int64_t r = r0 + j;
         __m256i x = _mm256_loadu_si256((const __m256i *)(q->codes + r * cols + QGROUP * g));
@@ -666,8 +671,7 @@ static inline __attribute__((always_inline)) void group_into(const weight_row *w
             pairs = _mm256_maddubs_epi16(magnitudes, x);
         }
         const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-        const __m256 factor = _mm256_set1_ps(scale * q->scales[r * q->padded + g]);
-        acc[j] = _mm256_fmadd_ps(lanes, factor, acc[j]);
+        acc[j] = _mm256_fmadd_ps(lanes, _mm256_broadcast_ss(factors + j * q->padded + g), acc[j]);
     }
 }
 
@@ -675,13 +679,19 @@ static inline __attribute__((always_inline)) void group_into(const weight_row *w
 static inline __attribute__((always_inline)) void dot_int8_rows(const weight_row *w, int nibbles,
                                                                 const int8_rows *q, int64_t r0,
                                                                 int64_t cols, int count,
-                                                                float *results) {
+                                                                float *factors, float *results) {
     const int64_t groups = cols / QGROUP;
     __m256 even[4], odd[4]; /* accumulators of even and odd groups, named: in registers */
-    for (int j = 0; j < count; j++) even[j] = odd[j] = _mm256_setzero_ps();
+    for (int j = 0; j < count; j++) {
+        even[j] = odd[j] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < groups; g += 8) /* weight scale * x scale, 8 groups a product */
+            _mm256_storeu_ps(factors + j * q->padded + g,
+                             _mm256_mul_ps(_mm256_maskload_ps(w->scales + g, first_lanes(groups - g)),
+                                           _mm256_loadu_ps(q->scales + (r0 + j) * q->padded + g)));
+    }
     for (int64_t g = 0; g < groups; g += 2) {
-        group_into(w, nibbles, q, r0, cols, count, g, even);
-        if (g + 1 < groups) group_into(w, nibbles, q, r0, cols, count, g + 1, odd);
+        group_into(w, nibbles, q, r0, cols, count, g, factors, even);
+        if (g + 1 < groups) group_into(w, nibbles, q, r0, cols, count, g + 1, factors, odd);
     }
     for (int j = 0; j < count; j++) {
         float result = halve8_avx2(_mm256_add_ps(even[j], odd[j]));
@@ -689,10 +699,7 @@ static inline __attribute__((always_inline)) void dot_int8_rows(const weight_row
             const int64_t r = r0 + j;
             __m256 zero_lanes = _mm256_setzero_ps();
             for (int64_t g = 0; g < groups; g += 8) {
-                const int64_t left = groups - g;
-                const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(left > 8 ? 8 : (int)left),
-                                                        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-                const __m256 zeros = _mm256_maskload_ps(w->zeros + g, mask);
+                const __m256 zeros = _mm256_maskload_ps(w->zeros + g, first_lanes(groups - g));
                 zero_lanes = _mm256_fmadd_ps(zeros, _mm256_loadu_ps(q->sums + r * q->padded + g),
                                              zero_lanes);
             }
@@ -703,7 +710,8 @@ static inline __attribute__((always_inline)) void dot_int8_rows(const weight_row
 }
 #else
 static inline void dot_int8_rows(const weight_row *w, int nibbles, const int8_rows *q, int64_t r0,
-                                 int64_t cols, int count, float *results) {
+                                 int64_t cols, int count, float *factors, float *results) {
+    (void)factors;
     const int64_t groups = cols / QGROUP;
     for (int j = 0; j < count; j++) {
         const int64_t r = r0 + j;
@@ -763,7 +771,11 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
         int8_rows q;
         quantize_rows(xf, m, cols, &q);
         const int nibbles = kind == NIBBLES_WITH_ZEROS;
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+#pragma omp parallel num_threads(threads) if (threads > 1)
+        {
+        /* weight scale * x scale per group, for the 4 rows of a tile */
+        float *factors = malloc(sizeof(float) * (size_t)(4 * q.padded));
+#pragma omp for schedule(static)
         for (int64_t n = 0; n < rows; n++) {
             const weight_row w = {NULL, codes + n * row_bytes, scales + n * groups,
                                   zeros ? zeros + n * groups : NULL, group, 1};
@@ -771,14 +783,16 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
             for (int64_t r = 0; r < m; r += 4) {
                 const int count = m - r >= 4 ? 4 : (int)(m - r);
                 switch (count) { /* constant counts: sums stay in registers */
-                case 4: dot_int8_rows(&w, nibbles, &q, r, cols, 4, results); break;
-                case 3: dot_int8_rows(&w, nibbles, &q, r, cols, 3, results); break;
-                case 2: dot_int8_rows(&w, nibbles, &q, r, cols, 2, results); break;
-                default: dot_int8_rows(&w, nibbles, &q, r, cols, 1, results); break;
+                case 4: dot_int8_rows(&w, nibbles, &q, r, cols, 4, factors, results); break;
+                case 3: dot_int8_rows(&w, nibbles, &q, r, cols, 3, factors, results); break;
+                case 2: dot_int8_rows(&w, nibbles, &q, r, cols, 2, factors, results); break;
+                default: dot_int8_rows(&w, nibbles, &q, r, cols, 1, factors, results); break;
                 }
                 for (int j = 0; j < count; j++)
                     store_result(out, out_is_bf16, (r + j) * rows + n, results[j]);
             }
+        }
+        free(factors);
         }
         free_int8_rows(&q);
         free(scratch);

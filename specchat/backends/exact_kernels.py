@@ -82,6 +82,7 @@ class Kernels:
     library: ctypes.CDLL
     level: str
     threaded: bool
+    key: str  # the build's identity: source, compiler and flags (costs measured on it are its)
 
     def __getattr__(self, name: str):
         return getattr(self.library, name)
@@ -119,12 +120,12 @@ def _load(level: str, compiler: str) -> Kernels:
     serial_library = folder / f"exact_kernels-{level}-{key}.so"
     for library, threaded in ((threaded_library, True), (serial_library, False)):
         if library.exists():
-            return _open(library, level, threaded)
+            return _open(library, level, threaded, key)
     error = _build(compiler, [*flags, _OPENMP], threaded_library)
     if error is None:
-        return _open(threaded_library, level, True)
+        return _open(threaded_library, level, True, key)
     if _build(compiler, flags, serial_library) is None:  # no OpenMP here: one thread
-        return _open(serial_library, level, False)
+        return _open(serial_library, level, False, key)
     raise SpecchatError(f"cannot build the int4 runtime's kernels with {compiler}: {error}")
 
 
@@ -150,7 +151,7 @@ def _build(compiler: str, flags: list[str], library: Path) -> str | None:
     return None
 
 
-def _open(library: Path, level: str, threaded: bool) -> Kernels:
+def _open(library: Path, level: str, threaded: bool, key: str) -> Kernels:
     try:
         lib = ctypes.CDLL(str(library))
     except OSError as exc:
@@ -159,7 +160,7 @@ def _open(library: Path, level: str, threaded: bool) -> Kernels:
         function = getattr(lib, name)
         function.argtypes = argtypes
         function.restype = None
-    return Kernels(lib, level, threaded)
+    return Kernels(lib, level, threaded, key)
 
 
 def _cpu_flags() -> str:

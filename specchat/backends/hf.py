@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specchat import cpu
 from specchat.backends.base import LOCAL, Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.chat_template import CHATML_TEMPLATE
@@ -81,10 +82,13 @@ class HFBackend(MeasuredCosts):
         self._n_committed = 0
         self._pending: Block | None = None
         self.threads = torch.get_num_threads()
+        self.level = "" if device.startswith("cuda") else cpu.torch_level()
         # float32 on the CPU: weights prepacked once, so drafted tokens cost little (hf_packed)
         self.packed = pack_linears(model)
         layout = "|packed" if self.packed else ""
-        self._costs = BlockCostTable(self, key=f"hf|{self._source_key}|{self._dtype}{layout}")
+        self._costs = BlockCostTable(
+            self, key=f"hf|{self._source_key}|{self._dtype}{layout}|{self.level}"
+        )
 
     # -- tokenizer -------------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat import cpu
 from specchat.backends.base import LOCAL, Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.exact_kernels import kernels
@@ -46,9 +45,10 @@ def ancestry(parents: tuple[int, ...] | list[int]) -> np.ndarray:
 
 
 def cost_key(path: Path, level: str | None = None) -> str:
-    """What this runtime's pass costs (and exactness) on the file are kept under: the file and
-    the instruction-set level its kernels run at, which changes both."""
-    return f"int4|{path.name}|{path.stat().st_size}|{level or cpu.level()}"
+    """What this runtime's pass costs (and exactness) on the file are kept under: the file, the
+    instruction-set level its kernels run at and their build, each of which changes both."""
+    library = kernels(level)
+    return f"int4|{path.name}|{path.stat().st_size}|{library.level}|{library.key}"
 
 
 def unavailable_reason(path: Path, device: str) -> str | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specchat import cpu
 from specchat.backends.base import LOCAL, Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
@@ -78,6 +79,8 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         self.model_name = path.stem
         self.model_path = str(path)
         self.threads = threads or physical_cores()
+        system_info = llama_cpp.llama_print_system_info().decode(errors="replace")
+        self.level = "" if device == "cuda" else cpu.level_of_build(system_info)
         self.max_branches = max(1, max_branches)
         self.vocab_size = self.vocabulary.vocab_size
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)

@@ -162,6 +162,7 @@ class RemoteBackend:
     """
 
     name = "openai"
+    level = ""  # the server's own hardware: nothing specchat runs
     capabilities = SERVER  # decoders that need the model's logits cannot run here
     eos_ids: frozenset[int] = frozenset()
     vocab_size = 0

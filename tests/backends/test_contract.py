@@ -1,6 +1,6 @@
 """What every backend promises the decoders (specchat/backends/base.py), checked the same way on
-each: llama.cpp, transformers and the int4 runtime with the bundled SmolLM2, and the small numpy
-backend.
+each: llama.cpp, transformers and the int4 runtime with the bundled SmolLM2 (at the CPU's own
+instruction-set level and at each one below it), and the small numpy backend.
 
 Where a backend computes the same logits two ways (a block or one token at a time, a tree or its
 branches alone, a commit or a fresh prefill), they agree bitwise on llama.cpp (the batch-invariant
@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specchat import cpu
 from specchat.backends.base import Backend, Block, ChatMessage, sync_cache
 from specchat.backends.block_cost import BlockCostTable
 from specchat.decoding.plain import GreedyDecoder
@@ -57,11 +58,11 @@ def _small_hf(backend) -> Callable[[int], Backend]:
     return make
 
 
-def _small_int4(bundled_gguf) -> Callable[[int], Backend]:
+def _small_int4(bundled_gguf, level: str | None = None) -> Callable[[int], Backend]:
     def make(n_ctx: int) -> Backend:
         from specchat.backends.int4 import Int4Backend
 
-        return Int4Backend(bundled_gguf, n_ctx=n_ctx, threads=1)
+        return Int4Backend(bundled_gguf, n_ctx=n_ctx, threads=1, level=level)
 
     return make
 
@@ -75,7 +76,13 @@ def _small_numpy(backend) -> Callable[[int], Backend]:
     return make
 
 
-@pytest.fixture(params=["llama", "hf", "int4", "numpy"])
+# the int4 runtime also at each instruction-set level below the CPU's own (SPECCHAT_CPU's caps)
+LOWER_LEVELS = cpu.LEVELS[: cpu.LEVELS.index(cpu.native_level())]
+
+
+@pytest.fixture(
+    params=["llama", "hf", "int4", *(f"int4@{level}" for level in LOWER_LEVELS), "numpy"]
+)
 def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     if request.param == "llama":
         backend = request.getfixturevalue("llama_backend")
@@ -86,6 +93,10 @@ def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     elif request.param == "int4":
         backend = request.getfixturevalue("int4_backend")
         made = Subject(backend, 0.0, _small_int4(request.getfixturevalue("bundled_gguf")))
+    elif request.param.startswith("int4@"):
+        level = request.param.removeprefix("int4@")
+        backend = request.getfixturevalue("int4_at_level")(level)
+        made = Subject(backend, 0.0, _small_int4(request.getfixturevalue("bundled_gguf"), level))
     else:
         backend = request.getfixturevalue("numpy_backend")
         made = Subject(backend, 0.0, _small_numpy(backend))
@@ -401,6 +412,8 @@ def test_eos_ends_the_answer(subject: Subject) -> None:
 def test_block_cost(subject: Subject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pass costs timed on this backend: more tokens never cost less, measured once and kept,
     and the context the measurement filled is given back."""
+    if subject.backend.level != cpu.native_level() and subject.backend.name == "int4":
+        pytest.skip("timed at the CPU's own level: the measuring is the same code at every level")
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
     backend = subject.backend
     backend.prefill(backend.tokenize("Measuring the cost of a block"))
