@@ -20,6 +20,7 @@ the LM head runs in float32, so logits are float32 too.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
@@ -307,6 +308,7 @@ class Int4Llama:
         self.v_cache = torch.zeros((*kv, self.slots, shape.head_dim), dtype=torch.bfloat16)
         self._scale = float(shape.head_dim**-0.5)
         self.threads = threads
+        self._whole = whole_model(self)
 
     @property
     def level(self) -> str:
@@ -366,6 +368,14 @@ class Int4Llama:
         n_seen = np.asarray(depths, dtype=np.int32) + 1
         positions = n_seen + np.int32(n_prefix - 1)
         x = self.embed(tokens)
+        if self._whole is not None:  # every weight in matmul_rows: the layers in one C call
+            out = torch.empty((rows, shape.vocab), dtype=torch.float32) if logits else None
+            lib.forward(
+                ctypes.byref(self._whole), x.data_ptr(), rows, positions.ctypes.data, n_prefix,
+                seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
+                None if out is None else out.data_ptr(), self.threads,
+            )  # fmt: skip
+            return out
         h = torch.empty((rows, shape.dim), dtype=torch.bfloat16)
         attended = torch.empty((rows, shape.heads * shape.head_dim), dtype=torch.bfloat16)
         activated = torch.empty((rows, shape.ffn), dtype=torch.bfloat16)
@@ -458,3 +468,71 @@ _LAYER_PARTS = (
     "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
     "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
 )  # fmt: skip
+
+
+# -- the whole forward in C ------------------------------------------------------------------------
+
+
+class _Linear(ctypes.Structure):
+    _fields_ = [
+        ("f32", ctypes.c_void_p), ("codes", ctypes.c_void_p), ("scales", ctypes.c_void_p),
+        ("zeros", ctypes.c_void_p), ("group", ctypes.c_int32), ("code_bits", ctypes.c_int32),
+        ("int8_x", ctypes.c_int32), ("rows", ctypes.c_int64), ("cols", ctypes.c_int64),
+    ]  # fmt: skip
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [
+        ("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p),
+        ("qkv", _Linear * 3), ("qkv_parts", ctypes.c_int32), ("output", _Linear),
+        ("gate_up", _Linear * 2), ("gate_up_parts", ctypes.c_int32), ("down", _Linear),
+    ]  # fmt: skip
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [
+        ("layers", ctypes.c_int32), ("dim", ctypes.c_int32), ("ffn", ctypes.c_int32),
+        ("heads", ctypes.c_int32), ("kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32),
+        ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("layer", ctypes.POINTER(_Layer)),
+        ("final_norm", ctypes.c_void_p), ("head", _Linear), ("cos_table", ctypes.c_void_p),
+        ("sin_table", ctypes.c_void_p), ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p),
+        ("slots", ctypes.c_int64),
+    ]  # fmt: skip
+
+
+def _linear_weights(linear: RowsLinear) -> _Linear:
+    return _Linear(
+        RowsLinear._pointer(linear.f32), RowsLinear._pointer(linear.codes),
+        RowsLinear._pointer(linear.scales), RowsLinear._pointer(linear.zeros), linear.group,
+        linear.code_bits, linear.int8_x, linear.out_features, linear.in_features,
+    )  # fmt: skip
+
+
+def whole_model(model: Int4Llama) -> _Model | None:
+    """The model as exact_kernels.c's `forward` reads it, or None where a weight rides torch's
+    int4 kernel (the layers then run from Python). The structure points into the model's own
+    arrays, which live as long as it does."""
+    linears = [model.head]
+    for layer in model.layers:
+        linears += [*layer.qkv.linears, layer.output, *layer.gate_up.linears, layer.down]
+    if not all(isinstance(linear, RowsLinear) for linear in linears):
+        return None
+    shape = model.shape
+    layers = (_Layer * shape.layers)()
+    for index, layer in enumerate(model.layers):
+        target = layers[index]
+        target.attn_norm, target.ffn_norm = layer.attn_norm.data_ptr(), layer.ffn_norm.data_ptr()
+        target.qkv_parts, target.gate_up_parts = len(layer.qkv.linears), len(layer.gate_up.linears)
+        for part, linear in enumerate(layer.qkv.linears):
+            target.qkv[part] = _linear_weights(linear)
+        for part, linear in enumerate(layer.gate_up.linears):
+            target.gate_up[part] = _linear_weights(linear)
+        target.output, target.down = _linear_weights(layer.output), _linear_weights(layer.down)
+    whole = _Model(
+        shape.layers, shape.dim, shape.ffn, shape.heads, shape.kv_heads, shape.head_dim,
+        shape.norm_eps, model._scale, layers, model.final_norm.data_ptr(),
+        _linear_weights(model.head), model.cos.data_ptr(), model.sin.data_ptr(),
+        model.k_cache.data_ptr(), model.v_cache.data_ptr(), model.slots,
+    )  # fmt: skip
+    whole._keep = layers  # the array the pointer points into
+    return whole
