@@ -302,12 +302,12 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
 
     `spec` is a model spec loaded with `options`; `self:L` is the target's own first L layers
     (hf only, sharing its weights); None is the default draft, which only the bundled model on the
-    hf backend has: the same GGUF on the int4 runtime where it runs (its passes are cheaper than
-    llama.cpp's, and it reads a prompt about 2.4 times as fast), else on llama.cpp. The draft's
-    context is the target's, since it drafts over the same tokens. torch has one thread pool per
-    process, so an hf or int4 draft beside an hf target runs on the target's threads: loading it
-    never changes the target's. Loaded drafts
-    are shared by the whole process; a draft whose vocabulary differs from the target's is refused.
+    hf backend has: the same GGUF on the runtime `draft_backend` names, else on the one whose
+    measured one-token pass is the fastest here (a draft runs plain passes), chosen as a target's
+    is (`backends/runtimes.py`). The draft's context is the target's, since it drafts over the
+    same tokens. torch has one thread pool per process, so a draft beside an hf target runs on
+    the target's threads: loading it never changes the target's. Loaded drafts are shared by the
+    whole process; a draft whose vocabulary differs from the target's is refused.
     """
     if spec is not None and spec.startswith("self:"):
         from specchat.backends.hf import early_exit_draft
@@ -324,10 +324,10 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
             reason = default_draft_reason(target)
             if reason:
                 raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
-            options = replace(options, backend=_default_draft_runtime(options.device))
+            options = replace(options, speculative=False)  # its runtime, unless named: measured
         options = replace(options, n_ctx=target.n_ctx)
         _, runtime = _choose_runtime(spec, options)
-        if runtime in ("hf", "int4") and target.name == "hf":
+        if target.name == "hf" and (spec is None or runtime in ("hf", "int4")):
             options = replace(options, threads=getattr(target, "threads", None))
         draft = _load_shared_draft(spec, options)
     check_same_vocabulary(target, draft)
@@ -338,14 +338,6 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
 def _load_shared_draft(spec: str | None, options: LoadOptions) -> Backend:
     """Drafts load once per process and serve every decoder instance that drafts with them."""
     return load_model(spec, options)
-
-
-def _default_draft_runtime(device: str) -> str:
-    """The bundled GGUF's first runtime that runs it on `device` (int4 before llama.cpp)."""
-    from specchat.backends.runtimes import candidates
-
-    path = bundled_gguf()
-    return candidates(path, device)[0] if path is not None else "llama"
 
 
 def default_draft_reason(target: Backend) -> str | None:

@@ -608,8 +608,11 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
         for (int64_t g = 0; g < groups; g++) {
             const float *xg = x + r * cols + g * QGROUP;
             int8_t *cg = q->codes + r * cols + g * QGROUP;
-            float top = 0.0f;
-            for (int i = 0; i < QGROUP; i++) top = fmaxf(top, fabsf(xg[i]));
+            float top = 0.0f; /* the largest magnitude: the same in any order */
+            for (int i = 0; i < QGROUP; i++) {
+                const float magnitude = fabsf(xg[i]);
+                top = magnitude > top ? magnitude : top;
+            }
             const float scale = top / 127.0f, inverse = top > 0.0f ? 1.0f / scale : 0.0f;
             int32_t sum = 0;
             for (int i = 0; i < QGROUP; i++) {

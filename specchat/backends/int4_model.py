@@ -8,10 +8,11 @@ row that equals the same token evaluated alone.
 
 Who carries the 4-bit weights depends on the instruction-set level (`specchat.cpu`): on AVX-512,
 torch's int4 kernel (`_weight_int4pack_mm_for_cpu`, bf16 activations, bf16 scales); below it,
-where that kernel's cost grows with every row, exact_kernels.c's own (`matmul_rows` on the file's
-nibbles: each weight row widened once to exact float32 weights and shared by every token of the
-block). Everything else (norms, SwiGLU, RoPE, attention, the LM head and any weight the file
-stores in another type) runs in exact_kernels.c at every level.
+where that kernel's cost grows with every row, exact_kernels.c's own `matmul_rows`: the file's
+nibbles (and Q8_0 codes) against x rounded to 8 bits per 32 values, summed in integers as
+llama.cpp does, each weight row read once for every token of the block; the whole forward is
+then one C call (`forward`). Everything else (norms, SwiGLU, RoPE, attention, the LM head and any
+weight the file stores in another type) runs in exact_kernels.c at every level.
 
 Numbers: the residual stream is float32; matmul inputs and outputs are bf16 (the kernel's only
 fast type); keys are cached after RoPE in float32 and values in bf16 (what the projection gave);

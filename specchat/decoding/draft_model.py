@@ -190,7 +190,7 @@ class DraftModelDecoder(SpeculativeDecoder):
             str,
             None,
             "llama, int4 or hf (default: by the draft's format; the bundled default draft runs "
-            "on int4 where it can)",
+            "on the runtime whose one-token pass is measured fastest here)",
             choices=("llama", "int4", "hf"),
             optional=True,
         ),

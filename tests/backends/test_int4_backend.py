@@ -263,6 +263,24 @@ def test_rows_are_exact_whatever_shares_the_pass(int4_backend) -> None:
             backend.rollback(0)
 
 
+def test_the_c_forward_is_the_python_one(int4_backend, int4_at_level) -> None:
+    """Below AVX-512 the layers run as one C call; the Python loop over the same kernels (what
+    runs where torch's int4 kernel carries the 4-bit weights) gives the same bits."""
+    backend = int4_backend if int4_backend.model._whole is not None else int4_at_level("avx2")
+    ids = backend.tokenize("The quick brown fox jumps over the lazy dog. It was")
+    whole, out = backend.model._whole, []
+    try:
+        for forward in (whole, None):
+            backend.model._whole = forward
+            backend.rollback(0)
+            backend.prefill(ids[:-4])
+            out.append(backend.evaluate(Block((ids[-4], ids[-3], ids[-1], ids[-2]), (-1, 0, 0, 2))))
+    finally:
+        backend.model._whole = whole
+        backend.rollback(0)
+    assert whole is not None and np.array_equal(out[0], out[1])
+
+
 # -- what it refuses ------------------------------------------------------------------------------
 
 
