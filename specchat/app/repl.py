@@ -13,13 +13,13 @@ from specchat.decoding.registry import (
     sampling_for,
     speculates,
 )
-from specchat.engine.choice import engine_for
+from specchat.engine.choice import engine_for, prompt_ids
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.protocol import GenerationRequest
 from specchat.errors import SpecchatError
 from specchat.models import LoadOptions, load_model
 from specchat.options import RunConfig
-from specchat.prompting import chat_prompt_ids, checked_prompt
+from specchat.prompting import checked_prompt
 
 
 def _read_line() -> str | None:
@@ -55,7 +55,7 @@ def run_repl(config: RunConfig) -> None:
         if not line.strip():
             continue
         history.append(ChatMessage("user", line))
-        prompt = tuple(chat_prompt_ids(loaded, history))
+        prompt = prompt_ids(loaded, history)  # none on a server: it templates the messages
         request = GenerationRequest(
             prompt, config.max_tokens, sampling=sampling, messages=tuple(history)
         )

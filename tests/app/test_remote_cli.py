@@ -92,6 +92,22 @@ def test_the_server_method_needs_a_server():
 
 
 @pytest.mark.slow
+def test_the_line_mode_chat_answers_on_a_server(llama_server):
+    """Piped lines are a chat with the server, which templates the messages itself: specchat
+    tokenizes nothing there (this ended in a traceback when the chat asked the server for token
+    ids)."""
+    result = run_cli(
+        "--backend", "openai", "--base-url", llama_server.base_url, "--max-tokens", "12",
+        stdin="Name a colour.\nName another one.\n",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "error" not in result.stderr
+    header, *turns = result.stdout.split("> ")
+    assert header.startswith("specchat on") and "openai" in header
+    answers = [turn.strip() for turn in turns if turn.strip()]
+    assert len(answers) == 2 and all(answers), result.stdout
+
+
 def test_ask_prints_runs_whose_counts_are_the_servers_own(llama_server_ngram):
     before = server_metrics(llama_server_ngram)
     result = run(
