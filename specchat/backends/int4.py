@@ -57,11 +57,7 @@ def unavailable_reason(path: Path, device: str) -> str | None:
     tensors are all of types it carries, on a CPU where its kernels build."""
     if device != "cpu":
         return "the int4 runtime runs on the CPU only"
-    try:
-        kernels()
-    except SpecchatError as exc:
-        return str(exc)
-    header = GGUFHeader(path)
+    header = GGUFHeader(path)  # the file first: milliseconds, where a first build takes seconds
     arch = header.metadata.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         return f"the int4 runtime runs Llama-family models, not {arch!r}"
@@ -69,7 +65,13 @@ def unavailable_reason(path: Path, device: str) -> str | None:
         return "the int4 runtime does not implement RoPE scaling"
     carried = int4_types() | dense_types()
     other = sorted({header.type_name(name) for name in header.tensors} - carried)
-    return f"the int4 runtime does not read {', '.join(other)} tensors" if other else None
+    if other:
+        return f"the int4 runtime does not read {', '.join(other)} tensors"
+    try:
+        kernels()
+    except SpecchatError as exc:
+        return str(exc)
+    return None
 
 
 class Int4Backend(VocabularyOf, MeasuredCosts):
