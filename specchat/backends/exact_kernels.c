@@ -435,7 +435,11 @@ static const float *float_rows(const void *x, int x_is_bf16, int64_t m, int64_t 
     if (!x_is_bf16) return (const float *)x;
     float *wide = malloc(sizeof(float) * (size_t)(m * cols));
     const bf16 *narrow = (const bf16 *)x;
-    for (int64_t i = 0; i < m * cols; i++) wide[i] = from_bf16(narrow[i]);
+    int64_t i = 0;
+#if defined(HAVE_AVX2)
+    for (; i + 8 <= m * cols; i += 8) _mm256_storeu_ps(wide + i, from_bf16x8(narrow + i));
+#endif
+    for (; i < m * cols; i++) wide[i] = from_bf16(narrow[i]);
     *scratch = wide;
     return wide;
 }
@@ -584,10 +588,9 @@ static inline __attribute__((always_inline)) void dot_rows8(const float *x, cons
  * Below AVX-512 a weight is cheapest multiplied as llama.cpp does it: each x row rounded to int8
  * per group of 32 with one scale (scale = max |x| / 127), and each group's dot product summed in
  * integers (maddubs: 32 byte products in one instruction, exact and in any order), then scaled.
- * Per output, in this fixed order: 8 integer lanes per group (lane l: bytes 4l..4l+3), converted
- * and multiplied into accumulator g % 2 by weight scale * x scale (one float product); the zero
- * term (4-bit weights: w = code * scale + zero) into 8 more lanes by group % 8, each zero times
- * x scale * the x group's integer sum; then each set of lanes summed by halving. */
+ * For int8 codes (Q8_0, Q5_0), per output in this fixed order: 8 integer lanes per group (lane
+ * l: bytes 4l..4l+3), converted and multiplied into accumulator g % 2 by weight scale * x scale
+ * (one float product); then the lanes summed by halving. 4-bit weights: below. */
 
 #define QGROUP 32
 
@@ -608,6 +611,39 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
         for (int64_t g = 0; g < groups; g++) {
             const float *xg = x + r * cols + g * QGROUP;
             int8_t *cg = q->codes + r * cols + g * QGROUP;
+#if defined(HAVE_AVX2)
+            { /* the loops below, 8 at a time: max and integer sums are order-free, and
+               * cvtps rounds to nearest even as nearbyintf does */
+                const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+                __m256 v[4], most = _mm256_setzero_ps();
+                for (int i = 0; i < 4; i++) {
+                    v[i] = _mm256_loadu_ps(xg + 8 * i);
+                    most = _mm256_max_ps(_mm256_and_ps(v[i], magnitude), most); /* NaN: skipped */
+                }
+                __m128 half = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
+                half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+                half = _mm_max_ss(half, _mm_shuffle_ps(half, half, 1));
+                const float top = _mm_cvtss_f32(half);
+                const float scale = top / 127.0f, inverse = top > 0.0f ? 1.0f / scale : 0.0f;
+                __m256i codes[4], total = _mm256_setzero_si256();
+                for (int i = 0; i < 4; i++) {
+                    codes[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(inverse)));
+                    total = _mm256_add_epi32(total, codes[i]);
+                }
+                const __m256i bytes = _mm256_permutevar8x32_epi32(
+                    _mm256_packs_epi16(_mm256_packs_epi32(codes[0], codes[1]),
+                                       _mm256_packs_epi32(codes[2], codes[3])),
+                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                _mm256_storeu_si256((__m256i *)cg, bytes);
+                __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(total),
+                                            _mm256_extracti128_si256(total, 1));
+                sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
+                sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
+                q->scales[r * q->padded + g] = scale;
+                q->sums[r * q->padded + g] = scale * (float)_mm_cvtsi128_si32(sum);
+                continue;
+            }
+#endif
             float top = 0.0f; /* the largest magnitude: the same in any order */
             for (int i = 0; i < QGROUP; i++) {
                 const float magnitude = fabsf(xg[i]);
@@ -650,36 +686,24 @@ static inline __m256i first_lanes(int64_t count) {
 }
 
 /* Group g of one weight row against COUNT x rows, into their accumulators. */
-static inline __attribute__((always_inline)) void group_into(const weight_row *w, int nibbles,
+static inline __attribute__((always_inline)) void group_into(const weight_row *w,
                                                              const int8_rows *q, int64_t r0,
                                                              int64_t cols, int count, int64_t g,
                                                              const float *factors, __m256 *acc) {
-    __m256i codes, magnitudes = _mm256_setzero_si256();
-    if (nibbles) {
-        const __m128i raw = _mm_loadu_si128((const __m128i *)(w->codes + 16 * g));
-        const __m128i low = _mm_set1_epi8(0x0f);
-        codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
-    } else {
-        codes = _mm256_loadu_si256((const __m256i *)(w->codes + QGROUP * g));
-        magnitudes = _mm256_sign_epi8(codes, codes); /* |code|, as unsigned bytes */
-    }
+    const __m256i codes = _mm256_loadu_si256((const __m256i *)(w->codes + QGROUP * g));
+    const __m256i magnitudes = _mm256_sign_epi8(codes, codes); /* |code|, as unsigned bytes */
     for (int j = 0; j < count; j++) {
         const int64_t r = r0 + j;
         __m256i x = _mm256_loadu_si256((const __m256i *)(q->codes + r * cols + QGROUP * g));
-        __m256i pairs;
-        if (nibbles) {
-            pairs = _mm256_maddubs_epi16(codes, x);
-        } else {
-            x = _mm256_sign_epi8(x, codes); /* x * sign(code): |code| * that = code * x */
-            pairs = _mm256_maddubs_epi16(magnitudes, x);
-        }
+        x = _mm256_sign_epi8(x, codes); /* x * sign(code): |code| * that = code * x */
+        const __m256i pairs = _mm256_maddubs_epi16(magnitudes, x);
         const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
         acc[j] = _mm256_fmadd_ps(lanes, _mm256_broadcast_ss(factors + j * q->padded + g), acc[j]);
     }
 }
 
-/* COUNT (<= 4) x rows against one weight row of 4-bit codes (NIBBLES) or int8 codes. */
-static inline __attribute__((always_inline)) void dot_int8_rows(const weight_row *w, int nibbles,
+/* COUNT (<= 4) x rows against one weight row of int8 codes in groups of 32. */
+static inline __attribute__((always_inline)) void dot_int8_rows(const weight_row *w,
                                                                 const int8_rows *q, int64_t r0,
                                                                 int64_t cols, int count,
                                                                 float *factors, float *results) {
@@ -693,70 +717,184 @@ static inline __attribute__((always_inline)) void dot_int8_rows(const weight_row
                                            _mm256_loadu_ps(q->scales + (r0 + j) * q->padded + g)));
     }
     for (int64_t g = 0; g < groups; g += 2) {
-        group_into(w, nibbles, q, r0, cols, count, g, factors, even);
-        if (g + 1 < groups) group_into(w, nibbles, q, r0, cols, count, g + 1, factors, odd);
+        group_into(w, q, r0, cols, count, g, factors, even);
+        if (g + 1 < groups) group_into(w, q, r0, cols, count, g + 1, factors, odd);
     }
-    for (int j = 0; j < count; j++) {
-        float result = halve8_avx2(_mm256_add_ps(even[j], odd[j]));
-        if (nibbles) {
-            const int64_t r = r0 + j;
-            __m256 zero_lanes = _mm256_setzero_ps();
-            for (int64_t g = 0; g < groups; g += 8) {
-                const __m256 zeros = _mm256_maskload_ps(w->zeros + g, first_lanes(groups - g));
-                zero_lanes = _mm256_fmadd_ps(zeros, _mm256_loadu_ps(q->sums + r * q->padded + g),
-                                             zero_lanes);
-            }
-            result += halve8_avx2(zero_lanes);
-        }
-        results[j] = result;
-    }
+    for (int j = 0; j < count; j++) results[j] = halve8_avx2(_mm256_add_ps(even[j], odd[j]));
 }
 #else
-static inline void dot_int8_rows(const weight_row *w, int nibbles, const int8_rows *q, int64_t r0,
+static inline void dot_int8_rows(const weight_row *w, const int8_rows *q, int64_t r0,
                                  int64_t cols, int count, float *factors, float *results) {
     (void)factors;
     const int64_t groups = cols / QGROUP;
     for (int j = 0; j < count; j++) {
         const int64_t r = r0 + j;
         const int8_t *x = q->codes + r * cols;
-        float acc[2][8] = {{0}}, zero_lanes[8] = {0}, t[8];
+        float acc[2][8] = {{0}}, t[8];
         for (int64_t g = 0; g < groups; g++) {
             const float factor = w->scales[g] * q->scales[r * q->padded + g];
             for (int l = 0; l < 8; l++) {
                 int32_t lane = 0;
                 for (int b = 4 * l; b < 4 * l + 4; b++) {
                     const int64_t k = QGROUP * g + b;
-                    int32_t code;
-                    if (nibbles) {
-                        const uint8_t byte = w->codes[16 * g + (b & 15)];
-                        code = b < 16 ? byte & 15 : byte >> 4;
-                    } else {
-                        code = (int8_t)w->codes[k];
-                    }
-                    lane += code * x[k];
+                    lane += (int8_t)w->codes[k] * x[k];
                 }
                 acc[g & 1][l] = fmaf((float)lane, factor, acc[g & 1][l]);
             }
         }
         for (int l = 0; l < 8; l++) t[l] = acc[0][l] + acc[1][l];
-        float result = halve8(t);
-        if (nibbles) {
-            for (int64_t g = 0; g < q->padded; g++) {
-                const float zero = g < groups ? w->zeros[g] : 0.0f;
-                zero_lanes[g & 7] = fmaf(zero, q->sums[r * q->padded + g], zero_lanes[g & 7]);
-            }
-            result += halve8(zero_lanes);
-        }
-        results[j] = result;
+        results[j] = halve8(t);
     }
 }
 #endif
 
+/* -- 4-bit weights, eight rows interleaved ---------------------------------------------------
+ *
+ * The same weights as NIBBLES_WITH_ZEROS, laid out (once, at load) so that one 32-byte vector
+ * holds four consecutive weights of eight rows: the eight rows' sums then sit in the eight lanes
+ * of one register, and a group of 32 weights costs eight maddubs for all of them, no horizontal
+ * sum and one scale multiply (llama.cpp's repacked layout does the same for prompts). For a
+ * block of 8 rows and group g, chunk c (0..3) is 32 bytes: byte 4j + b holds row j's weight
+ * 8c + b in its low nibble and 8c + 4 + b in its high one. Scales and zeros: [block][group][8].
+ *
+ * Per row and group the integer sum of 32 products is exact whatever the order (under 2^16, so
+ * int16 lanes hold eight maddubs without saturating), then row j, token t:
+ *   acc = fma((float)isum, scale * x_scale, acc), group by group; zacc = fma(zero, x_sum, zacc);
+ *   result = acc + zacc.
+ * A fixed sequence per row and token, so a block of tokens gives each the bits it gets alone,
+ * and the plain C below gives the AVX2 path's bits. */
+
+#define ROWS8 8
+
+#if defined(HAVE_AVX2)
+/* Tokens r0 .. r0 + COUNT - 1 against one block of eight rows: their eight sums each. */
+static inline __attribute__((always_inline)) void nibbles8_tile(
+    const uint8_t *codes, const float *scales, const float *zeros, const int8_rows *q, int64_t r0,
+    int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP;
+    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[4], zacc[4];
+    for (int j = 0; j < count; j++) acc[j] = zacc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m256i s16[4];
+        for (int j = 0; j < count; j++) s16[j] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(codes + (g * 4 + c) * 32));
+            const __m256i lo = _mm256_and_si256(raw, low);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            for (int j = 0; j < count; j++) {
+                const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
+                int32_t first, second;
+                memcpy(&first, x, 4);
+                memcpy(&second, x + 4, 4);
+                const __m256i pair = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(lo, _mm256_set1_epi32(first)),
+                    _mm256_maddubs_epi16(hi, _mm256_set1_epi32(second)));
+                s16[j] = _mm256_add_epi16(s16[j], pair);
+            }
+        }
+        const __m256 scale = _mm256_loadu_ps(scales + g * ROWS8);
+        for (int j = 0; j < count; j++) {
+            const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones));
+            const __m256 factor =
+                _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + (r0 + j) * q->padded + g));
+            acc[j] = _mm256_fmadd_ps(sums, factor, acc[j]);
+        }
+    }
+    for (int64_t g = 0; g < groups; g++) {
+        const __m256 zero = _mm256_loadu_ps(zeros + g * ROWS8);
+        for (int j = 0; j < count; j++)
+            zacc[j] = _mm256_fmadd_ps(
+                zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
+    }
+    for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
+}
+#endif
+
+/* The same sums one row and token at a time, for builds without AVX2. */
+static void nibbles8_plain(const uint8_t *codes, const float *scales, const float *zeros,
+                           const int8_rows *q, int64_t r, int64_t cols, float results[ROWS8]) {
+    const int64_t groups = cols / QGROUP;
+    const int8_t *x = q->codes + r * cols;
+    for (int j = 0; j < ROWS8; j++) {
+        float acc = 0.0f, zacc = 0.0f;
+        for (int64_t g = 0; g < groups; g++) {
+            int32_t isum = 0;
+            for (int c = 0; c < 4; c++)
+                for (int b = 0; b < 4; b++) {
+                    const uint8_t byte = codes[(g * 4 + c) * 32 + 4 * j + b];
+                    isum += (byte & 15) * x[QGROUP * g + 8 * c + b];
+                    isum += (byte >> 4) * x[QGROUP * g + 8 * c + 4 + b];
+                }
+            const float factor = scales[g * ROWS8 + j] * q->scales[r * q->padded + g];
+            acc = fmaf((float)isum, factor, acc);
+        }
+        for (int64_t g = 0; g < groups; g++)
+            zacc = fmaf(zeros[g * ROWS8 + j], q->sums[r * q->padded + g], zacc);
+        results[j] = acc + zacc;
+    }
+}
+
+static inline void store_rows8(void *out, int out_is_bf16, int64_t first, int64_t count,
+                               const float values[ROWS8]) {
+#if defined(HAVE_AVX2)
+    if (count == ROWS8) {
+        if (out_is_bf16)
+            to_bf16x8(_mm256_loadu_ps(values), (bf16 *)out + first);
+        else
+            _mm256_storeu_ps((float *)out + first, _mm256_loadu_ps(values));
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < count; i++) store_result(out, out_is_bf16, first + i, values[i]);
+}
+
+/* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit weights interleaved by eight rows (above), x
+ * rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple of 8: the last block's
+ * missing rows are zeros in the layout and are not stored. */
+static void matmul_nibbles8(const uint8_t *codes, const float *scales, const float *zeros,
+                            int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
+                            int32_t out_is_bf16, int32_t threads) {
+    int8_rows q;
+    quantize_rows(xf, m, cols, &q);
+    const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t block = 0; block < blocks; block++) {
+        const uint8_t *c = codes + block * groups * 4 * 32;
+        const float *s = scales + block * groups * ROWS8, *z = zeros + block * groups * ROWS8;
+        const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
+        float values[4][ROWS8];
+#if defined(HAVE_AVX2)
+        for (int64_t r = 0; r < m; r += 4) {
+            const int count = m - r >= 4 ? 4 : (int)(m - r);
+            __m256 results[4];
+            switch (count) { /* constant counts: sums stay in registers */
+            case 4: nibbles8_tile(c, s, z, &q, r, cols, 4, results); break;
+            case 3: nibbles8_tile(c, s, z, &q, r, cols, 3, results); break;
+            case 2: nibbles8_tile(c, s, z, &q, r, cols, 2, results); break;
+            default: nibbles8_tile(c, s, z, &q, r, cols, 1, results); break;
+            }
+            for (int j = 0; j < count; j++) {
+                _mm256_storeu_ps(values[j], results[j]);
+                store_rows8(out, out_is_bf16, (r + j) * rows + first, kept, values[j]);
+            }
+        }
+#else
+        for (int64_t r = 0; r < m; r++) {
+            nibbles8_plain(c, s, z, &q, r, cols, values[0]);
+            store_rows8(out, out_is_bf16, r * rows + first, kept, values[0]);
+        }
+#endif
+    }
+    free_int8_rows(&q);
+}
+
 /* out[m][n] = sum_k x[m][k] * w[n][k] (cols a multiple of 32), for weights in exact_kernels'
  * own forms: float32 rows (`f32`), int8 codes with a float32 scale (and zero) per `group`
  * weights (the exact form of Q8_0, Q5_x and Q6_K blocks), or 4-bit codes (`code_bits` 4) with a
- * scale and zero per 32 (Q4_0, Q4_1, Q4_K). With `int8_x`, 4-bit codes and int8 codes in groups
- * of 32 (Q8_0, Q5_0) meet x rounded to 8 bits (above); everything else meets float32 x. Each
+ * scale and zero per 32 (Q4_0, Q4_1, Q4_K). With `int8_x`, 4-bit codes (then interleaved by
+ * eight rows, as matmul_nibbles8 reads them) and int8 codes in groups of 32 (Q8_0, Q5_0) meet x
+ * rounded to 8 bits (above); everything else meets float32 x. Each
  * weight row is read once for all m rows; every output is the same fixed-order sum whatever m
  * is. x and out are bf16 or float32. */
 void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
@@ -770,10 +908,14 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
     const int kind = f32 ? FLOAT_ROWS
                          : code_bits == 4 ? NIBBLES_WITH_ZEROS
                                           : zeros ? SCALED_CODES_WITH_ZEROS : SCALED_CODES;
-    if (int8_x && (kind == NIBBLES_WITH_ZEROS || (kind == SCALED_CODES && group == QGROUP))) {
+    if (int8_x && kind == NIBBLES_WITH_ZEROS) {
+        matmul_nibbles8(codes, scales, zeros, rows, cols, xf, m, out, out_is_bf16, threads);
+        free(scratch);
+        return;
+    }
+    if (int8_x && kind == SCALED_CODES && group == QGROUP) {
         int8_rows q;
         quantize_rows(xf, m, cols, &q);
-        const int nibbles = kind == NIBBLES_WITH_ZEROS;
 #pragma omp parallel num_threads(threads) if (threads > 1)
         {
         /* weight scale * x scale per group, for the 4 rows of a tile */
@@ -786,10 +928,10 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
             for (int64_t r = 0; r < m; r += 4) {
                 const int count = m - r >= 4 ? 4 : (int)(m - r);
                 switch (count) { /* constant counts: sums stay in registers */
-                case 4: dot_int8_rows(&w, nibbles, &q, r, cols, 4, factors, results); break;
-                case 3: dot_int8_rows(&w, nibbles, &q, r, cols, 3, factors, results); break;
-                case 2: dot_int8_rows(&w, nibbles, &q, r, cols, 2, factors, results); break;
-                default: dot_int8_rows(&w, nibbles, &q, r, cols, 1, factors, results); break;
+                case 4: dot_int8_rows(&w, &q, r, cols, 4, factors, results); break;
+                case 3: dot_int8_rows(&w, &q, r, cols, 3, factors, results); break;
+                case 2: dot_int8_rows(&w, &q, r, cols, 2, factors, results); break;
+                default: dot_int8_rows(&w, &q, r, cols, 1, factors, results); break;
                 }
                 for (int j = 0; j < count; j++)
                     store_result(out, out_is_bf16, (r + j) * rows + n, results[j]);

@@ -107,6 +107,29 @@ class Nibbles:
     def shape(self) -> tuple[int, int]:
         return self.packed.shape[0], self.packed.shape[1] * 2
 
+    def by_eight(self) -> Nibbles:
+        """The same weights interleaved by eight rows, as exact_kernels.c's matmul_nibbles8 reads
+        them (rows padded with zeros to a multiple of 8): per block of 8 rows and group of 32,
+        chunk c holds row j's weights 8c..8c+3 in the low nibbles of bytes 4j.., 8c+4..8c+7 in
+        the high ones; scales and zeros [block][group][8]."""
+        rows, cols = self.shape
+        groups, blocks = cols // 32, -(-rows // 8)
+        codes = _nibbles(self.packed.reshape(rows, groups, 16))  # [rows, groups, 32] in order
+        pad = blocks * 8 - rows
+        codes = np.pad(codes, ((0, pad), (0, 0), (0, 0)))
+        halves = codes.reshape(blocks, 8, groups, 4, 2, 4).transpose(0, 2, 3, 1, 5, 4)
+        packed = (halves[..., 0] | (halves[..., 1] << 4)).astype(np.uint8)
+
+        def lanes(values: np.ndarray) -> np.ndarray:
+            values = np.pad(values, ((0, pad), (0, 0)))
+            return np.ascontiguousarray(values.reshape(blocks, 8, groups).transpose(0, 2, 1))
+
+        return Nibbles(
+            np.ascontiguousarray(packed).reshape(blocks * 8, cols // 2),
+            lanes(self.scales).reshape(blocks * 8, groups),
+            lanes(self.zeros).reshape(blocks * 8, groups),
+        )
+
 
 def _halves(raw: np.ndarray) -> np.ndarray:
     """float16 stored little-endian in the last axis (2 bytes), as float64."""

@@ -143,8 +143,15 @@ class RowsLinear:
         float32_out: bool = False,
         library: Kernels | None = None,
     ) -> None:
+        self._kernels = library or kernels()
+        # where matmul_rows carries the 4-bit weights it also rounds x to 8 bits for them and
+        # for Q8_0 / Q5_0 (integer dot products, as llama.cpp's); on AVX-512 x stays float32
+        self.int8_x = self._kernels.level not in TORCH_INT4_LEVELS
         self.code_bits = 8
+        self.out_features, self.in_features = weight.shape
         if isinstance(weight, Nibbles):
+            if self.int8_x:  # read eight rows at a time (exact_kernels.c's matmul_nibbles8)
+                weight = weight.by_eight()
             self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
             self.group, self.f32, self.code_bits = GROUP_SIZE, None, 4
         elif isinstance(weight, GroupedInt8):
@@ -154,15 +161,10 @@ class RowsLinear:
             self.f32 = np.ascontiguousarray(weight, dtype=np.float32)
             self.codes = self.scales = self.zeros = None
             self.group = 0
-        self.out_features, self.in_features = weight.shape
         if self.in_features % 32 or self.group not in (0, 16, 32):
             raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
         self.float32_out = float32_out
         self.threads = 1
-        self._kernels = library or kernels()
-        # where matmul_rows carries the 4-bit weights it also rounds x to 8 bits for them and
-        # for Q8_0 / Q5_0 (integer dot products, as llama.cpp's); on AVX-512 x stays float32
-        self.int8_x = self._kernels.level not in TORCH_INT4_LEVELS
 
     @staticmethod
     def _pointer(array: np.ndarray | None) -> int | None:

@@ -18,8 +18,8 @@ import torch
 from specchat import cpu
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.exact_kernels import kernels
-from specchat.backends.gguf_tensors import GGUFTensors
-from specchat.backends.int4_model import Int4Linear, RowsLinear
+from specchat.backends.gguf_tensors import GGUFTensors, Nibbles
+from specchat.backends.int4_model import TORCH_INT4_LEVELS, Int4Linear, RowsLinear
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
 
@@ -112,6 +112,29 @@ def test_packed_kernel_weights_differ_only_by_bf16_scales(bundled_gguf, quantize
     bound = 2.0**-8 * (8 * step + zero) + 2.0**-8 * np.abs(exact) + 1e-30
     assert np.all(np.abs(seen - exact) <= bound)
     assert np.abs(seen - exact).max() < 0.25 * step[step > 0].min() + bound.max()
+
+
+@pytest.mark.parametrize("level", [lv for lv in LEVELS_HERE if lv not in TORCH_INT4_LEVELS])
+@pytest.mark.parametrize("file", ["Q4_1", "Q4_0", "Q4_K_M"])
+def test_four_bit_rows_read_eight_at_a_time_are_the_files_weights(
+    bundled_gguf, quantized, file, level
+) -> None:
+    """Below AVX-512 the 4-bit weights are laid out eight rows to a vector: read back through an
+    identity matrix (each one-hot row rounds to 8 bits exactly), every weight of a 37-row slice
+    (a partial block of eight at the end) comes back in its place, within float32 roundings."""
+    tensors = GGUFTensors(model_file(file, bundled_gguf, quantized))
+    name = next(n for n in tensors._tensors if tensors.is_int4(n))
+    blocks = tensors.int4_blocks(name)
+    exact = gguf_dequantized(tensors, name)[:37]
+    nibbles = blocks.nibbles()
+    part = Nibbles(nibbles.packed[:37], nibbles.scales[:37], nibbles.zeros[:37])
+    cols = exact.shape[1]
+    with torch.inference_mode():
+        seen = RowsLinear(part, float32_out=True, library=kernels(level))(torch.eye(cols))
+    step = np.repeat(np.abs(part.scales), 32, axis=1)
+    assert seen.shape == (cols, 37)
+    assert np.allclose(seen.T.numpy(), exact, rtol=1e-6, atol=1e-5 * step.max())
+    assert np.abs(seen.T.numpy() - exact).max() < 0.01 * step[step > 0].min()
 
 
 @pytest.mark.parametrize("level", LEVELS_HERE)
