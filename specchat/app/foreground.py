@@ -2,8 +2,8 @@
 
 The command-line entry points (`ask`, the line-mode chat) load the model in the main thread, and
 the model's first passes (pass costs, the exactness probe) run there: torch's OpenMP pool then
-lives on that thread, and parallel ops in any other thread run ~2.5x slower for as long as it
-does (measured on int4: a 4.1 ms pass took 10.6 ms in a worker thread). So they generate where
+lives on that thread, and parallel ops in any other thread run several times slower for as long
+as it does (docs/benchmarks.md has the measurement). So they generate where
 the model was loaded, not through `AnswerEngine.start`; the chat loads and generates in its own
 workers and never computes in its main thread.
 """

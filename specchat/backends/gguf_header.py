@@ -24,6 +24,14 @@ from specchat.errors import SpecchatError
 _MAGIC = b"GGUF"
 _ALIGNMENT_KEY = "general.alignment"
 _KEPT_ARRAY = 64  # metadata arrays up to this long are read; longer ones are skipped
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+# what llama.cpp sizes a model by, under {arch}.; and which of them it divides by
+_SIZES = (
+    "block_count", "context_length", "embedding_length", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length",
+    "attention.value_length", "rope.dimension_count", "vocab_size",
+)  # fmt: skip
+_ABOVE_ZERO = ("block_count", "embedding_length", "attention.head_count")
 
 # GGUF metadata value types: (struct format, size) for scalars
 _SCALARS = {
@@ -66,8 +74,14 @@ class _Cursor:
     def u64(self) -> int:
         return self.take("<Q", 8)
 
+    def need(self, size: int) -> None:
+        """A count or length from the file must fit in what is left of it."""
+        if size > len(self.data) - self.at:
+            raise ValueError(f"a length of {size} bytes runs past the end at byte {self.at}")
+
     def string(self) -> str:
         length = self.u64()
+        self.need(length)
         text = bytes(self.data[self.at : self.at + length]).decode("utf-8", "replace")
         self.at += length
         return text
@@ -79,6 +93,7 @@ class _Cursor:
             return self.string()
         if kind == _ARRAY:
             item, count = self.u32(), self.u64()
+            self.need(count * (_SCALARS[item][1] if item in _SCALARS else 8))  # 8: a length
             if count > _KEPT_ARRAY:
                 self.skip(item, count)
                 return None
@@ -91,6 +106,7 @@ class _Cursor:
         elif kind == _STRING:
             for _ in range(count):
                 length = self.u64()  # read first: `self.at += self.u64()` would lose its 8 bytes
+                self.need(length)
                 self.at += length
         else:
             for _ in range(count):
@@ -121,18 +137,54 @@ class GGUFHeader:
             self.tensors: dict[str, TensorInfo] = {}
             for _ in range(n_tensors):
                 name = cursor.string()
-                dims = tuple(cursor.u64() for _ in range(cursor.u32()))
+                n_dims = cursor.u32()
+                if not 1 <= n_dims <= _MAX_DIMS:
+                    raise ValueError(f"tensor {name} has {n_dims} dimensions")
+                dims = tuple(cursor.u64() for _ in range(n_dims))
+                if min(dims) < 1 or int(np.prod(dims, dtype=object)) >= 2**48:
+                    raise ValueError(f"tensor {name} has dimensions {dims}")
+                if name in self.tensors:
+                    raise ValueError(f"tensor {name} appears twice")
                 type_id, offset = cursor.u32(), cursor.u64()
                 self.tensors[name] = TensorInfo(name, dims, type_id, offset)
+            alignment = self.metadata.get(_ALIGNMENT_KEY, 32)
+            if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):
+                raise ValueError(f"alignment {alignment!r} is not a power of two")
+            for info in self.tensors.values():
+                if info.offset % alignment:
+                    raise ValueError(f"tensor {info.name} is not aligned to {alignment} bytes")
         except (ValueError, OSError, OverflowError, MemoryError, struct.error, IndexError) as exc:
             raise self._invalid(str(exc)) from None
-        alignment = int(self.metadata.get(_ALIGNMENT_KEY) or 32)
+        except RecursionError:
+            raise self._invalid("metadata arrays nested too deep") from None
         self._data_start = -(-cursor.at // alignment) * alignment
         end = max(
             (self._data_start + t.offset + self._size(t) for t in self.tensors.values()), default=0
         )
         if end > len(self._map):
             raise self._invalid(f"{len(self._map)} bytes where its tensors need {end}: truncated?")
+
+    def check_llama(self) -> None:
+        """Refuse in one line what llama.cpp would meet with an assertion that ends the process:
+        the hyper-parameters it sizes buffers by and divides by (whole numbers, or per-layer lists
+        of them; a layer count, width and head count above zero) and a vocabulary to tokenize
+        with. llama.cpp checks the rest (tensor shapes, a missing key) and fails the load."""
+        arch = self.metadata.get("general.architecture")
+        if not isinstance(arch, str) or not arch:
+            raise self._invalid("no general.architecture")
+        for key in _SIZES:
+            value = self.metadata.get(f"{arch}.{key}")
+            if value is None:
+                continue
+            values = value if isinstance(value, list) else [value]
+            if not values or any(type(v) is not int or not 0 <= v < 2**24 for v in values):
+                raise self._invalid(f"{arch}.{key} is {value!r}")
+            if key in _ABOVE_ZERO and not isinstance(value, list) and value == 0:
+                raise self._invalid(f"{arch}.{key} is 0")
+        if "tokenizer.ggml.model" in self.metadata and not isinstance(
+            self.metadata["tokenizer.ggml.model"], str
+        ):
+            raise self._invalid("tokenizer.ggml.model is not a name")
 
     def _invalid(self, why: str) -> SpecchatError:
         return SpecchatError(f"cannot load {self.path.name}: not a valid GGUF model ({why})")
@@ -147,6 +199,8 @@ class GGUFHeader:
             block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(info.type_id)]
         except (ValueError, KeyError):
             raise self._invalid(f"tensor {info.name} has unknown type {info.type_id}") from None
+        if info.dims[0] % block:
+            raise self._invalid(f"tensor {info.name}'s rows are not whole blocks of {block}")
         return count // block * size
 
     @cached_property

@@ -257,19 +257,19 @@ class GGUFTensors:
     def __init__(self, path: str | Path) -> None:
         gguf = _gguf()
         self.path = Path(path)
-        self._header = GGUFHeader(self.path)  # milliseconds: no vocabulary is parsed
+        self.header = GGUFHeader(self.path)  # milliseconds: no vocabulary is parsed
         self._tensors = {
             name: _Tensor(
                 name,
                 gguf.GGMLQuantizationType(info.type_id),
                 info.dims,
-                self._header.data(name),
+                self.header.data(name),
             )
-            for name, info in self._header.tensors.items()
+            for name, info in self.header.tensors.items()
         }
 
     def metadata(self, key: str, default: Any = None) -> Any:
-        value = self._header.metadata.get(key)
+        value = self.header.metadata.get(key)
         return default if value is None else value
 
     def __contains__(self, name: str) -> bool:

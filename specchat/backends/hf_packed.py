@@ -1,10 +1,10 @@
 """Linear layers with oneDNN-prepacked weights, for float32 models on the CPU.
 
 Speculative decoding lives on what a pass of k tokens costs against a pass of one. With stock
-`nn.Linear` (MKL's sgemm, which packs its operands anew on every call) the bundled model's linear
-layers cost 36 ms for 1 row, 61 ms for 2 and 63 ms for 8 per pass; with the weights reordered once
-into oneDNN's blocked layout they cost 25, 26 and 38 ms (benchmarks/measure_packed_linear.py): a single
-token gets faster and a drafted one almost free. A row's result is the same, bit for bit, whatever
+`nn.Linear` (MKL's sgemm, which packs its operands anew on every call) a second row nearly doubles
+a pass of the linear layers; with the weights reordered once into oneDNN's blocked layout
+(benchmarks/measure_packed_linear.py, figures in docs/benchmarks.md) a single token gets faster
+and a drafted one almost free. A row's result is the same, bit for bit, whatever
 the number of rows in the call, so a block agrees with one-token passes as closely as before.
 
 The original weights stay in place (tied embeddings read them, and `stock_linears` gives the

@@ -95,8 +95,6 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
     ) -> None:
         """`level`: the instruction-set level its kernels run at (default: the process's,
         `specchat.cpu.level`)."""
-        import torch
-
         path = Path(model_path)
         if not path.is_file():
             raise SpecchatError(f"model file not found: {path}")
@@ -104,15 +102,43 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             raise SpecchatError("the int4 backend runs on the CPU only (use --backend llama)")
         if progress:
             progress(f"loading {path.name} (int4)")
-        tensors = GGUFTensors(path)
+        try:
+            self._load(path, n_ctx, threads, level, progress)
+        except (
+            ValueError,
+            TypeError,
+            ZeroDivisionError,
+            OverflowError,
+            IndexError,
+            KeyError,
+        ) as exc:
+            # a header that parses but whose values make no model (a crafted file)
+            raise SpecchatError(
+                f"cannot load {path.name}: not a valid GGUF model ({exc})"
+            ) from None
+        self.level = self.model.level
+        self._n_committed = 0
+        self._pending: Block | None = None
+        self._costs = BlockCostTable(self, key=cost_key(path, self.level))
+
+    def _load(self, path: Path, n_ctx: int, threads: int | None, level: str | None, progress):
+        import torch
+
         from specchat.backends.int4_model import Int4Llama, LlamaShape
 
+        tensors = GGUFTensors(path)
+        tensors.header.check_llama()
         shape = LlamaShape.read(tensors)  # refuses other architectures before anything loads
         self.threads = threads or physical_cores()
         # torch's thread pool is process-wide, as on the hf backend
         torch.set_num_threads(self.threads)
         self.vocabulary = LlamaVocabulary.load(path)
-        self.device = device
+        if self.vocabulary.vocab_size > shape.vocab:
+            raise SpecchatError(
+                f"cannot load {path.name}: {self.vocabulary.vocab_size} tokens but "
+                f"{shape.vocab} embedding rows"
+            )
+        self.device = "cpu"
         self.model_name = path.stem
         self.model_path = str(path)
         self.vocab_size = shape.vocab
@@ -128,10 +154,6 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             level=level,
             progress=progress,
         )
-        self.level = self.model.level
-        self._n_committed = 0
-        self._pending: Block | None = None
-        self._costs = BlockCostTable(self, key=cost_key(path, self.level))
 
     # -- KV cache and blocks ---------------------------------------------------------------------
 

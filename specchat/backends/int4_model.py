@@ -93,7 +93,9 @@ class LlamaShape:
         )
         if int(meta("rope.dimension_count", head_dim)) != head_dim:
             raise SpecchatError(f"{tensors.path.name}: partial RoPE is not supported")
-        if head_dim % 16 or head_dim > 256 or heads % shape.kv_heads:
+        if shape.layers < 1 or shape.ffn < 1:
+            raise SpecchatError(f"{tensors.path.name}: {shape.layers} layers of width {shape.ffn}")
+        if head_dim < 16 or head_dim % 16 or head_dim > 256 or heads % shape.kv_heads:
             raise SpecchatError(f"{tensors.path.name}: head layout {heads}x{head_dim} unsupported")
         return shape
 
@@ -199,6 +201,30 @@ def rows_linear(
     return RowsLinear(weight, float32_out=float32_out, library=library)
 
 
+def check_shapes(tensors: GGUFTensors, shape: LlamaShape, head_name: str) -> None:
+    """Every tensor the forward reads has the shape the header's hyper-parameters give it: the C
+    kernels size their buffers by those, so a crafted file must stop here, in one line."""
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    per_layer = {
+        "attn_norm": (shape.dim,), "ffn_norm": (shape.dim,),
+        "attn_q": (q, shape.dim), "attn_k": (kv, shape.dim), "attn_v": (kv, shape.dim),
+        "attn_output": (shape.dim, q), "ffn_gate": (shape.ffn, shape.dim),
+        "ffn_up": (shape.ffn, shape.dim), "ffn_down": (shape.dim, shape.ffn),
+    }  # fmt: skip
+    wanted = {"token_embd.weight": (shape.vocab, shape.dim), head_name: (shape.vocab, shape.dim)}
+    wanted["output_norm.weight"] = (shape.dim,)
+    if "rope_freqs.weight" in tensors:
+        wanted["rope_freqs.weight"] = (shape.head_dim // 2,)
+    for i in range(shape.layers):
+        wanted.update({f"blk.{i}.{part}.weight": dims for part, dims in per_layer.items()})
+    for name, dims in wanted.items():
+        if tensors.shape(name) != dims:
+            raise SpecchatError(
+                f"{tensors.path.name}: tensor {name} is {list(tensors.shape(name))}, where the "
+                f"header's sizes make it {list(dims)}"
+            )
+
+
 class Projection:
     """Several weights that read the same input (q, k, v; gate, up): one call when they share a
     carrier. `parts(x)` gives each part's output as (tensor, first column)."""
@@ -282,6 +308,7 @@ class Int4Llama:
         names = [f"blk.{i}.{part}.weight" for i in range(shape.layers) for part in _LAYER_PARTS]
         self.head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         tensors.check_readable([*names, "token_embd.weight", self.head_name, "output_norm.weight"])
+        check_shapes(tensors, shape, self.head_name)
         self.layers: list[Layer] = []
         for i in range(shape.layers):
             if progress and i % 10 == 0:

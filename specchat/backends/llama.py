@@ -21,6 +21,7 @@ import numpy as np
 from specchat import cpu
 from specchat.backends.base import LOCAL, Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
+from specchat.backends.gguf_header import GGUFHeader
 from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
@@ -66,6 +67,9 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
                 "CUDA is not available: this llama-cpp-python build has no GPU offload "
                 '(rebuild it: SPECCHAT_LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF -DGGML_CUDA=on" bash scripts/setup, see the README)'
             )
+        # specchat's own reader first: a crafted header is refused here in one line, before
+        # llama.cpp's parser meets it
+        GGUFHeader(path).check_llama()
         if progress:
             progress(f"loading {path.name}")
         llama_cpp.llama_backend_init()

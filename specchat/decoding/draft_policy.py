@@ -13,8 +13,8 @@ upper confidence bound on each rate, so a situation never drafted still gets tri
 model across runs, like the pass costs. Exploration is bounded by what it costs: the optimistic
 depth is taken only while, by the rates as known, it keeps all but `_EXPLORE_BUDGET` of the best
 depth's speed — little, so that a prompt whose drafts keep failing runs at greedy's pace. Where
-long drafts are nearly free (the int4 runtime: 8 tokens cost about two single passes) it drafts
-boldly; where a failed draft is dear (llama.cpp: 8 tokens cost nearly five) it probes only cheaply
+long drafts are nearly free (a runtime whose 8-token pass costs little more than one) it drafts
+boldly; where a failed draft is dear (a pass that grows with every token) it probes only cheaply
 (benchmarks/replay_policy.py replays budgets on Spec-Bench dev answers; docs/benchmarks.md).
 
 Each answer also keeps a ledger: the passes its drafts have saved (accepted tokens + 1 against the

@@ -29,9 +29,9 @@ from specchat.errors import SpecchatError
 
 # Match lengths share statistics in buckets: 1, 2, 3, 4-5, 6-8, 9-12, 13-16, 17-24, 25-32, 33+.
 MATCH_EDGES = (1, 2, 3, 4, 6, 9, 13, 17, 25, 33)
-# Per-token acceptance before any evidence, per bucket: measured on Spec-Bench dev answers of the
-# bundled model (docs/benchmarks.md: 28% for a 1-token match, 54% for 2, 62% for 3, higher for the
-# long matches of text being copied); a fully accepted previous draft raises it.
+# Per-token acceptance before any evidence, per bucket: the rates measured on Spec-Bench dev
+# answers of the bundled model (docs/benchmarks.md), rising with the match length as copied text
+# does; a fully accepted previous draft raises it.
 _COPY_PRIORS = (0.28, 0.5, 0.6, 0.68, 0.75, 0.8, 0.85, 0.88, 0.9, 0.92)
 
 

@@ -162,7 +162,7 @@ SPECULATIVE_PARAMS = (
         256,
     ),
     # Off by default: with the learned, cost-aware policy the guard's plain stretches cost more
-    # than they save (Spec-Bench dev, llama.cpp: 1.11x without, 1.05x with; docs/benchmarks.md).
+    # than they save (Spec-Bench dev on llama.cpp; the figures are in docs/benchmarks.md).
     Param("guard", bool, False, "fall back to plain steps while speculation measures slower"),
 )
 

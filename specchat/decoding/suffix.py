@@ -5,9 +5,9 @@ Each source proposes its best continuation of the context's tail (a saved chat o
 match: `SAVED_MIN_MATCH`). Saved chats and the regenerated answer are suffix trees whose
 continuations are the most frequent ones, scored by the summed probability of their tokens, as
 ArcticInference does. This conversation proposes what followed the latest earlier occurrence of its
-tail that agrees furthest back, as prompt lookup does: replayed on Spec-Bench dev answers with earlier questions saved
-(benchmarks/replay_policy.py --history), recency beat frequency for the conversation's own text (oracle
-1.34× against 1.29× at llama.cpp's pass costs, 3.0× against 2.2× at transformers'). The best-scored
+tail that agrees furthest back, as prompt lookup does: replayed on Spec-Bench dev answers with
+earlier questions saved (benchmarks/replay_policy.py --history), recency beat frequency for the
+conversation's own text at both runtimes' pass costs (docs/benchmarks.md). The best-scored
 proposal is the draft, its length chosen by the shared draft-length policy from the match length and
 how sure the counts are. Other sources' proposals join it as extra branches of one tree-shaped pass
 while they cost next to nothing (on backends where a few more tokens per pass are free), so the
@@ -47,9 +47,9 @@ from specchat.decoding.suffix_tree import DEPTH, SequenceTrees, unavailable_reas
 _PREFERENCE = (PREVIOUS, PROMPT, CHAT, SAVED)
 # A saved chat proposes only after a match this long, and longer than this conversation's own:
 # replayed on the dev half with earlier questions saved (benchmarks/replay_policy.py --history), short
-# saved matches displaced the conversation's better short matches and lost to prompt lookup
-# (2.37x against 2.45x at transformers' pass costs, 1.085x against 1.102x at llama.cpp's); from
-# 12 tokens on they never did, and a question asked again still drafts its old answer whole.
+# saved matches displaced the conversation's better short matches and lost to prompt lookup at
+# both runtimes' pass costs (docs/benchmarks.md); from 12 tokens on they never did, and a question
+# asked again still drafts its old answer whole.
 SAVED_MIN_MATCH = 16
 # An extra branch joins the pass while the pass costs at most this much more than the best
 # candidate's chain alone.

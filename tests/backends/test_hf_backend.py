@@ -9,7 +9,6 @@ that the conversion itself is tested every time (~15 s; tests/conftest.py).
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -360,7 +359,7 @@ def test_load_model_directory(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_converted_cache_is_fast_and_identical(
+def test_converted_cache_is_reused_not_redone_and_identical(
     smol: HFBackend, session_cache: Path, bundled_gguf: Path
 ) -> None:
     # converted when the suite's cache did not hold the conversion (the conversion code changed)
@@ -372,13 +371,10 @@ def test_converted_cache_is_fast_and_identical(
     assert any((path / "model.safetensors").is_file() for path in converted)
 
     messages: list[str] = []
-    started = time.perf_counter()
     again = load_hf_backend(
         str(bundled_gguf.parent), gguf_file=bundled_gguf.name, threads=1, progress=messages.append
     )
-    seconds = time.perf_counter() - started
-    assert not any("convert" in message for message in messages)
-    print(f"first load {smol.load_seconds:.1f} s, cached load {seconds:.2f} s")  # type: ignore[attr-defined]
+    assert not any("convert" in message for message in messages)  # the saved model, read back
 
     # The folder alone (its one GGUF file) or the file's own path find the same conversion.
     for form in (bundled_gguf.parent, bundled_gguf):

@@ -19,11 +19,10 @@ from specchat.engine.events import StepEvent
 # Flushes come at most 20 a second (smooth to the eye) and at least 4 (never looks stalled).
 FASTEST_FLUSH = 1 / 20
 SLOWEST_FLUSH = 1 / 4
-# The UI thread's share of one core while an answer streams. Measured on the 2-core machine with
-# py-spy (benchmarks/measure_ui_cost.py, a 120x40 terminal): a flush and the repaint it causes cost
-# about 9-13 ms of the UI thread once the answer scrolls the transcript, so 20 flushes a second
-# kept it 25% busy and the chat ran at 0.73-0.85 of `specchat ask`; every point the UI takes
-# comes out of the model's spinning threads and more (their barriers stall when one is preempted).
+# The UI thread's share of one core while an answer streams (benchmarks/measure_ui_cost.py): a
+# flush and the repaint it causes take the UI thread long enough that flushing at the fastest rate
+# throughout slowed the model measurably; every point the UI takes comes out of the model's
+# spinning threads and more (their barriers stall when one is preempted).
 UI_SHARE = 0.05
 
 

@@ -1,0 +1,169 @@
+"""Random-weight Llama GGUFs of a given shape, with the bundled model's tokenizer and template.
+
+A pass costs what its shapes cost, not what its weights say, and a parser meets the same bytes
+whatever the weights are: so tests, the fuzzer (`benchmarks/fuzz_gguf.py`) and size benchmarks
+use files written here instead of downloads. Weights are written as float32 and quantized by
+llama.cpp's own quantizer, so the quant blocks are the ones real files carry.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specchat.errors import SpecchatError
+
+
+@dataclass(frozen=True)
+class RandomShape:
+    layers: int = 2
+    dim: int = 64
+    ffn: int = 128
+    heads: int = 4
+    kv_heads: int = 2
+    vocab: int | None = None  # None: the bundled tokenizer's size
+
+
+# llama.cpp's file types by the name people know them by
+QUANT_TYPES = ("F32", "Q4_0", "Q4_1", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K")
+
+
+def _tokenizer_fields(source: Path):
+    """The bundled file's tokenizer and chat template, as (key, value, type, item type)."""
+    import gguf
+
+    reader = gguf.GGUFReader(source)
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            kind = field.types[0]
+            item = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+            yield key, field.contents(), kind, item
+
+
+def write_random_gguf(
+    path: Path, shape: RandomShape = RandomShape(), quant: str = "Q4_0", seed: int = 0
+) -> Path:
+    """A `llama` GGUF of `shape` at `path`, weights drawn from N(0, 0.02) (norms 1), in `quant`."""
+    import gguf
+
+    from specchat.models import bundled_gguf
+
+    if quant not in QUANT_TYPES:
+        raise SpecchatError(f"unknown quant type {quant!r}: use one of {', '.join(QUANT_TYPES)}")
+    path = Path(path)
+    fields = list(_tokenizer_fields(bundled_gguf()))
+    vocab = shape.vocab or next(len(v) for k, v, *_ in fields if k == "tokenizer.ggml.tokens")
+    head_dim = shape.dim // shape.heads
+    rng = np.random.default_rng(seed)
+
+    def weight(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
+
+    dense = path.with_suffix(".f32.gguf") if quant != "F32" else path
+    writer = gguf.GGUFWriter(str(dense), "llama")
+    writer.add_block_count(shape.layers)
+    writer.add_context_length(2048)
+    writer.add_embedding_length(shape.dim)
+    writer.add_feed_forward_length(shape.ffn)
+    writer.add_head_count(shape.heads)
+    writer.add_head_count_kv(shape.kv_heads)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for key, value, kind, item in fields:
+        writer.add_key_value(key, value, kind, sub_type=item)
+    writer.add_tensor("token_embd.weight", weight(vocab, shape.dim))
+    for i in range(shape.layers):
+        blk = f"blk.{i}."
+        q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
+        writer.add_tensor(blk + "attn_norm.weight", np.ones(shape.dim, dtype=np.float32))
+        writer.add_tensor(blk + "attn_q.weight", weight(q, shape.dim))
+        writer.add_tensor(blk + "attn_k.weight", weight(kv, shape.dim))
+        writer.add_tensor(blk + "attn_v.weight", weight(kv, shape.dim))
+        writer.add_tensor(blk + "attn_output.weight", weight(shape.dim, q))
+        writer.add_tensor(blk + "ffn_norm.weight", np.ones(shape.dim, dtype=np.float32))
+        writer.add_tensor(blk + "ffn_gate.weight", weight(shape.ffn, shape.dim))
+        writer.add_tensor(blk + "ffn_up.weight", weight(shape.ffn, shape.dim))
+        writer.add_tensor(blk + "ffn_down.weight", weight(shape.dim, shape.ffn))
+    writer.add_tensor("output_norm.weight", np.ones(shape.dim, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    if quant == "F32":
+        return path
+    try:
+        _quantize(dense, path, quant)
+    finally:
+        dense.unlink(missing_ok=True)
+    return path
+
+
+def _quantize(source: Path, target: Path, quant: str) -> None:
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant}")
+    params.allow_requantize = True
+    rc = llama_cpp.llama_model_quantize(
+        str(source).encode(), str(target).encode(), ctypes.byref(params)
+    )
+    if rc != 0:
+        raise SpecchatError(f"llama.cpp could not quantize {source.name} to {quant}")
+
+
+def field_spots(data: bytes) -> list[tuple[int, str]]:
+    """Where a well-formed GGUF's parser-steering numbers sit, for mutating them: (offset, kind)
+    of every count, length, dim, type and offset in the header and tensor table, kind u32 / u64 (a
+    metadata count or length), name / ndims / dim / ttype / offset (a tensor's), type (a value
+    type), v1..v8 (a scalar value of that many bytes); last, (the end of the tensors, "end")."""
+    spots: list[tuple[int, str]] = [(4, "u32"), (8, "u64"), (16, "u64")]
+    at = 24
+    n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def value(kind: int, at: int, deep: bool) -> int:
+        if kind in sizes:
+            if deep:
+                spots.append((at, f"v{sizes[kind]}"))
+            return at + sizes[kind]
+        if kind == 8:
+            spots.append((at, "u64"))
+            return at + 8 + struct.unpack_from("<Q", data, at)[0]
+        if kind == 9:
+            item, count = struct.unpack_from("<IQ", data, at)
+            spots.extend([(at, "type"), (at + 4, "u64")])
+            at += 12
+            for index in range(count):
+                at = value(item, at, deep and index < 4)
+            return at
+        raise ValueError(kind)
+
+    for _ in range(n_kv):
+        spots.append((at, "u64"))
+        at += 8 + struct.unpack_from("<Q", data, at)[0]
+        kind = struct.unpack_from("<I", data, at)[0]
+        spots.append((at, "type"))
+        at = value(kind, at + 4, True)
+    for _ in range(n_tensors):
+        spots.append((at, "name"))
+        at += 8 + struct.unpack_from("<Q", data, at)[0]
+        dims = struct.unpack_from("<I", data, at)[0]
+        spots.append((at, "ndims"))
+        at += 4
+        for _ in range(dims):
+            spots.append((at, "dim"))
+            at += 8
+        spots.extend([(at, "ttype"), (at + 4, "offset")])
+        at += 12
+    spots.append((at, "end"))  # where the tensor table ends
+    return spots
+
+
+SPOT_BYTES = {"u64": 8, "name": 8, "dim": 8, "offset": 8, "u32": 4, "ndims": 4, "type": 4}
+SPOT_BYTES.update({"ttype": 4, "v1": 1, "v2": 2, "v4": 4, "v8": 8})

@@ -1,0 +1,101 @@
+"""A crafted GGUF never crashes a runtime: counts, lengths, dims, offsets and types of a small
+random-weight Llama file (the bundled tokenizer, Q4_0 from llama.cpp's quantizer) are set to edge
+values by hypothesis, and each file either loads and answers or is refused in one line, on
+llama.cpp and on the int4 runtime alike. `benchmarks/fuzz_gguf.py` runs thousands of such files
+through the CLI; here a fixed, derandomized sample runs in-process, and a few through the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specchat.backends.base import Block
+from specchat.backends.random_gguf import SPOT_BYTES, field_spots, write_random_gguf
+from specchat.errors import SpecchatError
+
+EDGES = [0, 1, 3, 255, 2**31 - 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1]
+
+
+@pytest.fixture(scope="module")
+def seed_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_random_gguf(tmp_path_factory.mktemp("crafted") / "tiny.gguf", quant="Q4_0")
+
+
+def load_and_answer(path: Path, runtime: str) -> str:
+    """'answered' or the one-line refusal; anything else raises."""
+    if runtime == "int4":
+        from specchat.backends.int4 import Int4Backend as Runtime
+    else:
+        from specchat.backends.llama import LlamaBackend as Runtime
+    try:
+        backend = Runtime(path, threads=1, n_ctx=64)
+    except SpecchatError as exc:
+        assert "\n" not in str(exc)
+        return str(exc)
+    try:
+        ids = backend.tokenize("Hi there")[:8] or [0]
+        backend.prefill(ids[:-1])
+        assert backend.evaluate(Block.chain(ids[-1:])).shape[0] == 1
+    finally:
+        backend.close()
+    return "answered"
+
+
+def test_the_seed_file_answers_on_both_runtimes(seed_file: Path) -> None:
+    assert load_and_answer(seed_file, "llama") == "answered"
+    assert load_and_answer(seed_file, "int4") == "answered"
+
+
+@settings(
+    max_examples=40,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_a_mutated_header_loads_or_is_one_line(seed_file: Path, tmp_path: Path, data) -> None:
+    original = seed_file.read_bytes()
+    spots = field_spots(original)
+    mutated = bytearray(original)
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        at, kind = data.draw(st.sampled_from(spots[:-1]), label="field")
+        if kind in ("type", "ttype"):
+            size, value = (
+                SPOT_BYTES[kind],
+                data.draw(st.integers(0, 40) | st.just(2**32 - 1), label="type"),
+            )
+        else:
+            size = SPOT_BYTES[kind]
+            value = data.draw(st.sampled_from(EDGES) | st.integers(0, 2**16), label="value")
+        mutated[at : at + size] = (value % 2 ** (8 * size)).to_bytes(size, "little")
+    if data.draw(st.booleans(), label="truncate"):
+        mutated = mutated[: data.draw(st.integers(0, len(mutated) - 1), label="at")]
+    path = tmp_path / "crafted.gguf"
+    path.write_bytes(bytes(mutated))
+    for runtime in ("llama", "int4"):
+        load_and_answer(path, runtime)
+
+
+@pytest.mark.parametrize("runtime", ["llama", "int4"])
+def test_the_cli_refuses_a_crafted_file_in_one_line(seed_file: Path, tmp_path: Path, runtime):
+    """A tensor table whose first tensor claims 2^32 rows: `specchat ask` says so in one line
+    and exits 2."""
+    data = bytearray(seed_file.read_bytes())
+    first_dim = next(at for at, kind in field_spots(bytes(data)) if kind == "dim")
+    crafted = tmp_path / "crafted.gguf"
+    data[first_dim : first_dim + 8] = (2**32).to_bytes(8, "little")
+    crafted.write_bytes(bytes(data))
+    run = subprocess.run(
+        [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
+         runtime, "--threads", "1", "--max-tokens", "2"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specchat: error: "), run.stderr
+    assert "Traceback" not in run.stderr
