@@ -19,6 +19,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -172,6 +173,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runtimes", default="llama,int4")
     parser.add_argument("--out", type=Path, default=Path("fuzz-failures"))
+    parser.add_argument("--reasons", type=int, default=12, help="refusals to list")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     runtimes = args.runtimes.split(",")
@@ -190,6 +192,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     target = work / "fuzz.gguf"  # one name: the runtimes' cost keys are reused
     tally: collections.Counter = collections.Counter()
+    reasons: collections.Counter = collections.Counter()  # refusals, digits masked
     failures: list[str] = []
     worker = Child(runtimes, env, work / "child.log")
     started = time.perf_counter()
@@ -202,6 +205,8 @@ def main() -> None:
             problem = result if isinstance(result, str) else verdict(result)
             if problem is None:
                 tally[(runtime, "answered" if result["code"] == 0 else "refused")] += 1
+                if result["code"]:
+                    reasons[re.sub(r"[0-9]+", "N", result["stderr"].strip())[:90]] += 1
                 continue
             tally[(runtime, "failed")] += 1
             args.out.mkdir(parents=True, exist_ok=True)
@@ -221,6 +226,9 @@ def main() -> None:
     for runtime in runtimes:
         counts = {kind: tally[(runtime, kind)] for kind in ("answered", "refused", "failed")}
         print(f"{runtime:<8} " + "  ".join(f"{kind} {n}" for kind, n in counts.items()))
+    print("most common refusals:")
+    for reason, count in reasons.most_common(args.reasons):
+        print(f"  {count:>6}  {reason}")
     print(f"failures: {len(failures)}" + (f" (kept in {args.out})" if failures else ""))
     for failure in failures[:20]:
         print(f"  {failure}")

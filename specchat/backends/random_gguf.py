@@ -133,7 +133,8 @@ def field_spots(data: bytes) -> list[tuple[int, str]]:
                 spots.append((at, f"v{sizes[kind]}"))
             return at + sizes[kind]
         if kind == 8:
-            spots.append((at, "u64"))
+            if deep:
+                spots.append((at, "u64"))
             return at + 8 + struct.unpack_from("<Q", data, at)[0]
         if kind == 9:
             item, count = struct.unpack_from("<IQ", data, at)

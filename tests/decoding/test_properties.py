@@ -224,8 +224,10 @@ def test_suffix_index_proposes_only_what_followed_its_match(sequences, context, 
 
 @pytest.mark.skipif(unavailable_reason() is not None, reason="the C++ suffix trees are not built")
 @REPRODUCIBLE
-@given(SEQUENCES, st.lists(st.integers(0, 5), min_size=1, max_size=20), st.integers(1, 12))
+@given(SEQUENCES, st.lists(st.integers(0, 5), min_size=2, max_size=20), st.integers(1, 12))
 def test_suffix_tree_proposes_only_what_followed_its_match(sequences, context, limit):
+    """(ArcticInference's trees propose nothing after a one-token context: the chat always has
+    more.)"""
     tree = SharedTree()
     for i, seq in enumerate(sequences):
         tree.add(i, seq)
