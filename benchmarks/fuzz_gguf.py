@@ -80,10 +80,13 @@ def child(runtimes: list[str]) -> None:
     """Reads file paths from stdin; for each runtime prints one JSON outcome line."""
     from specchat.app.cli import main as cli_main
 
+    # the outcomes go out on a copy of stdout; what C code prints there lands in the log
+    outcomes = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
     for line in sys.stdin:
         path = line.strip()
         for runtime in runtimes:
-            print(json.dumps({"start": runtime}), flush=True)
+            print(json.dumps({"start": runtime}), file=outcomes, flush=True)
             argv = ["specchat", "ask", "Hi", "--model", path, "--backend", runtime]
             argv += ["--max-tokens", "2", "--threads", "1", "-d", "greedy"]
             err, out, code, raised = io.StringIO(), io.StringIO(), None, None
@@ -96,7 +99,7 @@ def child(runtimes: list[str]) -> None:
             except BaseException as exc:  # noqa: BLE001 — a traceback is what we look for
                 raised = f"{type(exc).__name__}: {exc}"
             print(json.dumps({"runtime": runtime, "code": code, "stderr": err.getvalue(),
-                              "raised": raised}), flush=True)  # fmt: skip
+                              "raised": raised}), file=outcomes, flush=True)  # fmt: skip
 
 
 def verdict(result: dict) -> str | None:
@@ -119,6 +122,7 @@ class Child:
         """`log` collects what C code writes to the child's stderr (an assertion's message)."""
         command = [sys.executable, __file__, "--child", "--runtimes", ",".join(runtimes)]
         self.log = log
+        self.noise: list[str] = []
         with open(log, "w") as sink:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sink, text=True,
@@ -151,7 +155,11 @@ class Child:
                 how = f"signal {-code}" if code < 0 else f"exit {code}"
                 outcomes.append((current or "?", f"died: {how}: {self.last_words()}"))
                 return outcomes
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:  # not an outcome: keep it for the record
+                self.noise.append(line.strip()[:200])
+                continue
             if "start" in message:
                 current = message["start"]
             else:

@@ -32,6 +32,9 @@ _SIZES = (
     "attention.value_length", "rope.dimension_count", "vocab_size",
 )  # fmt: skip
 _ABOVE_ZERO = ("block_count", "embedding_length", "attention.head_count")
+_MAX_LAYERS = 512  # LLAMA_MAX_LAYERS
+_EPSILONS = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon")
+_WHOLE_NUMBER_TYPES = {24, 25, 26, 27}  # I8, I16, I32, I64: never a weight
 
 # GGUF metadata value types: (struct format, size) for scalars
 _SCALARS = {
@@ -49,6 +52,12 @@ _SCALARS = {
 }
 _STRING, _ARRAY = 8, 9
 _FLOAT_TYPES = {0: np.float32, 1: np.float16}  # GGML_TYPE_F32, GGML_TYPE_F16
+_VECTOR_TYPES = {0, 1, 30}  # what a norm or bias may be: F32, F16, BF16
+
+
+def _listed(value: Any) -> list:
+    """A scalar or per-layer list of metadata values, as a list (None: empty)."""
+    return [] if value is None else value if isinstance(value, list) else [value]
 
 
 @dataclass(frozen=True)
@@ -79,12 +88,14 @@ class _Cursor:
         if size > len(self.data) - self.at:
             raise ValueError(f"a length of {size} bytes runs past the end at byte {self.at}")
 
-    def string(self) -> str:
+    def raw_string(self) -> memoryview:
         length = self.u64()
         self.need(length)
-        text = bytes(self.data[self.at : self.at + length]).decode("utf-8", "replace")
         self.at += length
-        return text
+        return self.data[self.at - length : self.at]
+
+    def string(self) -> str:
+        return bytes(self.raw_string()).decode("utf-8", "replace")
 
     def value(self, kind: int) -> Any:
         if kind in _SCALARS:
@@ -131,9 +142,14 @@ class GGUFHeader:
             if max(n_tensors, n_fields) > len(self._map):  # each needs a byte at least
                 raise ValueError(f"{n_tensors} tensors and {n_fields} fields cannot fit")
             self.metadata: dict[str, Any] = {}
+            self._arrays: dict[str, tuple[int, int, int]] = {}  # key: item type, count, offset
             for _ in range(n_fields):
                 key = cursor.string()
-                self.metadata[key] = cursor.value(cursor.u32())
+                kind = cursor.u32()
+                if kind == _ARRAY:
+                    item, count = struct.unpack_from("<IQ", cursor.data, cursor.at)
+                    self._arrays[key] = (item, count, cursor.at + 12)
+                self.metadata[key] = cursor.value(kind)
             self.tensors: dict[str, TensorInfo] = {}
             for _ in range(n_tensors):
                 name = cursor.string()
@@ -181,10 +197,41 @@ class GGUFHeader:
                 raise self._invalid(f"{arch}.{key} is {value!r}")
             if key in _ABOVE_ZERO and not isinstance(value, list) and value == 0:
                 raise self._invalid(f"{arch}.{key} is 0")
+        if len(values := _listed(self.metadata.get(f"{arch}.block_count"))) and (
+            max(values) > _MAX_LAYERS
+        ):
+            raise self._invalid(f"{max(values)} layers (llama.cpp runs {_MAX_LAYERS} at most)")
+        for key in _EPSILONS:
+            eps = self.metadata.get(f"{arch}.{key}")
+            if eps is not None and not (isinstance(eps, float) and 0.0 <= eps < 1.0):
+                raise self._invalid(f"{arch}.{key} is {eps!r}")
+        for info in self.tensors.values():
+            if info.type_id in _WHOLE_NUMBER_TYPES:
+                raise self._invalid(f"tensor {info.name} holds integers, not weights")
+            if len(info.dims) == 1 and info.type_id not in _VECTOR_TYPES:
+                raise self._invalid(f"vector {info.name} is {self.type_name(info.name)}")
         if "tokenizer.ggml.model" in self.metadata and not isinstance(
             self.metadata["tokenizer.ggml.model"], str
         ):
             raise self._invalid("tokenizer.ggml.model is not a name")
+        self._check_vocabulary()
+
+    def _check_vocabulary(self) -> None:
+        """llama.cpp indexes the scores and token types by token id, unchecked, and asserts
+        that no two tokens are spelled alike."""
+        if "tokenizer.ggml.tokens" not in self._arrays:
+            return
+        item, count, at = self._arrays["tokenizer.ggml.tokens"]
+        if item != _STRING:
+            raise self._invalid("tokenizer.ggml.tokens are not strings")
+        for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+            if key in self._arrays and self._arrays[key][1] != count:
+                raise self._invalid(f"{self._arrays[key][1]} {key} for {count} tokens")
+        cursor = _Cursor(memoryview(self._map))
+        cursor.at = at
+        spellings = {bytes(cursor.raw_string()) for _ in range(count)}
+        if len(spellings) != count:
+            raise self._invalid(f"{count - len(spellings)} tokens spelled as another is")
 
     def _invalid(self, why: str) -> SpecchatError:
         return SpecchatError(f"cannot load {self.path.name}: not a valid GGUF model ({why})")

@@ -122,6 +122,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self._costs = BlockCostTable(self, key=cost_key(path, self.level))
 
     def _load(self, path: Path, n_ctx: int, threads: int | None, level: str | None, progress):
+        """The model, its vocabulary and hyper-parameters, every check on the file first."""
         import torch
 
         from specchat.backends.int4_model import Int4Llama, LlamaShape

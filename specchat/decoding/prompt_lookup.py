@@ -52,7 +52,7 @@ _RESUME_WITHIN = 16
 _RESUME_SKIP = 8
 # An answer whose first `_FROM_START` tokens or more are all one match copies from its start: on
 # Spec-Bench and code-edit answers the first drafted token was taken in nearly all such positions,
-# and 4-7.5 tokens of 8 (docs/benchmarks.md, round fifteen).
+# and 4-7.5 tokens of 8 (docs/benchmarks.md, "Design choices measured").
 _FROM_START = 2
 _FROM_START_PRIOR = 0.95
 
@@ -62,7 +62,7 @@ class CopyRegime:
     whole (a streak), or the context's short match picks up, a few tokens on, the text a long match
     was copying just before — a copy resumed after an edit (a renamed word, a changed number, an
     inserted clause). Such a match is taken about as far as a long one, where other matches of its
-    length are poor bets (docs/benchmarks.md, round thirteen). An answer that is all one copy so
+    length are poor bets (docs/benchmarks.md, "Design choices measured"). An answer that is all one copy so
     far (a function rewritten with type hints starts as the prompt's code) is a third situation,
     learned apart from the others: its short matches are the surest of all."""
 

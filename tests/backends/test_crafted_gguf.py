@@ -99,3 +99,67 @@ def test_the_cli_refuses_a_crafted_file_in_one_line(seed_file: Path, tmp_path: P
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specchat: error: "), run.stderr
     assert "Traceback" not in run.stderr
+
+
+def _value_at(data: bytes, key: str) -> int:
+    """Where metadata `key`'s value starts (after its 4-byte type)."""
+    at = data.index(key.encode()) + len(key)
+    return at + 4
+
+
+def _integer_norm(data: bytearray) -> None:
+    spots = field_spots(bytes(data))
+    for index, (at, kind) in enumerate(spots):
+        if kind == "ndims" and int.from_bytes(data[at : at + 4], "little") == 1:
+            ttype = spots[index + 2][0]  # ndims, one dim, then the type
+            data[ttype : ttype + 4] = (26).to_bytes(4, "little")  # I32
+            return
+
+
+def _nan_epsilon(data: bytearray) -> None:
+    at = _value_at(bytes(data), "llama.attention.layer_norm_rms_epsilon")
+    data[at : at + 4] = bytes.fromhex("0000c07f")
+
+
+def _too_many_layers(data: bytearray) -> None:
+    at = _value_at(bytes(data), "llama.block_count")
+    data[at : at + 4] = (65536).to_bytes(4, "little")
+
+
+def _twin_tokens(data: bytearray) -> None:
+    at = _value_at(bytes(data), "tokenizer.ggml.tokens") + 12  # item type, count
+    seen: dict[int, int] = {}
+    while True:
+        length = int.from_bytes(data[at : at + 8], "little")
+        if length in seen:  # spell this token as the earlier one of its length
+            first = seen[length]
+            data[at + 8 : at + 8 + length] = data[first : first + length]
+            return
+        seen[length] = at + 8
+        at += 8 + length
+
+
+@pytest.mark.parametrize(
+    "craft,says",
+    [
+        (_integer_norm, "holds integers"),
+        (_nan_epsilon, "layer_norm_rms_epsilon is nan"),
+        (_too_many_layers, "65536 layers"),
+        (_twin_tokens, "spelled as another"),
+    ],
+)
+def test_what_llama_cpp_would_abort_on_is_refused_first(seed_file: Path, tmp_path, craft, says):
+    """Files the fuzzer found ending llama.cpp with an assertion (SIGABRT): refused in one line
+    before llama.cpp reads them."""
+    data = bytearray(seed_file.read_bytes())
+    craft(data)
+    crafted = tmp_path / "crafted.gguf"
+    crafted.write_bytes(bytes(data))
+    run = subprocess.run(
+        [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
+         "llama", "--threads", "1", "--max-tokens", "2"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr[-500:]
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], run.stderr[-500:]

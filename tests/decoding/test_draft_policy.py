@@ -235,7 +235,7 @@ def test_a_copy_resumed_after_an_edit_is_learned_as_a_copy_under_way(make):
 )
 def test_an_answer_that_copies_from_its_first_token_is_a_copy_from_the_start(make):
     """A function rewritten with type hints starts as a copy of the prompt's code: its first
-    short match is taken almost whole (docs/benchmarks.md, round fifteen), unlike a short match
+    short match is taken almost whole (docs/benchmarks.md, "Design choices measured"), unlike a short match
     that merely repeats."""
     passage = list(range(100, 140))
     prompt = [1, 2, *passage, 3, 4]
