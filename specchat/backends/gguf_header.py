@@ -55,11 +55,6 @@ _FLOAT_TYPES = {0: np.float32, 1: np.float16}  # GGML_TYPE_F32, GGML_TYPE_F16
 _VECTOR_TYPES = {0, 1, 30}  # what a norm or bias may be: F32, F16, BF16
 
 
-def _listed(value: Any) -> list:
-    """A scalar or per-layer list of metadata values, as a list (None: empty)."""
-    return [] if value is None else value if isinstance(value, list) else [value]
-
-
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -197,10 +192,8 @@ class GGUFHeader:
                 raise self._invalid(f"{arch}.{key} is {value!r}")
             if key in _ABOVE_ZERO and not isinstance(value, list) and value == 0:
                 raise self._invalid(f"{arch}.{key} is 0")
-        if len(values := _listed(self.metadata.get(f"{arch}.block_count"))) and (
-            max(values) > _MAX_LAYERS
-        ):
-            raise self._invalid(f"{max(values)} layers (llama.cpp runs {_MAX_LAYERS} at most)")
+            if key == "block_count" and max(values) > _MAX_LAYERS:
+                raise self._invalid(f"{max(values)} layers (llama.cpp runs {_MAX_LAYERS} at most)")
         for key in _EPSILONS:
             eps = self.metadata.get(f"{arch}.{key}")
             if eps is not None and not (isinstance(eps, float) and 0.0 <= eps < 1.0):
