@@ -124,6 +124,35 @@ def int4_at_level(bundled_gguf):
         backend.close()
 
 
+# a small random-weight GGUF of each family the int4 runtime runs besides the bundled Llama, each
+# with what sets it apart in the file: Llama 3's frequency factors and a linear RoPE factor,
+# qwen3's heads wider than dim / heads, phi3's declared sliding window
+FAMILY_SHAPES = {
+    "llama3": dict(arch="llama", rope_freqs=True, rope_scale=4.0),
+    "qwen2": dict(arch="qwen2"),
+    "qwen3": dict(arch="qwen3", head_dim=32),
+    "phi3": dict(arch="phi3", kv_heads=4, window=1024),
+}
+
+
+@pytest.fixture(scope="session")
+def family_gguf(tmp_path_factory: pytest.TempPathFactory):
+    """`family_gguf(name, quant="Q4_0")`: that family's file (FAMILY_SHAPES), written once per
+    worker and quantized by llama.cpp's own quantizer."""
+    from specchat.backends.random_gguf import RandomShape, write_random_gguf
+
+    folder = tmp_path_factory.mktemp("families")
+    made: dict[tuple[str, str], Path] = {}
+
+    def file(name: str, quant: str = "Q4_0") -> Path:
+        if (name, quant) not in made:
+            shape = RandomShape(**FAMILY_SHAPES[name])
+            made[name, quant] = write_random_gguf(folder / f"{name}-{quant}.gguf", shape, quant)
+        return made[name, quant]
+
+    return file
+
+
 @pytest.fixture
 def fresh_llama(llama_backend):
     """The shared llama backend with an empty cache."""

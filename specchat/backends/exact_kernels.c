@@ -164,14 +164,38 @@ void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64
     }
 }
 
-/* Rotate adjacent pairs (x[2j], x[2j+1]) by position * theta_j, as llama.cpp's "normal" RoPE on
- * GGUF's permuted q/k weights. `cos_row`, `sin_row` hold one position's dim/2 values. */
-static inline void rope(const bf16 *in, float *out, const float *cos_row, const float *sin_row,
-                        int dim) {
-    for (int j = 0; j < dim / 2; j++) {
-        const float x0 = from_bf16(in[2 * j]), x1 = from_bf16(in[2 * j + 1]);
-        out[2 * j] = x0 * cos_row[j] - x1 * sin_row[j];
-        out[2 * j + 1] = x0 * sin_row[j] + x1 * cos_row[j];
+/* What a family does to a head's q or k between the projection and the cache: a bias (qwen2), an
+ * RMS norm over the head (qwen3), and which pairs RoPE rotates. NULL pointers: none of it. */
+typedef struct {
+    const float *bias; /* [q | k | v] widths, or NULL */
+    const float *q_norm, *k_norm; /* [head_dim] each, or NULL */
+    float eps;
+    int32_t neox; /* rotate (x[j], x[j + dim/2]) instead of (x[2j], x[2j+1]) */
+} head_ops;
+
+/* One head's bf16 projection as float32, its bias added and its RMS norm applied (as llama.cpp's
+ * rms_norm then mul: squares summed in double, the scale applied before the weight). */
+static inline void head_in(const bf16 *in, const float *bias, const float *norm, float eps,
+                           float *out, int dim) {
+    for (int d = 0; d < dim; d++) out[d] = bias ? from_bf16(in[d]) + bias[d] : from_bf16(in[d]);
+    if (norm) {
+        double sum = 0.0;
+        for (int d = 0; d < dim; d++) sum += (double)(out[d] * out[d]);
+        const float scale = 1.0f / __builtin_sqrtf((float)(sum / (double)dim) + eps);
+        for (int d = 0; d < dim; d++) out[d] = (out[d] * scale) * norm[d];
+    }
+}
+
+/* Rotate pairs by position * theta_j in place: adjacent pairs (x[2j], x[2j+1]) as llama.cpp's
+ * "normal" RoPE on GGUF's permuted Llama q/k weights, or (x[j], x[j + dim/2]) as its NEOX RoPE
+ * (qwen2, qwen3, phi3). `cos_row`, `sin_row` hold one position's dim/2 values. */
+static inline void rope(float *x, const float *cos_row, const float *sin_row, int dim, int neox) {
+    const int half = dim / 2;
+    for (int j = 0; j < half; j++) {
+        const int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cos_row[j] - x1 * sin_row[j];
+        x[b] = x0 * sin_row[j] + x1 * cos_row[j];
     }
 }
 
@@ -348,23 +372,37 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
                const int32_t *positions, float *k_cache, bf16 *v_cache, int64_t slots,
                int32_t n_prefix, int32_t rows, const int32_t *seen, int32_t seen_stride,
                const int32_t *n_seen, bf16 *out, int32_t heads, int32_t kv_heads,
-               int32_t head_dim, float scale, int32_t threads) {
+               int32_t head_dim, float scale, const head_ops *ops, int32_t threads) {
     const int half = head_dim / 2;
+    const int64_t q_width = (int64_t)heads * head_dim, kv_width = (int64_t)kv_heads * head_dim;
+    const float *q_bias = ops->bias, *k_bias = ops->bias ? ops->bias + q_width : NULL;
+    const float *v_bias = ops->bias ? ops->bias + q_width + kv_width : NULL;
     float *q_rot = malloc(sizeof(float) * (size_t)rows * heads * head_dim);
     float rotated[MAX_HEAD_DIM];
     for (int32_t i = 0; i < rows; i++) {
         const float *cos_row = cos_table + (int64_t)positions[i] * half;
         const float *sin_row = sin_table + (int64_t)positions[i] * half;
         const int64_t slot = (int64_t)n_prefix + i;
-        for (int32_t h = 0; h < heads; h++)
-            rope(q + i * q_stride + h * head_dim, q_rot + ((int64_t)i * heads + h) * head_dim,
-                 cos_row, sin_row, head_dim);
+        for (int32_t h = 0; h < heads; h++) {
+            float *qh = q_rot + ((int64_t)i * heads + h) * head_dim;
+            head_in(q + i * q_stride + h * head_dim, q_bias ? q_bias + h * head_dim : NULL,
+                    ops->q_norm, ops->eps, qh, head_dim);
+            rope(qh, cos_row, sin_row, head_dim, ops->neox);
+        }
         for (int32_t g = 0; g < kv_heads; g++) {
-            rope(k + i * k_stride + g * head_dim, rotated, cos_row, sin_row, head_dim);
+            head_in(k + i * k_stride + g * head_dim, k_bias ? k_bias + g * head_dim : NULL,
+                    ops->k_norm, ops->eps, rotated, head_dim);
+            rope(rotated, cos_row, sin_row, head_dim, ops->neox);
             float *keys = k_cache + (int64_t)g * head_dim * slots;
             for (int d = 0; d < head_dim; d++) keys[d * slots + slot] = rotated[d];
-            memcpy(v_cache + ((int64_t)g * slots + slot) * head_dim, v + i * v_stride + g * head_dim,
-                   sizeof(bf16) * head_dim);
+            bf16 *values = v_cache + ((int64_t)g * slots + slot) * head_dim;
+            const bf16 *vg = v + i * v_stride + g * head_dim;
+            if (v_bias) {
+                for (int d = 0; d < head_dim; d++)
+                    values[d] = to_bf16(from_bf16(vg[d]) + v_bias[g * head_dim + d]);
+            } else {
+                memcpy(values, vg, sizeof(bf16) * head_dim);
+            }
         }
     }
     const int32_t group = heads / kv_heads;
@@ -1028,6 +1066,7 @@ typedef struct {
     linear_weights gate_up[2]; /* one fused weight (parts 1) or gate and up (parts 2) */
     int32_t gate_up_parts;
     linear_weights down;
+    head_ops ops;
 } layer_weights;
 
 typedef struct {
@@ -1093,7 +1132,7 @@ void forward(const model_weights *model, float *x, int32_t rows, const int32_t *
                   model->cos_table, model->sin_table, positions, model->k_cache + index * k_layer,
                   model->v_cache + index * k_layer, model->slots, n_prefix, rows, seen, seen_stride,
                   n_seen, attended, model->heads, model->kv_heads, model->head_dim, model->scale,
-                  threads);
+                  &layer->ops, threads);
         linear(&layer->output, attended, 1, rows, delta, 1, threads);
         residual_rms_norm(x, delta, dim, layer->ffn_norm, h, 1, rows, dim, model->eps);
         projection(layer->gate_up, layer->gate_up_parts, h, rows, gate_up, 2 * ffn, threads);

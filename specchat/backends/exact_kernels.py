@@ -48,7 +48,8 @@ _SIGNATURES = {
         _p, _p, _p,  # cos, sin, positions
         _p, _p, _i64,  # k cache, v cache, slots
         _i32, _i32, _p, _i32, _p,  # n_prefix, rows, seen, seen_stride, n_seen
-        _p, _i32, _i32, _i32, _f32, _i32,  # out, heads, kv_heads, head_dim, scale, threads
+        _p, _i32, _i32, _i32, _f32,  # out, heads, kv_heads, head_dim, scale
+        _p, _i32,  # head_ops (bias, q/k norms, RoPE pairs), threads
     ],
     "matmul_rows": [
         _p, _p, _p, _p, _i32, _i32, _i32,  # float32 rows, or codes with scales (and zeros): group, bits, int8 x

@@ -25,7 +25,6 @@ import numpy as np
 from specchat.backends.gguf_header import GGUFHeader
 from specchat.errors import SpecchatError
 
-SUPPORTED_ARCHITECTURES = ("llama",)  # what the int4 runtime's forward implements
 GROUP_SIZE = 32  # weights per int4 group: Q4_0/Q4_1 blocks and Q4_K sub-blocks alike
 _ROWS_AT_ONCE = 4096  # rows converted per step, bounding the temporary float copies
 

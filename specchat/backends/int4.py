@@ -3,7 +3,7 @@
 On this runtime a k-token block costs little more than one token (the 4-bit matmuls are bound by
 unpacking the weights, which k rows share), and every row of a block (chain or tree) is bitwise
 the logits of that token evaluated alone behind the same prefix, so greedy-family decoders stay
-exactly greedy. The forward is `int4_model.Int4Llama`; the tokenizer and chat template are
+exactly greedy. The forward is `int4_model.Int4Model`; the tokenizer and chat template are
 llama.cpp's for the same file (`llama_vocab`), so prompts tokenize as on the llama backend.
 """
 
@@ -19,11 +19,11 @@ from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.exact_kernels import kernels
 from specchat.backends.gguf_header import GGUFHeader
 from specchat.backends.gguf_tensors import (
-    SUPPORTED_ARCHITECTURES,
     GGUFTensors,
     dense_types,
     int4_types,
 )
+from specchat.backends.int4_families import FAMILIES, ROPE_SCALINGS
 from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
@@ -53,16 +53,18 @@ def cost_key(path: Path, level: str | None = None) -> str:
 
 def unavailable_reason(path: Path, device: str) -> str | None:
     """Why the int4 runtime cannot run the GGUF at `path` on `device` (None: it can), from the
-    file's header and the kernels' build: a Llama-family model without RoPE scaling whose
-    tensors are all of types it carries, on a CPU where its kernels build."""
+    file's header and the kernels' build: a model of a family it runs (`int4_families`), with a
+    RoPE scaling it implements, whose tensors are all of types it carries, on a CPU where its
+    kernels build."""
     if device != "cpu":
         return "the int4 runtime runs on the CPU only"
     header = GGUFHeader(path)  # the file first: milliseconds, where a first build takes seconds
     arch = header.metadata.get("general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        return f"the int4 runtime runs Llama-family models, not {arch!r}"
-    if header.metadata.get(f"{arch}.rope.scaling.type") not in (None, "none"):
-        return "the int4 runtime does not implement RoPE scaling"
+    if arch not in FAMILIES:
+        return f"the int4 runtime runs {', '.join(FAMILIES)} models, not {arch!r}"
+    scaling = header.metadata.get(f"{arch}.rope.scaling.type")
+    if scaling not in ROPE_SCALINGS:
+        return f"the int4 runtime does not implement {scaling} RoPE scaling"
     carried = int4_types() | dense_types()
     other = sorted({header.type_name(name) for name in header.tensors} - carried)
     if other:
@@ -125,11 +127,11 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         """The model, its vocabulary and hyper-parameters, every check on the file first."""
         import torch
 
-        from specchat.backends.int4_model import Int4Llama, LlamaShape
+        from specchat.backends.int4_model import Int4Model, ModelShape
 
         tensors = GGUFTensors(path)
         tensors.header.check_llama()
-        shape = LlamaShape.read(tensors)  # refuses other architectures before anything loads
+        shape = ModelShape.read(tensors)  # refuses other architectures before anything loads
         self.threads = threads or physical_cores()
         # torch's thread pool is process-wide, as on the hf backend
         torch.set_num_threads(self.threads)
@@ -143,11 +145,12 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self.model_name = path.stem
         self.model_path = str(path)
         self.vocab_size = shape.vocab
-        self.n_ctx = min(n_ctx, shape.context_length)
+        # within a declared sliding window every key is in sight: attention is the full one
+        self.n_ctx = min(n_ctx, shape.context_length, shape.window or n_ctx)
         self.eos_ids = self.vocabulary.eos_ids
         self.add_bos = self.vocabulary.add_bos
         self.bos_id = self.vocabulary.bos_id
-        self.model = Int4Llama(
+        self.model = Int4Model(
             tensors,
             n_ctx=self.n_ctx,
             max_block=_MAX_BLOCK,

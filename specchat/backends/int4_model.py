@@ -1,4 +1,5 @@
-"""A lean Llama forward over a GGUF file's own 4-bit weights, with a static KV cache.
+"""A lean transformer forward (Llama and the families `int4_families` declares) over a GGUF file's
+own 4-bit weights, with a static KV cache.
 
 Why it is shaped this way: on a CPU a speculative block is cheap only if the k-row matmuls cost
 little more than 1-row ones, and a decoder stays exactly greedy only if a block's rows equal
@@ -30,19 +31,27 @@ import torch
 from specchat.backends.exact_kernels import Kernels, kernels
 from specchat.backends.gguf_tensors import (
     GROUP_SIZE,
-    SUPPORTED_ARCHITECTURES,
     GGUFTensors,
     GroupedInt8,
     Int4Blocks,
     Nibbles,
 )
+from specchat.backends.int4_families import (
+    FAMILIES,
+    ROPE_SCALINGS,
+    Family,
+    gate_up_names,
+    layer_tensors,
+    qkv_names,
+)
 from specchat.errors import SpecchatError
 
 
 @dataclass(frozen=True)
-class LlamaShape:
-    """The hyper-parameters a Llama GGUF declares."""
+class ModelShape:
+    """The hyper-parameters a GGUF of a family the runtime runs declares."""
 
+    family: Family
     layers: int
     dim: int
     ffn: int
@@ -51,19 +60,21 @@ class LlamaShape:
     head_dim: int
     vocab: int
     rope_base: float
+    rope_freq_scale: float  # 1 / a declared linear scaling factor
     norm_eps: float
     context_length: int
+    window: int  # a declared sliding window (0: none); the context is held within it
 
     @classmethod
-    def read(cls, tensors: GGUFTensors) -> LlamaShape:
+    def read(cls, tensors: GGUFTensors) -> ModelShape:
         arch = tensors.metadata("general.architecture", "unknown")
-        if arch not in SUPPORTED_ARCHITECTURES:
+        if arch not in FAMILIES:
             raise SpecchatError(
-                f"the int4 runtime runs Llama-family models; {tensors.path.name} is {arch!r} "
-                "(use --backend llama)"
+                f"the int4 runtime runs {', '.join(FAMILIES)} models; {tensors.path.name} is "
+                f"{arch!r} (use --backend llama)"
             )
-        scaling = tensors.metadata(f"{arch}.rope.scaling.type", "none")
-        if scaling not in ("none", None):
+        scaling = tensors.metadata(f"{arch}.rope.scaling.type", None)
+        if scaling not in ROPE_SCALINGS:
             raise SpecchatError(
                 f"{tensors.path.name} uses {scaling} RoPE scaling, which the int4 runtime does "
                 "not implement (use --backend llama)"
@@ -79,7 +90,10 @@ class LlamaShape:
         heads = int(meta("attention.head_count"))
         head_dim = int(meta("attention.key_length", dim // heads))
         vocab_rows = tensors.shape("token_embd.weight")[0]
+        # llama.cpp reads the factor from either key and applies it whatever the type says
+        factor = float(meta("rope.scaling.factor", meta("rope.scale_linear", 0.0)))
         shape = cls(
+            family=FAMILIES[arch],
             layers=int(meta("block_count")),
             dim=dim,
             ffn=int(meta("feed_forward_length")),
@@ -88,8 +102,10 @@ class LlamaShape:
             head_dim=head_dim,
             vocab=vocab_rows,
             rope_base=float(meta("rope.freq_base", 10000.0)),
+            rope_freq_scale=1.0 if factor == 0.0 else 1.0 / factor,
             norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
             context_length=int(meta("context_length", 4096)),
+            window=int(meta("attention.sliding_window", 0)),
         )
         if int(meta("rope.dimension_count", head_dim)) != head_dim:
             raise SpecchatError(f"{tensors.path.name}: partial RoPE is not supported")
@@ -97,7 +113,16 @@ class LlamaShape:
             raise SpecchatError(f"{tensors.path.name}: {shape.layers} layers of width {shape.ffn}")
         if head_dim < 16 or head_dim % 16 or head_dim > 256 or heads % shape.kv_heads:
             raise SpecchatError(f"{tensors.path.name}: head layout {heads}x{head_dim} unsupported")
+        if not (0.0 < shape.rope_freq_scale <= 1.0e6) or shape.window < 0:
+            raise SpecchatError(f"{tensors.path.name}: RoPE factor {factor} or window unusable")
         return shape
+
+    def layer_tensors(self) -> dict[str, tuple[int, ...]]:
+        """Each layer's tensors (named after `blk.N.`) and their shapes."""
+        return layer_tensors(
+            self.family, dim=self.dim, ffn=self.ffn, q=self.heads * self.head_dim,
+            kv=self.kv_heads * self.head_dim, head_dim=self.head_dim,
+        )  # fmt: skip
 
 
 # -- linear layers -------------------------------------------------------------------------------
@@ -201,22 +226,17 @@ def rows_linear(
     return RowsLinear(weight, float32_out=float32_out, library=library)
 
 
-def check_shapes(tensors: GGUFTensors, shape: LlamaShape, head_name: str) -> None:
+def check_shapes(tensors: GGUFTensors, shape: ModelShape, head_name: str) -> None:
     """Every tensor the forward reads has the shape the header's hyper-parameters give it: the C
     kernels size their buffers by those, so a crafted file must stop here, in one line."""
-    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    per_layer = {
-        "attn_norm": (shape.dim,), "ffn_norm": (shape.dim,),
-        "attn_q": (q, shape.dim), "attn_k": (kv, shape.dim), "attn_v": (kv, shape.dim),
-        "attn_output": (shape.dim, q), "ffn_gate": (shape.ffn, shape.dim),
-        "ffn_up": (shape.ffn, shape.dim), "ffn_down": (shape.dim, shape.ffn),
-    }  # fmt: skip
     wanted = {"token_embd.weight": (shape.vocab, shape.dim), head_name: (shape.vocab, shape.dim)}
     wanted["output_norm.weight"] = (shape.dim,)
     if "rope_freqs.weight" in tensors:
         wanted["rope_freqs.weight"] = (shape.head_dim // 2,)
+    per_layer = shape.layer_tensors()
     for i in range(shape.layers):
-        wanted.update({f"blk.{i}.{part}.weight": dims for part, dims in per_layer.items()})
+        wanted.update({f"blk.{i}.{part}": dims for part, dims in per_layer.items()})
+    tensors.check_readable(list(wanted))
     for name, dims in wanted.items():
         if tensors.shape(name) != dims:
             raise SpecchatError(
@@ -229,14 +249,17 @@ class Projection:
     """Several weights that read the same input (q, k, v; gate, up): one call when they share a
     carrier. `parts(x)` gives each part's output as (tensor, first column)."""
 
-    def __init__(self, tensors: GGUFTensors, names: list[str], library: Kernels) -> None:
+    def __init__(
+        self, tensors: GGUFTensors, names: list[str], library: Kernels, widths: list[int]
+    ) -> None:
+        """`widths`: each part's output columns (a fused weight holds several parts)."""
         if all(tensors.is_int4(name) for name in names):
             blocks = Int4Blocks.concat([tensors.int4_blocks(n) for n in names])
             self.linears = [four_bit_linear(blocks, library)]
         else:
             self.linears = [_linear(tensors, name, library) for name in names]
-        self.widths = [tensors.shape(name)[0] for name in names]
-        self._starts = [sum(self.widths[:i]) for i in range(len(names))]
+        self.widths = widths
+        self._starts = [sum(widths[:i]) for i in range(len(widths))]
         self.carriers = [type(linear).__name__ for linear in self.linears]
 
     def parts(self, x: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
@@ -252,6 +275,15 @@ def _linear(tensors: GGUFTensors, name: str, library: Kernels) -> Int4Linear | R
     return rows_linear(tensors, name, library)
 
 
+class _HeadOps(ctypes.Structure):
+    """exact_kernels.c's head_ops: what a family does to q and k before the cache."""
+
+    _fields_ = [
+        ("bias", ctypes.c_void_p), ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p),
+        ("eps", ctypes.c_float), ("neox", ctypes.c_int32),
+    ]  # fmt: skip
+
+
 @dataclass
 class Layer:
     attn_norm: torch.Tensor
@@ -260,11 +292,46 @@ class Layer:
     ffn_norm: torch.Tensor
     gate_up: Projection
     down: Int4Linear | RowsLinear
+    ops: _HeadOps
+    held: list[np.ndarray]  # the arrays `ops` points into
+
+    @classmethod
+    def read(cls, tensors: GGUFTensors, shape: ModelShape, i: int, library: Kernels) -> Layer:
+        blk, family = f"blk.{i}.", shape.family
+        q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+        held = []
+
+        def vector(name: str) -> int:
+            held.append(np.ascontiguousarray(tensors.dense(blk + name), dtype=np.float32))
+            return held[-1].ctypes.data
+
+        bias = None
+        if family.qkv_bias:
+            parts = [tensors.dense(blk + f"attn_{p}.bias") for p in "qkv"]
+            held.append(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32))
+            bias = held[-1].ctypes.data
+        norms = (None, None)
+        if family.qk_norm:
+            norms = (vector("attn_q_norm.weight"), vector("attn_k_norm.weight"))
+        ops = _HeadOps(bias, *norms, shape.norm_eps, int(family.neox_rope))
+        qkv = [blk + name for name in qkv_names(family)]
+        gate_up = [blk + name for name in gate_up_names(family)]
+        return cls(
+            attn_norm=torch.from_numpy(tensors.dense(blk + "attn_norm.weight")),
+            qkv=Projection(tensors, qkv, library, [q, kv, kv]),
+            output=_linear(tensors, blk + "attn_output.weight", library),
+            ffn_norm=torch.from_numpy(tensors.dense(blk + "ffn_norm.weight")),
+            gate_up=Projection(tensors, gate_up, library, [shape.ffn, shape.ffn]),
+            down=_linear(tensors, blk + "ffn_down.weight", library),
+            ops=ops,
+            held=held,
+        )
 
 
-def rope_tables(shape: LlamaShape, positions: int, freq_factors: np.ndarray | None):
+def rope_tables(shape: ModelShape, positions: int, freq_factors: np.ndarray | None):
     """cos and sin [positions, head_dim / 2] of each pair's angle, computed as llama.cpp does
-    (float32, the angle multiplied pair by pair by base^(-2/head_dim)), so both rotate alike."""
+    (float32, the angle multiplied pair by pair by base^(-2/head_dim), divided by the file's
+    frequency factors, then scaled by a linear RoPE factor), so both rotate alike."""
     half = shape.head_dim // 2
     theta_scale = np.float32(
         np.power(np.float32(shape.rope_base), np.float32(-2.0 / shape.head_dim))
@@ -275,13 +342,15 @@ def rope_tables(shape: LlamaShape, positions: int, freq_factors: np.ndarray | No
         theta[:, j] = theta[:, j - 1] * theta_scale
     if freq_factors is not None:
         theta = theta / freq_factors.astype(np.float32)
+    if shape.rope_freq_scale != 1.0:
+        theta = np.float32(shape.rope_freq_scale) * theta
     angles = theta.astype(np.float64)
     cos = torch.from_numpy(np.cos(angles).astype(np.float32))
     sin = torch.from_numpy(np.sin(angles).astype(np.float32))
     return cos, sin
 
 
-class Int4Llama:
+class Int4Model:
     """The model, its static KV cache ([layers, kv_heads, slots, head_dim]) and one forward.
 
     Cache slots: the committed prefix from 0, then the rows of the block being evaluated, so a
@@ -298,32 +367,20 @@ class Int4Llama:
         level: str | None = None,
         progress=None,
     ) -> None:
-        shape = LlamaShape.read(tensors)
+        shape = ModelShape.read(tensors)
         self._kernels = library = kernels(level)
         self.shape = shape
         self.tensors = tensors
         self.n_ctx = n_ctx
         self.max_block = max_block
         self._threads = threads
-        names = [f"blk.{i}.{part}.weight" for i in range(shape.layers) for part in _LAYER_PARTS]
         self.head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
-        tensors.check_readable([*names, "token_embd.weight", self.head_name, "output_norm.weight"])
         check_shapes(tensors, shape, self.head_name)
         self.layers: list[Layer] = []
         for i in range(shape.layers):
             if progress and i % 10 == 0:
                 progress(f"packing layer {i + 1} of {shape.layers}")
-            blk = f"blk.{i}."
-            self.layers.append(
-                Layer(
-                    attn_norm=torch.from_numpy(tensors.dense(blk + "attn_norm.weight")),
-                    qkv=Projection(tensors, [blk + "attn_q.weight", blk + "attn_k.weight", blk + "attn_v.weight"], library),
-                    output=_linear(tensors, blk + "attn_output.weight", library),
-                    ffn_norm=torch.from_numpy(tensors.dense(blk + "ffn_norm.weight")),
-                    gate_up=Projection(tensors, [blk + "ffn_gate.weight", blk + "ffn_up.weight"], library),
-                    down=_linear(tensors, blk + "ffn_down.weight", library),
-                )
-            )  # fmt: skip
+            self.layers.append(Layer.read(tensors, shape, i, library))
         self.final_norm = torch.from_numpy(tensors.dense("output_norm.weight"))
         if progress:
             progress("preparing the output layer")
@@ -431,7 +488,7 @@ class Int4Llama:
                 k_base + index * k_layer, v_base + index * v_layer, self.slots,
                 n_prefix, rows, seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
                 attended.data_ptr(), shape.heads, shape.kv_heads, shape.head_dim, self._scale,
-                threads,
+                ctypes.byref(layer.ops), threads,
             )  # fmt: skip
             out = layer.output(attended)
             lib.residual_rms_norm(
@@ -494,12 +551,6 @@ class Int4Llama:
         self.v_cache[:, :, target] = self.v_cache[:, :, source]
 
 
-_LAYER_PARTS = (
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-)  # fmt: skip
-
-
 # -- the whole forward in C ------------------------------------------------------------------------
 
 
@@ -516,6 +567,7 @@ class _Layer(ctypes.Structure):
         ("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p),
         ("qkv", _Linear * 3), ("qkv_parts", ctypes.c_int32), ("output", _Linear),
         ("gate_up", _Linear * 2), ("gate_up_parts", ctypes.c_int32), ("down", _Linear),
+        ("ops", _HeadOps),
     ]  # fmt: skip
 
 
@@ -538,7 +590,7 @@ def _linear_weights(linear: RowsLinear) -> _Linear:
     )  # fmt: skip
 
 
-def whole_model(model: Int4Llama) -> _Model | None:
+def whole_model(model: Int4Model) -> _Model | None:
     """The model as exact_kernels.c's `forward` reads it, or None where a weight rides torch's
     int4 kernel (the layers then run from Python). The structure points into the model's own
     arrays, which live as long as it does."""
@@ -558,6 +610,7 @@ def whole_model(model: Int4Llama) -> _Model | None:
         for part, linear in enumerate(layer.gate_up.linears):
             target.gate_up[part] = _linear_weights(linear)
         target.output, target.down = _linear_weights(layer.output), _linear_weights(layer.down)
+        target.ops = layer.ops
     whole = _Model(
         shape.layers, shape.dim, shape.ffn, shape.heads, shape.kv_heads, shape.head_dim,
         shape.norm_eps, model._scale, layers, model.final_norm.data_ptr(),

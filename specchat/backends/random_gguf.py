@@ -1,4 +1,5 @@
-"""Random-weight Llama GGUFs of a given shape, with the bundled model's tokenizer and template.
+"""Random-weight GGUFs of a given shape and family (those `int4_families` declares), with the
+bundled model's tokenizer and template.
 
 A pass costs what its shapes cost, not what its weights say, and a parser meets the same bytes
 whatever the weights are: so tests, the fuzzer (`benchmarks/fuzz_gguf.py`) and size benchmarks
@@ -26,6 +27,11 @@ class RandomShape:
     heads: int = 4
     kv_heads: int = 2
     vocab: int | None = None  # None: the bundled tokenizer's size
+    arch: str = "llama"  # a family of int4_families.FAMILIES
+    head_dim: int | None = None  # None: dim / heads (qwen3's are wider)
+    rope_scale: float = 0.0  # a linear RoPE scaling factor (0: none)
+    window: int = 0  # a declared sliding window (0: none)
+    rope_freqs: bool = False  # Llama 3's per-pair frequency factors
 
 
 # llama.cpp's file types by the name people know them by
@@ -47,50 +53,67 @@ def _tokenizer_fields(source: Path):
 def write_random_gguf(
     path: Path, shape: RandomShape = RandomShape(), quant: str = "Q4_0", seed: int = 0
 ) -> Path:
-    """A `llama` GGUF of `shape` at `path`, weights drawn from N(0, 0.02) (norms 1), in `quant`."""
+    """A GGUF of `shape` at `path` in `quant`. Matrices are drawn from N(0, 1/cols), so each
+    layer's outputs keep the scale of its inputs and the logits spread as a trained model's do
+    (a near tie is rare, so greedy comparisons say something); norms and biases vary around 1
+    and 0, so a forward that skipped one would be caught."""
     import gguf
 
+    from specchat.backends.int4_families import FAMILIES, layer_tensors
     from specchat.models import bundled_gguf
 
     if quant not in QUANT_TYPES:
         raise SpecchatError(f"unknown quant type {quant!r}: use one of {', '.join(QUANT_TYPES)}")
+    if shape.arch not in FAMILIES:
+        raise SpecchatError(f"unknown family {shape.arch!r}: use one of {', '.join(FAMILIES)}")
     path = Path(path)
     fields = list(_tokenizer_fields(bundled_gguf()))
     vocab = shape.vocab or next(len(v) for k, v, *_ in fields if k == "tokenizer.ggml.tokens")
-    head_dim = shape.dim // shape.heads
+    head_dim = shape.head_dim or shape.dim // shape.heads
     rng = np.random.default_rng(seed)
 
-    def weight(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
+    def tensor(name: str, dims: tuple[int, ...]) -> np.ndarray:
+        if len(dims) == 2:
+            return (rng.standard_normal(dims) / np.sqrt(dims[1])).astype(np.float32)
+        spread = rng.standard_normal(dims) * 0.1
+        return (spread if name.endswith(".bias") else 1.0 + spread).astype(np.float32)
 
     dense = path.with_suffix(".f32.gguf") if quant != "F32" else path
-    writer = gguf.GGUFWriter(str(dense), "llama")
+    writer = gguf.GGUFWriter(str(dense), shape.arch)
     writer.add_block_count(shape.layers)
     writer.add_context_length(2048)
     writer.add_embedding_length(shape.dim)
     writer.add_feed_forward_length(shape.ffn)
     writer.add_head_count(shape.heads)
     writer.add_head_count_kv(shape.kv_heads)
+    if shape.head_dim:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_rope_dimension_count(head_dim)
     writer.add_rope_freq_base(10000.0)
+    if shape.rope_scale:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(shape.rope_scale)
+    if shape.window:
+        writer.add_sliding_window(shape.window)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     for key, value, kind, item in fields:
         writer.add_key_value(key, value, kind, sub_type=item)
-    writer.add_tensor("token_embd.weight", weight(vocab, shape.dim))
+    writer.add_tensor("token_embd.weight", rng.standard_normal((vocab, shape.dim), np.float32))
+    if shape.rope_freqs:  # as Llama 3.1's: the low frequencies slowed down
+        factors = np.where(np.arange(head_dim // 2) < head_dim // 4, 1.0, 8.0)
+        writer.add_tensor("rope_freqs.weight", factors.astype(np.float32))
+    parts = layer_tensors(
+        FAMILIES[shape.arch], dim=shape.dim, ffn=shape.ffn, q=shape.heads * head_dim,
+        kv=shape.kv_heads * head_dim, head_dim=head_dim,
+    )  # fmt: skip
     for i in range(shape.layers):
-        blk = f"blk.{i}."
-        q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
-        writer.add_tensor(blk + "attn_norm.weight", np.ones(shape.dim, dtype=np.float32))
-        writer.add_tensor(blk + "attn_q.weight", weight(q, shape.dim))
-        writer.add_tensor(blk + "attn_k.weight", weight(kv, shape.dim))
-        writer.add_tensor(blk + "attn_v.weight", weight(kv, shape.dim))
-        writer.add_tensor(blk + "attn_output.weight", weight(shape.dim, q))
-        writer.add_tensor(blk + "ffn_norm.weight", np.ones(shape.dim, dtype=np.float32))
-        writer.add_tensor(blk + "ffn_gate.weight", weight(shape.ffn, shape.dim))
-        writer.add_tensor(blk + "ffn_up.weight", weight(shape.ffn, shape.dim))
-        writer.add_tensor(blk + "ffn_down.weight", weight(shape.dim, shape.ffn))
-    writer.add_tensor("output_norm.weight", np.ones(shape.dim, dtype=np.float32))
+        for name, dims in parts.items():
+            writer.add_tensor(f"blk.{i}.{name}", tensor(name, dims))
+    writer.add_tensor("output_norm.weight", tensor("output_norm.weight", (shape.dim,)))
+    if shape.arch == "phi3":  # llama.cpp's phi3 requires its own output weight
+        writer.add_tensor("output.weight", tensor("output.weight", (vocab, shape.dim)))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -36,6 +36,7 @@ class Subject:
     backend: Backend
     atol: float  # 0: bitwise
     small_context: Callable[[int], Backend]
+    trained: bool = True  # False: random weights, which never choose to stop
 
 
 def _small_llama(bundled_gguf) -> Callable[[int], Backend]:
@@ -58,11 +59,11 @@ def _small_hf(backend) -> Callable[[int], Backend]:
     return make
 
 
-def _small_int4(bundled_gguf, level: str | None = None) -> Callable[[int], Backend]:
+def _small_int4(path, level: str | None = None) -> Callable[[int], Backend]:
     def make(n_ctx: int) -> Backend:
         from specchat.backends.int4 import Int4Backend
 
-        return Int4Backend(bundled_gguf, n_ctx=n_ctx, threads=1, level=level)
+        return Int4Backend(path, n_ctx=n_ctx, threads=1, level=level)
 
     return make
 
@@ -76,13 +77,18 @@ def _small_numpy(backend) -> Callable[[int], Backend]:
     return make
 
 
-# the int4 runtime also at each instruction-set level below the CPU's own (SPECCHAT_CPU's caps)
+# the int4 runtime also at each instruction-set level below the CPU's own (SPECCHAT_CPU's caps),
+# and on a random-weight file of each other family it runs (conftest.FAMILY_SHAPES)
 LOWER_LEVELS = cpu.LEVELS[: cpu.LEVELS.index(cpu.native_level())]
+FAMILIES = ("qwen2", "qwen3", "phi3")
 
 
 @pytest.fixture(
-    params=["llama", "hf", "int4", *(f"int4@{level}" for level in LOWER_LEVELS), "numpy"]
-)
+    params=[
+        "llama", "hf", "int4", *(f"int4@{level}" for level in LOWER_LEVELS),
+        *(f"int4:{family}" for family in FAMILIES), "numpy",
+    ]
+)  # fmt: skip
 def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     if request.param == "llama":
         backend = request.getfixturevalue("llama_backend")
@@ -93,6 +99,11 @@ def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     elif request.param == "int4":
         backend = request.getfixturevalue("int4_backend")
         made = Subject(backend, 0.0, _small_int4(request.getfixturevalue("bundled_gguf")))
+    elif request.param.startswith("int4:"):
+        path = request.getfixturevalue("family_gguf")(request.param.removeprefix("int4:"))
+        backend = _small_int4(path)(2048)
+        request.addfinalizer(backend.close)
+        made = Subject(backend, 0.0, _small_int4(path), trained=False)
     elif request.param.startswith("int4@"):
         level = request.param.removeprefix("int4@")
         backend = request.getfixturevalue("int4_at_level")(level)
@@ -397,6 +408,8 @@ def test_one_block_verifies_greedy_own_answer(subject: Subject) -> None:
 
 
 def test_eos_ends_the_answer(subject: Subject) -> None:
+    if not subject.trained:
+        pytest.skip("random weights never choose to stop")
     backend = subject.backend
     ids = chat_prompt_ids(backend, [ChatMessage("user", "Say just: yes")])
     events = list(Engine(backend, GreedyDecoder()).generate(GenerationRequest(tuple(ids), 200)))

@@ -323,7 +323,7 @@ def test_another_architecture_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SpecchatError) as error:
         Int4Backend(path, threads=1)
     message = str(error.value)
-    assert "\n" not in message and "'gpt2'" in message and "Llama" in message
+    assert "\n" not in message and "'gpt2'" in message and "llama, qwen2, qwen3, phi3" in message
 
 
 def test_an_unsupported_quant_type_is_one_line(quantized) -> None:

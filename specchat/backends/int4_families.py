@@ -1,0 +1,71 @@
+"""The model families the int4 runtime's one forward runs, each declared by how it differs from
+Llama, and the tensors a layer of each holds.
+
+The families people run at 0.5-8 B parameters share one transformer: RMS norms before attention
+and the MLP, grouped-query attention with RoPE, a SwiGLU MLP, a residual stream. What differs is
+small and local (a bias on the projections, a norm over each head's q and k, which pairs RoPE
+rotates, weights stored fused), so the forward reads these rows instead of being copied per
+family, and a family is added here, not in the forward. The RoPE pairing follows llama.cpp's
+rope type per architecture: Llama GGUFs carry q/k weights permuted for adjacent pairs ("normal"),
+the others rotate x[j] with x[j + d/2] ("NEOX").
+
+Not here: Gemma (GELU, scaled embeddings, soft-capped logits, norms after the sublayers, local and
+global attention layers), which is more than a row of flags, and YaRN or LongRoPE scaling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    neox_rope: bool = False  # RoPE rotates (x[j], x[j + d/2]), llama.cpp's NEOX type
+    qkv_bias: bool = False  # q, k and v projections carry biases (qwen2)
+    qk_norm: bool = False  # each head's q and k are RMS-normed before RoPE (qwen3)
+    fused_qkv: bool = False  # one attn_qkv weight holds q, k and v rows (phi3)
+    fused_gate_up: bool = False  # ffn_up holds the gate's rows, then the up rows (phi3)
+
+
+FAMILIES = {
+    "llama": Family(),  # Llama 2/3 (with rope_freqs), SmolLM, Mistral 7B (written as llama)
+    "qwen2": Family(neox_rope=True, qkv_bias=True),
+    "qwen3": Family(neox_rope=True, qk_norm=True),
+    "phi3": Family(neox_rope=True, fused_qkv=True, fused_gate_up=True),
+}
+
+# RoPE scalings the tables implement (llama.cpp applies a declared factor whatever the type;
+# YaRN's ramp and LongRoPE's factor tables are not implemented)
+ROPE_SCALINGS = (None, "none", "linear")
+
+
+def layer_tensors(
+    family: Family, *, dim: int, ffn: int, q: int, kv: int, head_dim: int
+) -> dict[str, tuple[int, ...]]:
+    """Each tensor of a layer (its name after `blk.N.`) and its shape [rows, cols] as the
+    header's sizes give it: what the loader reads and what a file must hold."""
+    parts: dict[str, tuple[int, ...]] = {"attn_norm.weight": (dim,), "ffn_norm.weight": (dim,)}
+    if family.fused_qkv:
+        parts["attn_qkv.weight"] = (q + 2 * kv, dim)
+    else:
+        parts.update({"attn_q.weight": (q, dim), "attn_k.weight": (kv, dim)})
+        parts["attn_v.weight"] = (kv, dim)
+    if family.qkv_bias:
+        parts.update({"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
+    if family.qk_norm:
+        parts.update({"attn_q_norm.weight": (head_dim,), "attn_k_norm.weight": (head_dim,)})
+    parts["attn_output.weight"] = (dim, q)
+    if family.fused_gate_up:
+        parts["ffn_up.weight"] = (2 * ffn, dim)
+    else:
+        parts.update({"ffn_gate.weight": (ffn, dim), "ffn_up.weight": (ffn, dim)})
+    parts["ffn_down.weight"] = (dim, ffn)
+    return parts
+
+
+def qkv_names(family: Family) -> list[str]:
+    return ["attn_qkv.weight"] if family.fused_qkv else [f"attn_{p}.weight" for p in "qkv"]
+
+
+def gate_up_names(family: Family) -> list[str]:
+    return ["ffn_up.weight"] if family.fused_gate_up else ["ffn_gate.weight", "ffn_up.weight"]

@@ -1,0 +1,122 @@
+"""The int4 runtime on each model family it runs besides the bundled Llama (conftest.FAMILY_SHAPES:
+Llama 3 with frequency factors and linear RoPE scaling, qwen2, qwen3, phi3), on random-weight
+files quantized by llama.cpp's own quantizer, with llama.cpp on the same file as the oracle.
+
+The tolerance: llama.cpp rounds activations to 8 bits per 32 values, the int4 runtime to bf16
+(AVX-512) or to 8 bits with bf16 between the matmuls (below it). Measured on these files at both
+levels, the largest logit difference from llama.cpp's is 0.07-0.10 of the row's standard
+deviation; a forward that pairs RoPE's dimensions wrongly or skips qwen2's biases is 0.88-2.0
+off. Every logit within `TOLERANCE` also means the two pick the same greedy token wherever
+llama.cpp's top two are more than twice that apart. (The Backend contract on these files, blocks
+bitwise equal to one-token passes included, is test_contract.py's.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specchat.backends.base import Block
+from tests.backends.test_int4_backend import LEVELS_HERE
+from tests.cli import run_cli
+from tests.conftest import FAMILY_SHAPES
+
+TOLERANCE = 0.2  # of a row's logit standard deviation
+TEXT = "The quick brown fox jumps over the lazy dog, then it runs home to sleep."
+
+
+def _greedy_chain(llama, prompt: list[int], tokens: int) -> tuple[list[int], np.ndarray]:
+    """llama.cpp's greedy continuation of `prompt` and its logits at each of those tokens."""
+    llama.rollback(0)
+    llama.prefill(prompt[:-1])
+    chain, rows = [prompt[-1]], []
+    for _ in range(tokens):
+        logits = llama.evaluate(Block.chain([chain[-1]]))[0]
+        llama.commit([0])
+        rows.append(logits)
+        chain.append(int(np.argmax(logits)))
+    return chain[:-1], np.stack(rows)
+
+
+@pytest.mark.parametrize("level", LEVELS_HERE)
+@pytest.mark.parametrize(
+    "family,quant",
+    [(name, "Q4_0") for name in FAMILY_SHAPES] + [("qwen3", "Q4_K_M"), ("phi3", "Q8_0")],
+)
+def test_each_family_agrees_with_llama_cpp(family_gguf, family, quant, level) -> None:
+    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.llama import LlamaBackend
+
+    path = family_gguf(family, quant)
+    llama = LlamaBackend(path, n_ctx=512, max_branches=1, threads=1)
+    int4 = Int4Backend(path, n_ctx=512, threads=1, level=level)
+    try:
+        prompt = llama.tokenize(TEXT)
+        chain, expected = _greedy_chain(llama, prompt, 24)
+        int4.prefill(prompt[:-1])
+        # as one block: llama.cpp's one-token rows against a block's rows
+        ours = int4.evaluate(Block.chain(chain))
+        scale = expected.std(axis=1, keepdims=True)
+        worst = float((np.abs(ours - expected) / scale).max())
+        assert worst <= TOLERANCE, f"logits {worst:.3f} of a row's spread from llama.cpp's"
+        top_two = np.sort(expected, axis=1)[:, -2:]
+        clear = (top_two[:, 1] - top_two[:, 0]) > 2 * TOLERANCE * scale[:, 0]
+        assert clear.sum() >= 3  # the comparison below says something
+        assert np.array_equal(ours.argmax(axis=1)[clear], expected.argmax(axis=1)[clear])
+    finally:
+        llama.close()
+        int4.close()
+
+
+@pytest.mark.parametrize("level", LEVELS_HERE)
+@pytest.mark.parametrize("family", list(FAMILY_SHAPES))
+def test_a_tree_block_is_its_paths_evaluated_alone(family_gguf, family, level) -> None:
+    """At every level (below AVX-512 the whole forward is one C call): each row of a tree equals
+    its root-to-node path evaluated one token at a time, bit for bit."""
+    from specchat.backends.int4 import Int4Backend
+
+    int4 = Int4Backend(family_gguf(family), n_ctx=256, threads=1, level=level)
+    try:
+        ids = int4.tokenize(TEXT)
+        int4.prefill(ids[:4])
+        tree = Block(tuple(ids[4:11]), (-1, 0, 1, 0, 3, 4, 1))
+        rows = int4.evaluate(tree)
+        for node in range(len(tree.tokens)):
+            path, at = [], node
+            while at >= 0:
+                path.insert(0, tree.tokens[at])
+                at = tree.parents[at]
+            int4.rollback(4)
+            for token in path:
+                alone = int4.evaluate(Block.chain([token]))
+                int4.commit([0])
+            assert np.array_equal(alone[0], rows[node]), (family, node)
+    finally:
+        int4.close()
+
+
+@pytest.mark.parametrize("family", list(FAMILY_SHAPES))
+def test_each_family_answers_on_the_int4_runtime_and_is_offered_to_the_chooser(
+    family_gguf, family
+) -> None:
+    from specchat.backends.runtimes import candidates
+
+    path = family_gguf(family)
+    assert candidates(path, "cpu") == ["int4", "llama"]
+    ran = run_cli("ask", "--model", str(path), "--backend", "int4", "--max-tokens", "8", "Hi")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout and "Traceback" not in ran.stderr  # random weights: maybe only spaces
+
+
+def test_a_sliding_window_holds_the_context_within_it(tmp_path) -> None:
+    """Within a declared window every key is in sight, so attention is the full one there: the
+    context is capped at the window instead of computing a different attention."""
+    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.random_gguf import RandomShape, write_random_gguf
+
+    path = write_random_gguf(tmp_path / "w.gguf", RandomShape(arch="phi3", window=96))
+    backend = Int4Backend(path, n_ctx=512, threads=1)
+    try:
+        assert backend.n_ctx == 96
+    finally:
+        backend.close()
