@@ -127,6 +127,65 @@ def write_random_gguf(
     return path
 
 
+def write_block_gguf(path: Path, shape: RandomShape, seed: int = 0) -> Path:
+    """A GGUF of `shape` written straight in quant blocks, tensor by tensor, for sizes whose
+    float32 weights would not fit in memory: random Q4_0 blocks in the layers and a Q8_0
+    embedding (the tied head), as a Q4_0 file carries them. Only the pass costs mean anything."""
+    import gguf
+
+    from specchat.backends.int4_families import FAMILIES, layer_tensors
+    from specchat.models import bundled_gguf
+
+    path = Path(path)
+    fields = list(_tokenizer_fields(bundled_gguf()))
+    vocab = shape.vocab or next(len(v) for k, v, *_ in fields if k == "tokenizer.ggml.tokens")
+    head_dim = shape.head_dim or shape.dim // shape.heads
+    rng = np.random.default_rng(seed)
+
+    def blocks(rows: int, cols: int, codes: int, kind) -> np.ndarray:
+        # a float16 scale of 1/sqrt(cols) / 8, then the codes: 16 nibble bytes or 32 int8s
+        scale = np.full((rows, cols // 32, 1), 0.125 / np.sqrt(cols), np.float16).view(np.uint8)
+        body = rng.integers(0, 256, (rows, cols // 32, codes), dtype=np.uint8)
+        data = np.concatenate([scale, body], axis=2).reshape(rows, -1)
+        return data, kind
+
+    writer = gguf.GGUFWriter(str(path), shape.arch)
+    writer.add_block_count(shape.layers)
+    writer.add_context_length(4096)
+    writer.add_embedding_length(shape.dim)
+    writer.add_feed_forward_length(shape.ffn)
+    writer.add_head_count(shape.heads)
+    writer.add_head_count_kv(shape.kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    for key, value, kind, item in fields:
+        writer.add_key_value(key, value, kind, sub_type=item)
+    q8, q4 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
+    data, kind = blocks(vocab, shape.dim, 32, q8)
+    writer.add_tensor("token_embd.weight", data, raw_dtype=kind)
+    parts = layer_tensors(
+        FAMILIES[shape.arch], dim=shape.dim, ffn=shape.ffn, q=shape.heads * head_dim,
+        kv=shape.kv_heads * head_dim, head_dim=head_dim,
+    )  # fmt: skip
+    for i in range(shape.layers):
+        for name, dims in parts.items():
+            if len(dims) == 1:
+                writer.add_tensor(f"blk.{i}.{name}", np.ones(dims, np.float32))
+            else:
+                data, kind = blocks(*dims, 16, q4)
+                writer.add_tensor(f"blk.{i}.{name}", data, raw_dtype=kind)
+    writer.add_tensor("output_norm.weight", np.ones(shape.dim, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def _quantize(source: Path, target: Path, quant: str) -> None:
     import llama_cpp
 

@@ -1,0 +1,147 @@
+"""Each runtime's pass costs at the sizes people run, and the default decoder's speedup projected
+there.
+
+Random-weight Llama GGUFs of real shapes (a pass costs what its shapes cost, not what its weights
+say), written straight in Q4_0 blocks with a Q8_0 tied embedding and cached under the cache dir.
+Each keeps the bundled tokenizer, so its vocabulary (49,152) is SmolLM2's: a Llama 3 model's
+128,256-row head costs more than the table says. Per size: each runtime's 1-token pass behind
+256 cached tokens and its k = 2, 4, 8, 16 chain passes as multiples of it (medians over repeats,
+taken in turn), then the projection: the default decoder (suffix) replayed over the bundled
+model's greedy answers to the held-out questions (`benchmarks/replay_policy.py`'s replay: the
+drafts it would make, accepted as far as greedy agrees) and charged this size's measured costs.
+A projection: a larger model's answers, and so what copying finds in them, differ.
+
+    PYTHONPATH=. python benchmarks/scale.py [--sizes 360M,1.7B,3B,8B] [--threads 2] [--repeats 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks.measure_int4 import CONTEXT, SIZES, pass_costs, say
+from benchmarks.replay_policy import greedy_answers, replay
+from specchat import cpu, locations
+from specchat.backends.base import ChatMessage
+from specchat.backends.random_gguf import RandomShape, write_block_gguf
+from specchat.decoding.draft_policy import DraftLengthPolicy
+from specchat.decoding.registry import build_decoder
+from specchat.decoding.sources import DraftSources
+from specchat.prompting import turn_start
+
+SHAPES = {
+    "135M": RandomShape(layers=30, dim=576, ffn=1536, heads=9, kv_heads=3),  # SmolLM2-135M
+    "360M": RandomShape(layers=32, dim=960, ffn=2560, heads=15, kv_heads=5),  # SmolLM2-360M
+    "1.7B": RandomShape(layers=24, dim=2048, ffn=8192, heads=32, kv_heads=32),  # SmolLM2-1.7B
+    "3B": RandomShape(layers=28, dim=3072, ffn=8192, heads=24, kv_heads=8),  # Llama-3.2-3B
+    "8B": RandomShape(layers=32, dim=4096, ffn=14336, heads=32, kv_heads=8),  # Llama-3.1-8B
+}
+HELD_OUT = Path(__file__).with_name("held_out.jsonl")
+
+
+class PricedAs:
+    """A backend whose pass costs are another size's: what the replay charges."""
+
+    def __init__(self, backend, costs: dict[int, float]) -> None:
+        self._backend, self._costs = backend, costs
+
+    def __getattr__(self, name: str):
+        return getattr(self._backend, name)
+
+    def block_cost(self, k: int) -> float:
+        """Measured sizes as measured; between them linear, past the largest its last slope."""
+        sizes = sorted(self._costs)
+        below = max((s for s in sizes if s <= k), default=sizes[0])
+        above = min((s for s in sizes if s >= k), default=sizes[-1])
+        if below == above:
+            if k <= sizes[-1]:
+                return self._costs[below]
+            below, above = sizes[-2], sizes[-1]
+        slope = (self._costs[above] - self._costs[below]) / (above - below)
+        return self._costs[below] + slope * (k - below)
+
+
+def projected(bundled, answers: list[dict], costs: dict[int, float]) -> float:
+    """The default decoder's replayed speedup over greedy at `costs`: per question, as bench
+    reports it (the mean of per-question speeds)."""
+    priced = PricedAs(bundled, costs)
+    decoder = build_decoder("suffix", {}, priced)
+    policy = DraftLengthPolicy()
+    speeds, conversation = [], []
+    for number, turn in enumerate(answers):
+        if number and turn["question"] != answers[number - 1]["question"]:
+            conversation = []
+        conversation.append(ChatMessage("user", turn["turn"]))
+        sources = DraftSources(turn_start=turn_start(bundled, conversation, turn["prompt"]))
+        conversation.append(ChatMessage("assistant", turn["text"]))
+        if turn["answer"]:
+            seconds, _, _ = replay(decoder, policy, priced, turn["prompt"], turn["answer"], sources)
+            speeds.append(len(turn["answer"]) * costs[1] / seconds)
+    return statistics.mean(speeds)
+
+
+def model_file(size: str) -> Path:
+    folder = locations.cache_dir() / "scale"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"random-{size}-q4_0.gguf"
+    if not path.exists():
+        say(f"writing {path.name} (random weights, Q4_0 blocks)")
+        partial = path.with_suffix(".partial")
+        write_block_gguf(partial, SHAPES[size])
+        partial.rename(path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="360M,1.7B,3B")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--per-category", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    args = parser.parse_args()
+
+    import torch
+
+    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.llama import LlamaBackend
+    from specchat.models import LoadOptions, load_model
+
+    bundled = load_model(None, LoadOptions(backend="llama", threads=1), lambda *a: None)
+    answers = greedy_answers(bundled, args.per_category, args.max_tokens, str(HELD_OUT))
+    rows = []
+    for size in args.sizes.split(","):
+        path = model_file(size)
+        say(f"{size}: loading {path.name} on llama.cpp and the int4 runtime")
+        started = time.perf_counter()
+        backends = {
+            "llama.cpp": LlamaBackend(path, n_ctx=1024, threads=args.threads, max_branches=1),
+            "int4": Int4Backend(path, n_ctx=1024, threads=args.threads),
+        }
+        torch.set_num_threads(args.threads)
+        say(f"  loaded in {time.perf_counter() - started:.0f} s; timing passes")
+        costs = pass_costs(backends, args.repeats)
+        for backend in backends.values():
+            backend.close()
+        speedups = {name: projected(bundled, answers, per_k) for name, per_k in costs.items()}
+        llama_one = costs["llama.cpp"][1]
+        fastest = max(costs, key=lambda n: speedups[n] * llama_one / costs[n][1])
+        rows.append((size, costs, speedups, fastest, llama_one))
+    bundled.close()
+
+    print(f"\n{cpu.describe()}, {args.threads} threads")
+    print(f"random-weight Q4_0 files, behind {CONTEXT} cached tokens; projection: suffix replayed")
+    print(f"{'size':<6}{'runtime':<11}{'1-token ms':>11}" + "".join(f"{f'k={k}':>8}" for k in SIZES[1:]) + f"{'proj.':>8}")  # fmt: skip
+    for size, costs, speedups, fastest, llama_one in rows:
+        for name, per_k in costs.items():
+            one = per_k[1]
+            ratios = "".join(f"{per_k[k] / one:>7.2f}x" for k in SIZES[1:])
+            print(f"{size:<6}{name:<11}{one * 1e3:>11.1f}{ratios}{speedups[name]:>7.2f}x")
+        best = speedups[fastest] * llama_one / costs[fastest][1]
+        print(f"{size:<6}default on {fastest}: {best:.2f}x llama.cpp's greedy (projected)")
+
+
+if __name__ == "__main__":
+    main()
