@@ -1,11 +1,9 @@
 """A GGUF file's tensors in the forms the int4 runtime computes with.
 
-The file's own 4-bit blocks (Q4_0, Q4_1, and Q4_K's 32-weight sub-blocks) are already what torch's
-int4 kernel (`_weight_int4pack_mm_for_cpu`, groups of 32) multiplies by: each block is 32 codes
-q in 0..15 and a weight w = (q - 8) * scale + zero, so they are repacked without dequantizing
-(no float32 copy of the model is ever made). The kernel keeps its scales and zeros in bfloat16,
-which rounds them (8 significant bits against float16's 11): that, and nothing else, separates
-its weights from the file's.
+The file's own 4-bit blocks (Q4_0, Q4_1, and Q4_K's 32-weight sub-blocks) are all one form: 32
+codes q in 0..15 and a weight w = (q - 8) * scale + zero, exact in float64, so they are repacked
+(`Nibbles`, then eight rows interleaved for exact_kernels.c) without dequantizing: no float32 copy
+of the model is ever made, and the kernels multiply by the file's own weights.
 
 The other block types a file mixes in (a Q4_K_M file falls back to Q5_0, Q6_K or Q8_0 wherever a
 row is not a multiple of 256) are int8 codes with a scale (and zero) per 16 or 32 weights: they

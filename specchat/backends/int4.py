@@ -1,7 +1,8 @@
-"""The int4 backend: a GGUF Llama on torch's int4 kernel, where a drafted token costs little.
+"""The int4 backend: a GGUF model (`int4_families`) on specchat's own C kernels, where a drafted
+token costs little.
 
-On this runtime a k-token block costs little more than one token (the 4-bit matmuls are bound by
-unpacking the weights, which k rows share), and every row of a block (chain or tree) is bitwise
+On this runtime a k-token block costs little more than one token (each 4-bit weight is unpacked
+once for every token of the block), and every row of a block (chain or tree) is bitwise
 the logits of that token evaluated alone behind the same prefix, so greedy-family decoders stay
 exactly greedy. The forward is `int4_model.Int4Model`; the tokenizer and chat template are
 llama.cpp's for the same file (`llama_vocab`), so prompts tokenize as on the llama backend.

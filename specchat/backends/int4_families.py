@@ -10,7 +10,8 @@ rope type per architecture: Llama GGUFs carry q/k weights permuted for adjacent 
 the others rotate x[j] with x[j + d/2] ("NEOX").
 
 Not here: Gemma (GELU, scaled embeddings, soft-capped logits, norms after the sublayers, local and
-global attention layers), which is more than a row of flags, and YaRN or LongRoPE scaling.
+global attention layers), which is more than a row of flags, and LongRoPE scaling (phi3's 128k
+files: per-length factor tables).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ FAMILIES = {
 }
 
 # RoPE scalings the tables implement (llama.cpp applies a declared factor whatever the type;
-# YaRN's ramp and LongRoPE's factor tables are not implemented)
-ROPE_SCALINGS = (None, "none", "linear")
+# YaRN adds a ramp between interpolated and original frequencies and a magnitude scale)
+ROPE_SCALINGS = (None, "none", "linear", "yarn")
 
 
 def layer_tensors(

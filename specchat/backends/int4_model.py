@@ -7,13 +7,12 @@ one-token passes. Every kernel on the path computes an output row by one fixed s
 number of rows, so a layer is four matmuls and three C calls: little per-op overhead, and a block
 row that equals the same token evaluated alone.
 
-Who carries the 4-bit weights depends on the instruction-set level (`specchat.cpu`): on AVX-512,
-torch's int4 kernel (`_weight_int4pack_mm_for_cpu`, bf16 activations, bf16 scales); below it,
-where that kernel's cost grows with every row, exact_kernels.c's own `matmul_rows`: the file's
-nibbles (and Q8_0 codes) against x rounded to 8 bits per 32 values, summed in integers as
-llama.cpp does, each weight row read once for every token of the block; the whole forward is
-then one C call (`forward`). Everything else (norms, SwiGLU, RoPE, attention, the LM head and any
-weight the file stores in another type) runs in exact_kernels.c at every level.
+The whole forward is one C call (exact_kernels.c's `forward`) at every instruction-set level
+(`specchat.cpu`): the file's nibbles (and Q8_0 codes) meet x rounded to 8 bits per 32 values,
+summed in integers as llama.cpp does, each weight row read once for every token of the block
+(AVX-512 VNNI, AVX2 and plain C compute the same bits). torch's int4 kernel carried the 4-bit
+weights on AVX-512 until the VNNI kernel cost less at one token and much less at four
+(docs/benchmarks.md); a Python loop over the layers cost more than a small layer's arithmetic.
 
 Numbers: the residual stream is float32; matmul inputs and outputs are bf16 (the kernel's only
 fast type); keys are cached after RoPE in float32 and values in bf16 (what the projection gave);
@@ -60,7 +59,9 @@ class ModelShape:
     head_dim: int
     vocab: int
     rope_base: float
-    rope_freq_scale: float  # 1 / a declared linear scaling factor
+    rope_freq_scale: float  # 1 / a declared scaling factor
+    rope_scaling: str  # "none", "linear" or "yarn"
+    yarn_context: int  # YaRN's original context length
     norm_eps: float
     context_length: int
     window: int  # a declared sliding window (0: none); the context is held within it
@@ -103,6 +104,10 @@ class ModelShape:
             vocab=vocab_rows,
             rope_base=float(meta("rope.freq_base", 10000.0)),
             rope_freq_scale=1.0 if factor == 0.0 else 1.0 / factor,
+            rope_scaling=scaling or "none",
+            yarn_context=int(
+                meta("rope.scaling.original_context_length", meta("context_length", 4096))
+            ),
             norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
             context_length=int(meta("context_length", 4096)),
             window=int(meta("attention.sliding_window", 0)),
@@ -128,34 +133,9 @@ class ModelShape:
 # -- linear layers -------------------------------------------------------------------------------
 
 
-class Int4Linear:
-    """y = x W^T with W in torch's packed int4 layout (groups of 32, bf16 scale and zero)."""
-
-    def __init__(self, blocks: Int4Blocks) -> None:
-        rows, cols = blocks.shape
-        codes = torch.from_numpy(blocks.codes.astype(np.int32))
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
-        pairs = np.stack([blocks.scales, blocks.zeros], axis=-1)  # [rows, groups, 2]
-        self.scales_and_zeros = (
-            torch.from_numpy(pairs.transpose(1, 0, 2).copy()).to(torch.bfloat16).contiguous()
-        )
-        self.out_features = rows
-        self.in_features = cols
-        self.mm = torch.ops.aten._weight_int4pack_mm_for_cpu
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mm(x, self.packed, GROUP_SIZE, self.scales_and_zeros)
-
-
-# levels whose 4-bit weights torch's int4 kernel carries, with float32 x everywhere else: the
-# build it was measured fastest on; below it that kernel's cost grows with every row of a block
-# (docs/benchmarks.md), and matmul_rows carries them with 8-bit x
-TORCH_INT4_LEVELS = frozenset({"avx512"})
-
-
 class RowsLinear:
-    """y = x W^T in exact_kernels.c: 4-bit blocks as nibbles with a scale and zero per 32 (below
-    AVX-512), Q8_0, Q5_x and Q6_K as int8 codes with their blocks' scales (exactly the file's
+    """y = x W^T in exact_kernels.c: 4-bit blocks as nibbles with a scale and zero per 32 (read
+    eight rows at a time), Q8_0, Q5_x and Q6_K as int8 codes with their blocks' scales (exactly the file's
     weights, a byte each), anything else dequantized once to float32. Float32 sums whose order
     does not depend on how many rows share the call; bf16 in and out in the layers, float32 for
     the LM head.
@@ -171,14 +151,13 @@ class RowsLinear:
         library: Kernels | None = None,
     ) -> None:
         self._kernels = library or kernels()
-        # where matmul_rows carries the 4-bit weights it also rounds x to 8 bits for them and
-        # for Q8_0 / Q5_0 (integer dot products, as llama.cpp's); on AVX-512 x stays float32
-        self.int8_x = self._kernels.level not in TORCH_INT4_LEVELS
+        # x rounded to 8 bits for the 4-bit weights and Q8_0 / Q5_0: integer dot products, as
+        # llama.cpp's
+        self.int8_x = True
         self.code_bits = 8
         self.out_features, self.in_features = weight.shape
         if isinstance(weight, Nibbles):
-            if self.int8_x:  # read eight rows at a time (exact_kernels.c's matmul_nibbles8)
-                weight = weight.by_eight()
+            weight = weight.by_eight()  # as exact_kernels.c's matmul_nibbles8 reads them
             self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
             self.group, self.f32, self.code_bits = GROUP_SIZE, None, 4
         elif isinstance(weight, GroupedInt8):
@@ -192,6 +171,11 @@ class RowsLinear:
             raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
         self.float32_out = float32_out
         self.threads = 1
+
+    @property
+    def form(self) -> str:
+        """How the weights are held: "4-bit" nibbles, "int8" codes or "float32"."""
+        return "float32" if self.f32 is not None else "4-bit" if self.code_bits == 4 else "int8"
 
     @staticmethod
     def _pointer(array: np.ndarray | None) -> int | None:
@@ -211,10 +195,7 @@ class RowsLinear:
         return out
 
 
-def four_bit_linear(blocks: Int4Blocks, library: Kernels) -> Int4Linear | RowsLinear:
-    """The carrier of 4-bit weights at the kernels' level."""
-    if library.level in TORCH_INT4_LEVELS:
-        return Int4Linear(blocks)
+def four_bit_linear(blocks: Int4Blocks, library: Kernels) -> RowsLinear:
     return RowsLinear(blocks.nibbles(), library=library)
 
 
@@ -247,29 +228,17 @@ def check_shapes(tensors: GGUFTensors, shape: ModelShape, head_name: str) -> Non
 
 class Projection:
     """Several weights that read the same input (q, k, v; gate, up): one call when they share a
-    carrier. `parts(x)` gives each part's output as (tensor, first column)."""
+    carrier (4-bit blocks concatenated), one call each otherwise."""
 
-    def __init__(
-        self, tensors: GGUFTensors, names: list[str], library: Kernels, widths: list[int]
-    ) -> None:
-        """`widths`: each part's output columns (a fused weight holds several parts)."""
+    def __init__(self, tensors: GGUFTensors, names: list[str], library: Kernels) -> None:
         if all(tensors.is_int4(name) for name in names):
             blocks = Int4Blocks.concat([tensors.int4_blocks(n) for n in names])
             self.linears = [four_bit_linear(blocks, library)]
         else:
             self.linears = [_linear(tensors, name, library) for name in names]
-        self.widths = widths
-        self._starts = [sum(widths[:i]) for i in range(len(widths))]
-        self.carriers = [type(linear).__name__ for linear in self.linears]
-
-    def parts(self, x: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
-        if len(self.linears) == 1:
-            out = self.linears[0](x)
-            return [(out, start) for start in self._starts]
-        return [(linear(x), 0) for linear in self.linears]
 
 
-def _linear(tensors: GGUFTensors, name: str, library: Kernels) -> Int4Linear | RowsLinear:
+def _linear(tensors: GGUFTensors, name: str, library: Kernels) -> RowsLinear:
     if tensors.is_int4(name):
         return four_bit_linear(tensors.int4_blocks(name), library)
     return rows_linear(tensors, name, library)
@@ -288,17 +257,16 @@ class _HeadOps(ctypes.Structure):
 class Layer:
     attn_norm: torch.Tensor
     qkv: Projection
-    output: Int4Linear | RowsLinear
+    output: RowsLinear
     ffn_norm: torch.Tensor
     gate_up: Projection
-    down: Int4Linear | RowsLinear
+    down: RowsLinear
     ops: _HeadOps
     held: list[np.ndarray]  # the arrays `ops` points into
 
     @classmethod
     def read(cls, tensors: GGUFTensors, shape: ModelShape, i: int, library: Kernels) -> Layer:
         blk, family = f"blk.{i}.", shape.family
-        q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
         held = []
 
         def vector(name: str) -> int:
@@ -318,10 +286,10 @@ class Layer:
         gate_up = [blk + name for name in gate_up_names(family)]
         return cls(
             attn_norm=torch.from_numpy(tensors.dense(blk + "attn_norm.weight")),
-            qkv=Projection(tensors, qkv, library, [q, kv, kv]),
+            qkv=Projection(tensors, qkv, library),
             output=_linear(tensors, blk + "attn_output.weight", library),
             ffn_norm=torch.from_numpy(tensors.dense(blk + "ffn_norm.weight")),
-            gate_up=Projection(tensors, gate_up, library, [shape.ffn, shape.ffn]),
+            gate_up=Projection(tensors, gate_up, library),
             down=_linear(tensors, blk + "ffn_down.weight", library),
             ops=ops,
             held=held,
@@ -342,12 +310,37 @@ def rope_tables(shape: ModelShape, positions: int, freq_factors: np.ndarray | No
         theta[:, j] = theta[:, j - 1] * theta_scale
     if freq_factors is not None:
         theta = theta / freq_factors.astype(np.float32)
+    magnitude = np.float32(1.0)
     if shape.rope_freq_scale != 1.0:
-        theta = np.float32(shape.rope_freq_scale) * theta
+        scale = np.float32(shape.rope_freq_scale)
+        interpolated = scale * theta
+        if shape.rope_scaling == "yarn":  # ggml's rope_yarn, beta_fast 32, beta_slow 1
+            low, high = _yarn_corr_dims(shape, 32.0, 1.0)
+            pair = np.arange(half, dtype=np.float32)
+            ramp = 1 - np.clip((pair - low) / max(np.float32(0.001), high - low), 0, 1)
+            mix = ramp.astype(np.float32)
+            theta = interpolated * (1 - mix) + theta * mix
+            magnitude = np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / scale)
+        else:
+            theta = interpolated
     angles = theta.astype(np.float64)
-    cos = torch.from_numpy(np.cos(angles).astype(np.float32))
-    sin = torch.from_numpy(np.sin(angles).astype(np.float32))
+    cos = torch.from_numpy(np.cos(angles).astype(np.float32) * magnitude)
+    sin = torch.from_numpy(np.sin(angles).astype(np.float32) * magnitude)
     return cos, sin
+
+
+def _yarn_corr_dims(shape: ModelShape, beta_fast: float, beta_slow: float):
+    """The pairs YaRN leaves unscaled below and scales fully above, as ggml computes them."""
+    dims, base = np.float32(shape.head_dim), np.float32(shape.rope_base)
+    orig = np.float32(shape.yarn_context)
+
+    def corr_dim(rotations: float) -> np.float32:
+        two_pi = np.float32(2 * np.pi)
+        return dims * np.log(orig / (np.float32(rotations) * two_pi)) / (2 * np.log(base))
+
+    low = max(np.float32(0), np.floor(corr_dim(beta_fast)))
+    high = min(dims - 1, np.ceil(corr_dim(beta_slow)))
+    return np.float32(low), np.float32(high)
 
 
 class Int4Model:
@@ -422,13 +415,12 @@ class Int4Model:
         return found
 
     def carriers(self) -> dict[str, int]:
-        """How many weights each carrier holds: what a file's types came to."""
+        """How many layer weights each form holds ("4-bit", "int8", "float32"): what a file's
+        types came to."""
         counts: dict[str, int] = {}
         for layer in self.layers:
-            kinds = [*layer.qkv.carriers, type(layer.output).__name__]
-            kinds += [*layer.gate_up.carriers, type(layer.down).__name__]
-            for kind in kinds:
-                counts[kind] = counts.get(kind, 0) + 1
+            for linear in [*layer.qkv.linears, layer.output, *layer.gate_up.linears, layer.down]:
+                counts[linear.form] = counts.get(linear.form, 0) + 1
         return counts
 
     def embed(self, tokens: list[int]) -> torch.Tensor:
@@ -455,90 +447,13 @@ class Int4Model:
         n_seen = np.asarray(depths, dtype=np.int32) + 1
         positions = n_seen + np.int32(n_prefix - 1)
         x = self.embed(tokens)
-        if self._whole is not None:  # every weight in matmul_rows: the layers in one C call
-            out = torch.empty((rows, shape.vocab), dtype=torch.float32) if logits else None
-            lib.forward(
-                ctypes.byref(self._whole), x.data_ptr(), rows, positions.ctypes.data, n_prefix,
-                seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
-                None if out is None else out.data_ptr(), self.threads,
-            )  # fmt: skip
-            return out
-        h = torch.empty((rows, shape.dim), dtype=torch.bfloat16)
-        attended = torch.empty((rows, shape.heads * shape.head_dim), dtype=torch.bfloat16)
-        activated = torch.empty((rows, shape.ffn), dtype=torch.bfloat16)
-        x_ptr, h_ptr = x.data_ptr(), h.data_ptr()
-        eps, dim, threads = shape.norm_eps, shape.dim, self.threads
-        k_layer = self.k_cache[0].numel() * 4
-        v_layer = self.v_cache[0].numel() * 2
-        k_base, v_base = self.k_cache.data_ptr(), self.v_cache.data_ptr()
-        fixed = (
-            self.cos.data_ptr(),
-            self.sin.data_ptr(),
-            positions.ctypes.data,
-        )
-        lib.residual_rms_norm(
-            x_ptr, None, 0, self.layers[0].attn_norm.data_ptr(), h_ptr, 1, rows, dim, eps
-        )
-        last = len(self.layers) - 1
-        for index, layer in enumerate(self.layers):
-            (q, q0), (k, k0), (v, v0) = layer.qkv.parts(h)
-            lib.attention(
-                q.data_ptr() + 2 * q0, q.shape[1], k.data_ptr() + 2 * k0, k.shape[1],
-                v.data_ptr() + 2 * v0, v.shape[1], *fixed,
-                k_base + index * k_layer, v_base + index * v_layer, self.slots,
-                n_prefix, rows, seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
-                attended.data_ptr(), shape.heads, shape.kv_heads, shape.head_dim, self._scale,
-                ctypes.byref(layer.ops), threads,
-            )  # fmt: skip
-            out = layer.output(attended)
-            lib.residual_rms_norm(
-                x_ptr,
-                out.data_ptr(),
-                out.shape[1],
-                layer.ffn_norm.data_ptr(),
-                h_ptr,
-                1,
-                rows,
-                dim,
-                eps,
-            )
-            (gate, g0), (up, u0) = layer.gate_up.parts(h)
-            lib.silu_mul(
-                gate.data_ptr() + 2 * g0,
-                up.data_ptr() + 2 * u0,
-                gate.shape[1],
-                activated.data_ptr(),
-                rows,
-                shape.ffn,
-            )
-            down = layer.down(activated)
-            if index < last:
-                lib.residual_rms_norm(
-                    x_ptr,
-                    down.data_ptr(),
-                    down.shape[1],
-                    self.layers[index + 1].attn_norm.data_ptr(),
-                    h_ptr,
-                    1,
-                    rows,
-                    dim,
-                    eps,
-                )
-            elif logits:
-                normed = torch.empty((rows, dim), dtype=torch.float32)
-                lib.residual_rms_norm(
-                    x_ptr,
-                    down.data_ptr(),
-                    down.shape[1],
-                    self.final_norm.data_ptr(),
-                    normed.data_ptr(),
-                    0,
-                    rows,
-                    dim,
-                    eps,
-                )
-                return self.head(normed)
-        return None  # fmt: skip
+        out = torch.empty((rows, shape.vocab), dtype=torch.float32) if logits else None
+        lib.forward(
+            ctypes.byref(self._whole), x.data_ptr(), rows, positions.ctypes.data, n_prefix,
+            seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
+            None if out is None else out.data_ptr(), self.threads,
+        )  # fmt: skip
+        return out
 
     def move(self, n_prefix: int, block_rows: list[int]) -> None:
         """Put the keys and values of block rows `block_rows` (a root-to-node path) right behind
@@ -590,15 +505,9 @@ def _linear_weights(linear: RowsLinear) -> _Linear:
     )  # fmt: skip
 
 
-def whole_model(model: Int4Model) -> _Model | None:
-    """The model as exact_kernels.c's `forward` reads it, or None where a weight rides torch's
-    int4 kernel (the layers then run from Python). The structure points into the model's own
-    arrays, which live as long as it does."""
-    linears = [model.head]
-    for layer in model.layers:
-        linears += [*layer.qkv.linears, layer.output, *layer.gate_up.linears, layer.down]
-    if not all(isinstance(linear, RowsLinear) for linear in linears):
-        return None
+def whole_model(model: Int4Model) -> _Model:
+    """The model as exact_kernels.c's `forward` reads it. The structure points into the model's
+    own arrays, which live as long as it does."""
     shape = model.shape
     layers = (_Layer * shape.layers)()
     for index, layer in enumerate(model.layers):

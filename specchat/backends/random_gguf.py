@@ -29,7 +29,8 @@ class RandomShape:
     vocab: int | None = None  # None: the bundled tokenizer's size
     arch: str = "llama"  # a family of int4_families.FAMILIES
     head_dim: int | None = None  # None: dim / heads (qwen3's are wider)
-    rope_scale: float = 0.0  # a linear RoPE scaling factor (0: none)
+    rope_scale: float = 0.0  # a RoPE scaling factor (0: none)
+    rope_scaling: str = "linear"  # or "yarn" (original context: 2048)
     window: int = 0  # a declared sliding window (0: none)
     rope_freqs: bool = False  # Llama 3's per-pair frequency factors
 
@@ -92,8 +93,10 @@ def write_random_gguf(
     writer.add_rope_dimension_count(head_dim)
     writer.add_rope_freq_base(10000.0)
     if shape.rope_scale:
-        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_type(gguf.RopeScalingType(shape.rope_scaling))
         writer.add_rope_scaling_factor(shape.rope_scale)
+        if shape.rope_scaling == "yarn":
+            writer.add_rope_scaling_orig_ctx_len(2048)
     if shape.window:
         writer.add_sliding_window(shape.window)
     writer.add_layer_norm_rms_eps(1e-5)

@@ -48,11 +48,12 @@ def test_a_llama_cpp_build_names_its_level() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(len(HERE) < 2 or "avx2" not in HERE, reason="no AVX2 on this CPU")
-def test_avx2_and_plain_c_compute_the_same_bits(int4_at_level, int4_backend) -> None:
-    """The AVX2 kernels are the plain C ones vectorized, operation for operation: the bundled
-    model's logits after a prefill, a chain and a tree are the same bits at both levels."""
+def test_every_level_computes_the_plain_c_bits(int4_at_level, int4_backend) -> None:
+    """The AVX2 and AVX-512 kernels are the plain C ones vectorized (VNNI sums the same exact
+    integers): the bundled model's logits after a prefill, a chain and a tree are the same bits
+    at every level this CPU runs."""
     logits = {}
-    for level in ("generic", "avx2"):
+    for level in HERE:
         backend = int4_backend if int4_backend.level == level else int4_at_level(level)
         ids = backend.tokenize("The quick brown fox jumps over the lazy dog. It was")
         backend.rollback(0)
@@ -62,8 +63,9 @@ def test_avx2_and_plain_c_compute_the_same_bits(int4_at_level, int4_backend) -> 
         tree = backend.evaluate(Block((ids[-4], ids[-3], ids[-1], ids[-2]), (-1, 0, 0, 2)))
         logits[level] = (chain, tree)
         backend.rollback(0)
-    for at_avx2, at_generic in zip(logits["avx2"], logits["generic"]):
-        assert np.array_equal(at_avx2, at_generic)
+    for level in HERE[1:]:
+        for vectorized, plain in zip(logits[level], logits["generic"]):
+            assert np.array_equal(vectorized, plain), level
 
 
 @pytest.mark.parametrize("level", HERE)

@@ -19,12 +19,12 @@ from specchat import cpu
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.exact_kernels import kernels
 from specchat.backends.gguf_tensors import GGUFTensors, Nibbles
-from specchat.backends.int4_model import TORCH_INT4_LEVELS, Int4Linear, RowsLinear
+from specchat.backends.int4_model import RowsLinear
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
 
-# llama.cpp's logits and ours differ by quantization noise (llama.cpp quantizes activations to
-# 8 bits, we round them to bf16): measured over 8 prompts x 48 greedy tokens on four files, the
+# llama.cpp's logits and ours differ by rounding (both quantize a matmul's input to 8 bits per 32,
+# we also keep bf16 between the matmuls and sum in another order): measured over 8 prompts x 48 greedy tokens on four files, the
 # two picked different tokens only where llama.cpp's top two were within 0.37 of each other.
 NEAR_TIE = 0.75
 # the instruction-set levels this machine runs: its own and every one below it
@@ -94,27 +94,7 @@ def test_int4_blocks_are_the_files_weights(bundled_gguf, quantized, file, kind) 
         assert np.array_equal(blocks.dequantize(), gguf_dequantized(tensors, name)), name
 
 
-@pytest.mark.parametrize("file", ["Q4_1", "Q4_0", "Q4_K_M"])
-def test_packed_kernel_weights_differ_only_by_bf16_scales(bundled_gguf, quantized, file) -> None:
-    """What the int4 kernel multiplies by (read back through an identity matrix) is the file's
-    weight up to rounding its scale and zero to bf16 (and its output to bf16): far below one
-    quantization step, so a misplaced code or group would show."""
-    tensors = GGUFTensors(model_file(file, bundled_gguf, quantized))
-    name = next(n for n in tensors._tensors if tensors.is_int4(n))
-    blocks = tensors.int4_blocks(name)
-    rows, cols = blocks.shape
-    linear = Int4Linear(blocks)
-    with torch.inference_mode():
-        seen = linear(torch.eye(cols, dtype=torch.bfloat16)).float().numpy().T
-    exact = gguf_dequantized(tensors, name)
-    step = np.repeat(np.abs(blocks.scales), 32, axis=1)
-    zero = np.repeat(np.abs(blocks.zeros), 32, axis=1)
-    bound = 2.0**-8 * (8 * step + zero) + 2.0**-8 * np.abs(exact) + 1e-30
-    assert np.all(np.abs(seen - exact) <= bound)
-    assert np.abs(seen - exact).max() < 0.25 * step[step > 0].min() + bound.max()
-
-
-@pytest.mark.parametrize("level", [lv for lv in LEVELS_HERE if lv not in TORCH_INT4_LEVELS])
+@pytest.mark.parametrize("level", LEVELS_HERE)
 @pytest.mark.parametrize("file", ["Q4_1", "Q4_0", "Q4_K_M"])
 def test_four_bit_rows_read_eight_at_a_time_are_the_files_weights(
     bundled_gguf, quantized, file, level
@@ -222,25 +202,22 @@ def teacher_forced_disagreements(llama, int4, prompt: str, tokens: int) -> list[
     [
         ("Q4_1", {"4-bit"}),
         ("Q4_0", {"4-bit"}),
-        ("Q4_K_M", {"4-bit", "RowsLinear"}),
-        ("Q8_0", {"RowsLinear"}),
+        ("Q4_K_M", {"4-bit", "int8"}),
+        ("Q8_0", {"int8"}),
     ],
 )
 def test_greedy_agrees_with_llama_cpp_outside_near_ties(
     bundled_gguf, quantized, int4_backend, file, carriers
 ) -> None:
-    """At the machine's own level; 4-bit weights ride torch's int4 kernel on AVX-512 and the C
-    kernels below it."""
+    """At the machine's own level, each file's weights in the forms it stores them."""
     from specchat.backends.int4 import Int4Backend
-    from specchat.backends.int4_model import TORCH_INT4_LEVELS
     from specchat.backends.llama import LlamaBackend
 
     path = model_file(file, bundled_gguf, quantized)
     llama = LlamaBackend(path, n_ctx=512, max_branches=1, threads=1)
     int4 = int4_backend if file == "Q4_1" else Int4Backend(path, n_ctx=512, threads=1)
-    four_bit = "Int4Linear" if int4.level in TORCH_INT4_LEVELS else "RowsLinear"
     try:
-        assert set(int4.model.carriers()) == {four_bit if c == "4-bit" else c for c in carriers}
+        assert set(int4.model.carriers()) == carriers
         assert int4.exactness().bitwise
         for prompt in ("Give me three tips for sleeping well.", "Write a haiku about autumn."):
             differ = teacher_forced_disagreements(llama, int4, prompt, 32)
@@ -284,24 +261,6 @@ def test_rows_are_exact_whatever_shares_the_pass(int4_backend) -> None:
         finally:
             backend.model.threads = 1
             backend.rollback(0)
-
-
-def test_the_c_forward_is_the_python_one(int4_backend, int4_at_level) -> None:
-    """Below AVX-512 the layers run as one C call; the Python loop over the same kernels (what
-    runs where torch's int4 kernel carries the 4-bit weights) gives the same bits."""
-    backend = int4_backend if int4_backend.model._whole is not None else int4_at_level("avx2")
-    ids = backend.tokenize("The quick brown fox jumps over the lazy dog. It was")
-    whole, out = backend.model._whole, []
-    try:
-        for forward in (whole, None):
-            backend.model._whole = forward
-            backend.rollback(0)
-            backend.prefill(ids[:-4])
-            out.append(backend.evaluate(Block((ids[-4], ids[-3], ids[-1], ids[-2]), (-1, 0, 0, 2))))
-    finally:
-        backend.model._whole = whole
-        backend.rollback(0)
-    assert whole is not None and np.array_equal(out[0], out[1])
 
 
 # -- what it refuses ------------------------------------------------------------------------------
