@@ -126,11 +126,13 @@ def int4_at_level(bundled_gguf):
 
 # a small random-weight GGUF of each family the int4 runtime runs besides the bundled Llama, each
 # with what sets it apart in the file: Llama 3's frequency factors and a linear RoPE factor,
-# qwen3's heads wider than dim / heads, phi3's declared sliding window
+# qwen3's heads wider than dim / heads (and, as Qwen3's long-context files, YaRN), phi3's
+# declared sliding window
 FAMILY_SHAPES = {
     "llama3": dict(arch="llama", rope_freqs=True, rope_scale=4.0),
     "qwen2": dict(arch="qwen2"),
     "qwen3": dict(arch="qwen3", head_dim=32),
+    "qwen3-yarn": dict(arch="qwen3", head_dim=32, rope_scale=4.0, rope_scaling="yarn"),
     "phi3": dict(arch="phi3", kv_heads=4, window=1024),
 }
 
