@@ -66,6 +66,8 @@ def unavailable_reason(path: Path, device: str) -> str | None:
     scaling = header.metadata.get(f"{arch}.rope.scaling.type")
     if scaling not in ROPE_SCALINGS:
         return f"the int4 runtime does not implement {scaling} RoPE scaling"
+    if "rope_factors_long.weight" in header.tensors:
+        return "the int4 runtime does not implement LongRoPE scaling"
     carried = int4_types() | dense_types()
     other = sorted({header.type_name(name) for name in header.tensors} - carried)
     if other:

@@ -218,6 +218,13 @@ def check_shapes(tensors: GGUFTensors, shape: ModelShape, head_name: str) -> Non
     for i in range(shape.layers):
         wanted.update({f"blk.{i}.{part}": dims for part, dims in per_layer.items()})
     tensors.check_readable(list(wanted))
+    unread = sorted(set(tensors.header.tensors) - set(wanted))
+    if unread:  # a part of the model this forward would skip: the answer would be wrong
+        raise SpecchatError(
+            f"{tensors.path.name}: the int4 runtime does not implement {unread[0]}"
+            + (f" (and {len(unread) - 1} more tensors)" if len(unread) > 1 else "")
+            + " (use --backend llama)"
+        )
     for name, dims in wanted.items():
         if tensors.shape(name) != dims:
             raise SpecchatError(

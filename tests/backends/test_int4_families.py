@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from specchat.backends.base import Block
+from specchat.errors import SpecchatError
 from tests.backends.test_int4_backend import LEVELS_HERE
 from tests.cli import run_cli
 from tests.conftest import FAMILY_SHAPES
@@ -121,3 +122,34 @@ def test_a_sliding_window_holds_the_context_within_it(tmp_path) -> None:
         assert backend.n_ctx == 96
     finally:
         backend.close()
+
+
+def test_a_tensor_the_forward_would_skip_is_refused_in_one_line(tmp_path) -> None:
+    """Phi-3's 128k files carry LongRoPE's factor tables: computing without them would give
+    other logits, so the runtime refuses the file and the chooser leaves it to llama.cpp."""
+    import gguf
+
+    from specchat.backends.int4 import Int4Backend, unavailable_reason
+    from specchat.backends.random_gguf import RandomShape, write_random_gguf
+
+    plain = write_random_gguf(tmp_path / "plain.gguf", RandomShape(arch="phi3"), "F32")
+    reader = gguf.GGUFReader(plain)
+    path = tmp_path / "longrope.gguf"
+    writer = gguf.GGUFWriter(str(path), "phi3")
+    for key, field in reader.fields.items():
+        if not key.startswith("GGUF.") and key != "general.architecture":
+            kind = field.types[0]
+            item = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(key, field.contents(), kind, sub_type=item)
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, np.array(tensor.data).reshape(tensor.shape[::-1]))
+    writer.add_tensor("rope_factors_long.weight", np.ones(8, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert unavailable_reason(plain, "cpu") is None
+    assert "LongRoPE" in unavailable_reason(path, "cpu")
+    with pytest.raises(SpecchatError) as error:
+        Int4Backend(path, threads=1)
+    assert "rope_factors_long.weight" in str(error.value) and "\n" not in str(error.value)
