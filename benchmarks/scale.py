@@ -85,7 +85,7 @@ def projected(bundled, answers: list[dict], costs: dict[int, float]) -> float:
 def model_file(size: str) -> Path:
     folder = locations.cache_dir() / "scale"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"random-{size}-q4_0.gguf"
+    path = folder / f"random-{size}-q4_0-v2.gguf"  # v2: Q8_0 codes within -127..127
     if not path.exists():
         say(f"writing {path.name} (random weights, Q4_0 blocks)")
         partial = path.with_suffix(".partial")

@@ -639,6 +639,7 @@ typedef struct {
     int8_t *codes;  /* [m][cols] */
     float *scales;  /* [m][padded]: the x scale per group */
     float *sums;    /* [m][padded]: x scale * the group's integer sum */
+    int32_t *isums; /* [m][padded]: the group's integer sum */
     int64_t padded; /* groups rounded up to a multiple of 8 (zeros beyond) */
 } int8_rows;
 
@@ -648,6 +649,7 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
     q->codes = malloc((size_t)(m * cols));
     q->scales = calloc((size_t)(m * q->padded), sizeof(float));
     q->sums = calloc((size_t)(m * q->padded), sizeof(float));
+    q->isums = calloc((size_t)(m * q->padded), sizeof(int32_t));
     for (int64_t r = 0; r < m; r++)
         for (int64_t g = 0; g < groups; g++) {
             const float *xg = x + r * cols + g * QGROUP;
@@ -681,6 +683,7 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
                 sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
                 sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
                 q->scales[r * q->padded + g] = scale;
+                q->isums[r * q->padded + g] = _mm_cvtsi128_si32(sum);
                 q->sums[r * q->padded + g] = scale * (float)_mm_cvtsi128_si32(sum);
                 continue;
             }
@@ -697,6 +700,7 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
                 sum += cg[i];
             }
             q->scales[r * q->padded + g] = scale;
+            q->isums[r * q->padded + g] = sum;
             q->sums[r * q->padded + g] = scale * (float)sum;
         }
 }
@@ -705,89 +709,8 @@ static void free_int8_rows(int8_rows *q) {
     free(q->codes);
     free(q->scales);
     free(q->sums);
+    free(q->isums);
 }
-
-static inline float halve8(const float lanes[8]) {
-    float u[4];
-    for (int l = 0; l < 4; l++) u[l] = lanes[l] + lanes[l + 4];
-    return (u[0] + u[2]) + (u[1] + u[3]);
-}
-
-#if defined(HAVE_AVX2)
-static inline float halve8_avx2(__m256 t) {
-    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    const __m128 h = _mm_add_ps(u, _mm_movehl_ps(u, u));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
-}
-
-/* A mask of the first `count` (capped at 8) lanes. */
-static inline __m256i first_lanes(int64_t count) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(count > 8 ? 8 : (int)count),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* Group g of one weight row against COUNT x rows, into their accumulators. */
-static inline __attribute__((always_inline)) void group_into(const weight_row *w,
-                                                             const int8_rows *q, int64_t r0,
-                                                             int64_t cols, int count, int64_t g,
-                                                             const float *factors, __m256 *acc) {
-    const __m256i codes = _mm256_loadu_si256((const __m256i *)(w->codes + QGROUP * g));
-    const __m256i magnitudes = _mm256_sign_epi8(codes, codes); /* |code|, as unsigned bytes */
-    for (int j = 0; j < count; j++) {
-        const int64_t r = r0 + j;
-        __m256i x = _mm256_loadu_si256((const __m256i *)(q->codes + r * cols + QGROUP * g));
-        x = _mm256_sign_epi8(x, codes); /* x * sign(code): |code| * that = code * x */
-        const __m256i pairs = _mm256_maddubs_epi16(magnitudes, x);
-        const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-        acc[j] = _mm256_fmadd_ps(lanes, _mm256_broadcast_ss(factors + j * q->padded + g), acc[j]);
-    }
-}
-
-/* COUNT (<= 4) x rows against one weight row of int8 codes in groups of 32. */
-static inline __attribute__((always_inline)) void dot_int8_rows(const weight_row *w,
-                                                                const int8_rows *q, int64_t r0,
-                                                                int64_t cols, int count,
-                                                                float *factors, float *results) {
-    const int64_t groups = cols / QGROUP;
-    __m256 even[4], odd[4]; /* accumulators of even and odd groups, named: in registers */
-    for (int j = 0; j < count; j++) {
-        even[j] = odd[j] = _mm256_setzero_ps();
-        for (int64_t g = 0; g < groups; g += 8) /* weight scale * x scale, 8 groups a product */
-            _mm256_storeu_ps(factors + j * q->padded + g,
-                             _mm256_mul_ps(_mm256_maskload_ps(w->scales + g, first_lanes(groups - g)),
-                                           _mm256_loadu_ps(q->scales + (r0 + j) * q->padded + g)));
-    }
-    for (int64_t g = 0; g < groups; g += 2) {
-        group_into(w, q, r0, cols, count, g, factors, even);
-        if (g + 1 < groups) group_into(w, q, r0, cols, count, g + 1, factors, odd);
-    }
-    for (int j = 0; j < count; j++) results[j] = halve8_avx2(_mm256_add_ps(even[j], odd[j]));
-}
-#else
-static inline void dot_int8_rows(const weight_row *w, const int8_rows *q, int64_t r0,
-                                 int64_t cols, int count, float *factors, float *results) {
-    (void)factors;
-    const int64_t groups = cols / QGROUP;
-    for (int j = 0; j < count; j++) {
-        const int64_t r = r0 + j;
-        const int8_t *x = q->codes + r * cols;
-        float acc[2][8] = {{0}}, t[8];
-        for (int64_t g = 0; g < groups; g++) {
-            const float factor = w->scales[g] * q->scales[r * q->padded + g];
-            for (int l = 0; l < 8; l++) {
-                int32_t lane = 0;
-                for (int b = 4 * l; b < 4 * l + 4; b++) {
-                    const int64_t k = QGROUP * g + b;
-                    lane += (int8_t)w->codes[k] * x[k];
-                }
-                acc[g & 1][l] = fmaf((float)lane, factor, acc[g & 1][l]);
-            }
-        }
-        for (int l = 0; l < 8; l++) t[l] = acc[0][l] + acc[1][l];
-        results[j] = halve8(t);
-    }
-}
-#endif
 
 /* -- 4-bit weights, eight rows interleaved ---------------------------------------------------
  *
@@ -807,11 +730,30 @@ static inline void dot_int8_rows(const weight_row *w, const int8_rows *q, int64_
 
 #define ROWS8 8
 
+/* Scales and zeros are float16 where the file's are exactly that (Q4_0, Q4_1: a fifth fewer bytes
+ * to read a token), float32 otherwise (Q4_K's products of two scales); the same values either way.
+ * Q4_0's zeros are -8 * scale, exact in float, so they are not stored at all (zeros NULL). */
+static inline float lane_value(const void *values, int64_t at, int half) {
+    return half ? from_half(((const uint16_t *)values)[at]) : ((const float *)values)[at];
+}
+static inline float zero_value(const void *zeros, const void *scales, int64_t at, int half) {
+    return zeros ? lane_value(zeros, at, half) : -8.0f * lane_value(scales, at, half);
+}
+#if defined(HAVE_AVX2)
+static inline __m256 lanes8(const void *values, int64_t at, int half) {
+    return half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)values + at)))
+                : _mm256_loadu_ps((const float *)values + at);
+}
+static inline __m256 zeros8(const void *zeros, const void *scales, int64_t at, int half) {
+    return zeros ? lanes8(zeros, at, half) : _mm256_mul_ps(lanes8(scales, at, half), _mm256_set1_ps(-8.0f));
+}
+#endif
+
 #if defined(HAVE_AVX2)
 /* Tokens r0 .. r0 + COUNT - 1 against one block of eight rows: their eight sums each. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
-    const uint8_t *codes, const float *scales, const float *zeros, const int8_rows *q, int64_t r0,
-    int64_t cols, int count, __m256 *results) {
+    const uint8_t *codes, const void *scales, const void *zeros, int half, const int8_rows *q,
+    int64_t r0, int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     __m256 acc[4], zacc[4];
@@ -834,7 +776,7 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                 s16[j] = _mm256_add_epi16(s16[j], pair);
             }
         }
-        const __m256 scale = _mm256_loadu_ps(scales + g * ROWS8);
+        const __m256 scale = lanes8(scales, g * ROWS8, half);
         for (int j = 0; j < count; j++) {
             const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones));
             const __m256 factor =
@@ -843,7 +785,7 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
         }
     }
     for (int64_t g = 0; g < groups; g++) {
-        const __m256 zero = _mm256_loadu_ps(zeros + g * ROWS8);
+        const __m256 zero = zeros8(zeros, scales, g * ROWS8, half);
         for (int j = 0; j < count; j++)
             zacc[j] = _mm256_fmadd_ps(
                 zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
@@ -859,8 +801,8 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
  * integer sums are the same exact integers, so every float that follows, and the result, has
  * the AVX2 path's bits. */
 static inline __attribute__((always_inline)) void nibbles8_tile_vnni(
-    const uint8_t *codes, const float *scales, const float *zeros, const int8_rows *q, int64_t r0,
-    int64_t cols, int count, __m256 *results) {
+    const uint8_t *codes, const void *scales, const void *zeros, int half, const int8_rows *q,
+    int64_t r0, int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m512i low = _mm512_set1_epi8(0x0f);
     /* x's four dwords of a chunk pair (c low, c high, c+1 low, c+1 high) spread to the lanes */
@@ -882,7 +824,7 @@ static inline __attribute__((always_inline)) void nibbles8_tile_vnni(
                 sums[j] = _mm512_dpbusd_epi32(sums[j], hi, _mm512_permutexvar_epi32(high_x, xv));
             }
         }
-        const __m256 scale = _mm256_loadu_ps(scales + g * ROWS8);
+        const __m256 scale = lanes8(scales, g * ROWS8, half);
         for (int j = 0; j < count; j++) {
             const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sums[j]),
                                                   _mm512_extracti64x4_epi64(sums[j], 1));
@@ -892,7 +834,7 @@ static inline __attribute__((always_inline)) void nibbles8_tile_vnni(
         }
     }
     for (int64_t g = 0; g < groups; g++) {
-        const __m256 zero = _mm256_loadu_ps(zeros + g * ROWS8);
+        const __m256 zero = zeros8(zeros, scales, g * ROWS8, half);
         for (int j = 0; j < count; j++)
             zacc[j] = _mm256_fmadd_ps(
                 zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
@@ -905,7 +847,7 @@ static inline __attribute__((always_inline)) void nibbles8_tile_vnni(
 #endif
 
 /* The same sums one row and token at a time, for builds without AVX2. */
-static void nibbles8_plain(const uint8_t *codes, const float *scales, const float *zeros,
+static void nibbles8_plain(const uint8_t *codes, const void *scales, const void *zeros, int half,
                            const int8_rows *q, int64_t r, int64_t cols, float results[ROWS8]) {
     const int64_t groups = cols / QGROUP;
     const int8_t *x = q->codes + r * cols;
@@ -919,11 +861,12 @@ static void nibbles8_plain(const uint8_t *codes, const float *scales, const floa
                     isum += (byte & 15) * x[QGROUP * g + 8 * c + b];
                     isum += (byte >> 4) * x[QGROUP * g + 8 * c + 4 + b];
                 }
-            const float factor = scales[g * ROWS8 + j] * q->scales[r * q->padded + g];
+            const float factor = lane_value(scales, g * ROWS8 + j, half) * q->scales[r * q->padded + g];
             acc = fmaf((float)isum, factor, acc);
         }
         for (int64_t g = 0; g < groups; g++)
-            zacc = fmaf(zeros[g * ROWS8 + j], q->sums[r * q->padded + g], zacc);
+            zacc = fmaf(zero_value(zeros, scales, g * ROWS8 + j, half), q->sums[r * q->padded + g],
+                        zacc);
         results[j] = acc + zacc;
     }
 }
@@ -945,7 +888,7 @@ static inline void store_rows8(void *out, int out_is_bf16, int64_t first, int64_
 /* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit weights interleaved by eight rows (above), x
  * rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple of 8: the last block's
  * missing rows are zeros in the layout and are not stored. */
-static void matmul_nibbles8(const uint8_t *codes, const float *scales, const float *zeros,
+static void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int half,
                             int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
                             int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
@@ -954,7 +897,8 @@ static void matmul_nibbles8(const uint8_t *codes, const float *scales, const flo
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {
         const uint8_t *c = codes + block * groups * 4 * 32;
-        const float *s = scales + block * groups * ROWS8, *z = zeros + block * groups * ROWS8;
+        const int64_t at = block * groups * ROWS8 * (half ? 2 : 4); /* bytes */
+        const void *s = (const char *)scales + at, *z = zeros ? (const char *)zeros + at : NULL;
         const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
         float values[4][ROWS8];
 #if defined(HAVE_AVX2)
@@ -962,10 +906,10 @@ static void matmul_nibbles8(const uint8_t *codes, const float *scales, const flo
             const int count = m - r >= 4 ? 4 : (int)(m - r);
             __m256 results[4];
             switch (count) { /* constant counts: sums stay in registers */
-            case 4: NIBBLES8_TILE(c, s, z, &q, r, cols, 4, results); break;
-            case 3: NIBBLES8_TILE(c, s, z, &q, r, cols, 3, results); break;
-            case 2: NIBBLES8_TILE(c, s, z, &q, r, cols, 2, results); break;
-            default: NIBBLES8_TILE(c, s, z, &q, r, cols, 1, results); break;
+            case 4: NIBBLES8_TILE(c, s, z, half, &q, r, cols, 4, results); break;
+            case 3: NIBBLES8_TILE(c, s, z, half, &q, r, cols, 3, results); break;
+            case 2: NIBBLES8_TILE(c, s, z, half, &q, r, cols, 2, results); break;
+            default: NIBBLES8_TILE(c, s, z, half, &q, r, cols, 1, results); break;
             }
             for (int j = 0; j < count; j++) {
                 _mm256_storeu_ps(values[j], results[j]);
@@ -974,7 +918,141 @@ static void matmul_nibbles8(const uint8_t *codes, const float *scales, const flo
         }
 #else
         for (int64_t r = 0; r < m; r++) {
-            nibbles8_plain(c, s, z, &q, r, cols, values[0]);
+            nibbles8_plain(c, s, z, half, &q, r, cols, values[0]);
+            store_rows8(out, out_is_bf16, r * rows + first, kept, values[0]);
+        }
+#endif
+    }
+    free_int8_rows(&q);
+}
+
+/* -- int8 weights in groups of 32 (Q8_0, Q5_0), eight rows interleaved ----------------------------
+ *
+ * As the 4-bit layout above, for codes a byte each: per block of 8 rows and group g, chunk c
+ * (0..7) is 32 bytes, byte 4j + b holding row j's weight 32g + 4c + b; scales [block][group][8].
+ * Row j, token t: isum = the group's exact integer sum of products; acc = fma((float)isum,
+ * scale * x_scale, acc), group by group. AVX2 multiplies |w| by x with w's sign (maddubs takes an
+ * unsigned operand; |w| and |x| <= 127, so pairs never saturate); VNNI multiplies w + 128 (w xor
+ * 0x80, unsigned) and takes 128 times x's group sum back off: the same integers either way. */
+
+#if defined(HAVE_VNNI512)
+static inline __attribute__((always_inline)) void int8x8_tile(
+    const uint8_t *codes, const void *scales, int half, const int8_rows *q, int64_t r0,
+    int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m256 acc[4];
+    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i sums[4];
+        for (int j = 0; j < count; j++) sums[j] = _mm512_setzero_si512();
+        for (int c = 0; c < 8; c += 2) {
+            const __m512i raw = _mm512_loadu_si512((const void *)(codes + (g * 8 + c) * 32));
+            const __m512i unsigned_w = _mm512_xor_si512(raw, flip);
+            for (int j = 0; j < count; j++) {
+                const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 4 * c;
+                int64_t pair;
+                memcpy(&pair, x, 8);
+                const __m512i xv = _mm512_permutexvar_epi32(spread, _mm512_set1_epi64(pair));
+                sums[j] = _mm512_dpbusd_epi32(sums[j], unsigned_w, xv);
+            }
+        }
+        const __m256 scale = lanes8(scales, g * ROWS8, half);
+        for (int j = 0; j < count; j++) {
+            const __m256i shifted = _mm256_add_epi32(_mm512_castsi512_si256(sums[j]),
+                                                     _mm512_extracti64x4_epi64(sums[j], 1));
+            const __m256i isum = _mm256_sub_epi32(
+                shifted, _mm256_set1_epi32(128 * q->isums[(r0 + j) * q->padded + g]));
+            const __m256 factor =
+                _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + (r0 + j) * q->padded + g));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), factor, acc[j]);
+        }
+    }
+    for (int j = 0; j < count; j++) results[j] = acc[j];
+}
+#elif defined(HAVE_AVX2)
+static inline __attribute__((always_inline)) void int8x8_tile(
+    const uint8_t *codes, const void *scales, int half, const int8_rows *q, int64_t r0,
+    int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m256i sums[4];
+        for (int j = 0; j < count; j++) sums[j] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(codes + (g * 8 + c) * 32));
+            const __m256i magnitudes = _mm256_sign_epi8(raw, raw);
+            for (int j = 0; j < count; j++) {
+                int32_t four;
+                memcpy(&four, q->codes + (r0 + j) * cols + QGROUP * g + 4 * c, 4);
+                const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), raw);
+                sums[j] = _mm256_add_epi32(
+                    sums[j], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed_x), ones));
+            }
+        }
+        const __m256 scale = lanes8(scales, g * ROWS8, half);
+        for (int j = 0; j < count; j++) {
+            const __m256 factor =
+                _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + (r0 + j) * q->padded + g));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[j]), factor, acc[j]);
+        }
+    }
+    for (int j = 0; j < count; j++) results[j] = acc[j];
+}
+#endif
+
+/* The same sums one row and token at a time, for builds without AVX2. */
+static void int8x8_plain(const uint8_t *codes, const void *scales, int half, const int8_rows *q,
+                         int64_t r, int64_t cols, float results[ROWS8]) {
+    const int64_t groups = cols / QGROUP;
+    const int8_t *x = q->codes + r * cols;
+    for (int j = 0; j < ROWS8; j++) {
+        float acc = 0.0f;
+        for (int64_t g = 0; g < groups; g++) {
+            int32_t isum = 0;
+            for (int c = 0; c < 8; c++)
+                for (int b = 0; b < 4; b++)
+                    isum += (int8_t)codes[(g * 8 + c) * 32 + 4 * j + b] * x[QGROUP * g + 4 * c + b];
+            const float factor = lane_value(scales, g * ROWS8 + j, half) * q->scales[r * q->padded + g];
+            acc = fmaf((float)isum, factor, acc);
+        }
+        results[j] = acc;
+    }
+}
+
+static void matmul_int8x8(const uint8_t *codes, const void *scales, int half, int64_t rows,
+                          int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
+                          int32_t threads) {
+    int8_rows q;
+    quantize_rows(xf, m, cols, &q);
+    const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t block = 0; block < blocks; block++) {
+        const uint8_t *c = codes + block * groups * 8 * 32;
+        const void *s = (const char *)scales + block * groups * ROWS8 * (half ? 2 : 4);
+        const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
+        float values[4][ROWS8];
+#if defined(HAVE_AVX2)
+        for (int64_t r = 0; r < m; r += 4) {
+            const int count = m - r >= 4 ? 4 : (int)(m - r);
+            __m256 results[4];
+            switch (count) { /* constant counts: sums stay in registers */
+            case 4: int8x8_tile(c, s, half, &q, r, cols, 4, results); break;
+            case 3: int8x8_tile(c, s, half, &q, r, cols, 3, results); break;
+            case 2: int8x8_tile(c, s, half, &q, r, cols, 2, results); break;
+            default: int8x8_tile(c, s, half, &q, r, cols, 1, results); break;
+            }
+            for (int j = 0; j < count; j++) {
+                _mm256_storeu_ps(values[j], results[j]);
+                store_rows8(out, out_is_bf16, (r + j) * rows + first, kept, values[j]);
+            }
+        }
+#else
+        for (int64_t r = 0; r < m; r++) {
+            int8x8_plain(c, s, half, &q, r, cols, values[0]);
             store_rows8(out, out_is_bf16, r * rows + first, kept, values[0]);
         }
 #endif
@@ -991,7 +1069,8 @@ static void matmul_nibbles8(const uint8_t *codes, const float *scales, const flo
  * weight row is read once for all m rows; every output is the same fixed-order sum whatever m
  * is. x and out are bf16 or float32. */
 void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
-                 int32_t group, int32_t code_bits, int32_t int8_x, int64_t rows, int64_t cols,
+                 int32_t group, int32_t code_bits, int32_t half_scales, int32_t int8_x,
+                 int64_t rows, int64_t cols,
                  const void *x, int32_t x_is_bf16, int64_t m, void *out, int32_t out_is_bf16,
                  int32_t threads) {
     float *scratch = NULL;
@@ -1002,37 +1081,13 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
                          : code_bits == 4 ? NIBBLES_WITH_ZEROS
                                           : zeros ? SCALED_CODES_WITH_ZEROS : SCALED_CODES;
     if (int8_x && kind == NIBBLES_WITH_ZEROS) {
-        matmul_nibbles8(codes, scales, zeros, rows, cols, xf, m, out, out_is_bf16, threads);
+        matmul_nibbles8(codes, scales, zeros, half_scales, rows, cols, xf, m, out, out_is_bf16,
+                        threads);
         free(scratch);
         return;
     }
-    if (int8_x && kind == SCALED_CODES && group == QGROUP) {
-        int8_rows q;
-        quantize_rows(xf, m, cols, &q);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-        {
-        /* weight scale * x scale per group, for the 4 rows of a tile */
-        float *factors = malloc(sizeof(float) * (size_t)(4 * q.padded));
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < rows; n++) {
-            const weight_row w = {NULL, codes + n * row_bytes, scales + n * groups,
-                                  zeros ? zeros + n * groups : NULL, group, 1};
-            float results[4] = {0};
-            for (int64_t r = 0; r < m; r += 4) {
-                const int count = m - r >= 4 ? 4 : (int)(m - r);
-                switch (count) { /* constant counts: sums stay in registers */
-                case 4: dot_int8_rows(&w, &q, r, cols, 4, factors, results); break;
-                case 3: dot_int8_rows(&w, &q, r, cols, 3, factors, results); break;
-                case 2: dot_int8_rows(&w, &q, r, cols, 2, factors, results); break;
-                default: dot_int8_rows(&w, &q, r, cols, 1, factors, results); break;
-                }
-                for (int j = 0; j < count; j++)
-                    store_result(out, out_is_bf16, (r + j) * rows + n, results[j]);
-            }
-        }
-        free(factors);
-        }
-        free_int8_rows(&q);
+    if (int8_x && kind == SCALED_CODES && group == QGROUP) { /* interleaved by eight rows */
+        matmul_int8x8(codes, scales, half_scales, rows, cols, xf, m, out, out_is_bf16, threads);
         free(scratch);
         return;
     }
@@ -1109,7 +1164,7 @@ typedef struct {
     const float *f32;
     const uint8_t *codes;
     const float *scales, *zeros;
-    int32_t group, code_bits, int8_x;
+    int32_t group, code_bits, half_scales, int8_x;
     int64_t rows, cols;
 } linear_weights;
 
@@ -1138,8 +1193,8 @@ typedef struct {
 
 static void linear(const linear_weights *w, const void *x, int32_t x_is_bf16, int64_t m, void *out,
                    int32_t out_is_bf16, int32_t threads) {
-    matmul_rows(w->f32, w->codes, w->scales, w->zeros, w->group, w->code_bits, w->int8_x, w->rows,
-                w->cols, x, x_is_bf16, m, out, out_is_bf16, threads);
+    matmul_rows(w->f32, w->codes, w->scales, w->zeros, w->group, w->code_bits, w->half_scales,
+                w->int8_x, w->rows, w->cols, x, x_is_bf16, m, out, out_is_bf16, threads);
 }
 
 /* Several weights reading the same x: their outputs side by side in `out` (row stride `total`),

@@ -52,7 +52,7 @@ _SIGNATURES = {
         _p, _i32,  # head_ops (bias, q/k norms, RoPE pairs), threads
     ],
     "matmul_rows": [
-        _p, _p, _p, _p, _i32, _i32, _i32,  # float32 rows, or codes with scales (and zeros): group, bits, int8 x
+        _p, _p, _p, _p, _i32, _i32, _i32, _i32,  # float32 rows, or codes, scales (and zeros): group, bits, half scales, int8 x
         _i64, _i64, _p, _i32, _i64, _p, _i32, _i32,  # rows, cols, x, x_is_bf16, m, out, out_is_bf16, threads
     ],
     "forward": [

@@ -201,6 +201,23 @@ class GroupedInt8:
     def shape(self) -> tuple[int, int]:
         return self.codes.shape
 
+    def by_eight(self) -> GroupedInt8:
+        """The same codes interleaved by eight rows, as exact_kernels.c's matmul_int8x8 reads
+        them (groups of 32, no zeros; rows padded with zeros to a multiple of 8): per block of 8
+        rows and group, chunk c holds row j's codes 4c..4c+3 at bytes 4j..; scales
+        [block][group][8]."""
+        rows, cols = self.shape
+        groups, blocks = cols // 32, -(-rows // 8)
+        pad = blocks * 8 - rows
+        codes = np.pad(self.codes, ((0, pad), (0, 0))).reshape(blocks, 8, groups, 8, 4)
+        scales = np.pad(self.scales, ((0, pad), (0, 0))).reshape(blocks, 8, groups)
+        return GroupedInt8(
+            np.ascontiguousarray(codes.transpose(0, 2, 3, 1, 4)).reshape(blocks * 8, cols),
+            np.ascontiguousarray(scales.transpose(0, 2, 1)).reshape(blocks * 8, groups),
+            None,
+            32,
+        )
+
     def dequantize(self) -> np.ndarray:
         rows, cols = self.codes.shape
         codes = self.codes.reshape(rows, -1, self.group).astype(np.float64)

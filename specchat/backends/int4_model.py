@@ -155,14 +155,25 @@ class RowsLinear:
         # llama.cpp's
         self.int8_x = True
         self.code_bits = 8
+        self.half_scales = False
         self.out_features, self.in_features = weight.shape
         if isinstance(weight, Nibbles):
             weight = weight.by_eight()  # as exact_kernels.c's matmul_nibbles8 reads them
             self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
             self.group, self.f32, self.code_bits = GROUP_SIZE, None, 4
+            self._halve()
+            # Q4_0's zeros (-8 * scale) are computed, not read
+            if np.array_equal(
+                np.float32(-8.0) * self.scales.astype(np.float32), self.zeros.astype(np.float32)
+            ):
+                self.zeros = None
         elif isinstance(weight, GroupedInt8):
+            if weight.group == GROUP_SIZE and weight.zeros is None:  # Q8_0, Q5_0
+                weight = weight.by_eight()  # as exact_kernels.c's matmul_int8x8 reads them
             self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
             self.group, self.f32 = weight.group, None
+            if weight.group == GROUP_SIZE and weight.zeros is None:
+                self._halve()
         else:
             self.f32 = np.ascontiguousarray(weight, dtype=np.float32)
             self.codes = self.scales = self.zeros = None
@@ -171,6 +182,16 @@ class RowsLinear:
             raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
         self.float32_out = float32_out
         self.threads = 1
+
+    def _halve(self) -> None:
+        """Scales and zeros as float16 where that is exactly the file's (Q4_0, Q4_1, Q8_0,
+        Q5_0 store float16): fewer bytes to read a token."""
+        kept = [v for v in (self.scales, self.zeros) if v is not None]
+        halves = [v.astype(np.float16) for v in kept]
+        if all(np.array_equal(h.astype(np.float32), v) for h, v in zip(halves, kept)):
+            self.scales = halves[0]
+            self.zeros = halves[1] if len(halves) > 1 else None
+            self.half_scales = True
 
     @property
     def form(self) -> str:
@@ -187,7 +208,7 @@ class RowsLinear:
         out = torch.empty((x.shape[0], self.out_features), dtype=out_type)
         self._kernels.matmul_rows(
             self._pointer(self.f32), self._pointer(self.codes), self._pointer(self.scales),
-            self._pointer(self.zeros), self.group, self.code_bits, self.int8_x,
+            self._pointer(self.zeros), self.group, self.code_bits, self.half_scales, self.int8_x,
             self.out_features, self.in_features,
             x.data_ptr(), x.dtype == torch.bfloat16, x.shape[0], out.data_ptr(),
             out_type == torch.bfloat16, self.threads,
@@ -480,7 +501,8 @@ class _Linear(ctypes.Structure):
     _fields_ = [
         ("f32", ctypes.c_void_p), ("codes", ctypes.c_void_p), ("scales", ctypes.c_void_p),
         ("zeros", ctypes.c_void_p), ("group", ctypes.c_int32), ("code_bits", ctypes.c_int32),
-        ("int8_x", ctypes.c_int32), ("rows", ctypes.c_int64), ("cols", ctypes.c_int64),
+        ("half_scales", ctypes.c_int32), ("int8_x", ctypes.c_int32), ("rows", ctypes.c_int64),
+        ("cols", ctypes.c_int64),
     ]  # fmt: skip
 
 
@@ -508,7 +530,8 @@ def _linear_weights(linear: RowsLinear) -> _Linear:
     return _Linear(
         RowsLinear._pointer(linear.f32), RowsLinear._pointer(linear.codes),
         RowsLinear._pointer(linear.scales), RowsLinear._pointer(linear.zeros), linear.group,
-        linear.code_bits, linear.int8_x, linear.out_features, linear.in_features,
+        linear.code_bits, linear.half_scales, linear.int8_x, linear.out_features,
+        linear.in_features,
     )  # fmt: skip
 
 

@@ -148,7 +148,10 @@ def write_block_gguf(path: Path, shape: RandomShape, seed: int = 0) -> Path:
     def blocks(rows: int, cols: int, codes: int, kind) -> np.ndarray:
         # a float16 scale of 1/sqrt(cols) / 8, then the codes: 16 nibble bytes or 32 int8s
         scale = np.full((rows, cols // 32, 1), 0.125 / np.sqrt(cols), np.float16).view(np.uint8)
-        body = rng.integers(0, 256, (rows, cols // 32, codes), dtype=np.uint8)
+        if kind == gguf.GGMLQuantizationType.Q8_0:  # -127..127, as llama.cpp's quantizer gives
+            body = rng.integers(-127, 128, (rows, cols // 32, codes), np.int8).view(np.uint8)
+        else:
+            body = rng.integers(0, 256, (rows, cols // 32, codes), dtype=np.uint8)
         data = np.concatenate([scale, body], axis=2).reshape(rows, -1)
         return data, kind
 
