@@ -16,7 +16,7 @@ cost — against one single-token pass per token is what these drafts would have
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specchat.engine.events import StepEvent
@@ -115,13 +115,6 @@ class AnswerSteps:
             tuple(DraftStep.from_list(step) for step in data.get("steps", [])),
             tuple(float(cost) for cost in data.get("pass_costs", [])),
         )
-
-
-def recorded_steps(
-    events: Iterable[StepEvent], rejected_text: Callable[[StepEvent], str]
-) -> tuple[DraftStep, ...]:
-    """The steps of `events` (tails left out), each rejected tail as text."""
-    return tuple(DraftStep.of(e, rejected_text(e)) for e in events if not e.tail)
 
 
 def rejected_text(token_bytes: Callable[[int], bytes], ids: Sequence[int]) -> str:

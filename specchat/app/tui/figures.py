@@ -76,10 +76,6 @@ class Figures:
         )
 
 
-def format_params(params: dict[str, object]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
-
-
 def status_text(figures: Figures, model: str) -> Text:
     """Two lines: decoder, its parameters and the model; then tok/s, tok/step, acceptance,
     tokens, elapsed time and how the answer ended."""

@@ -36,15 +36,6 @@ class RunText:
         self.runs = [(s, min(e, end), n, src) for s, e, n, src in self.runs if s < end]
 
 
-def clip_runs(runs: list[RunSpan], start: int, end: int) -> list[RunSpan]:
-    """The spans over text[start:end], counted from `start` (a piece of a streaming answer)."""
-    return [
-        (max(s, start) - start, min(e, end) - start, n, src)
-        for s, e, n, src in runs
-        if s < end and e > start
-    ]
-
-
 def coloured(
     text: str, runs: list[RunSpan], palette: RunPalette | None, by: str = "length"
 ) -> Text:
