@@ -153,3 +153,25 @@ def test_a_tensor_the_forward_would_skip_is_refused_in_one_line(tmp_path) -> Non
     with pytest.raises(SpecchatError) as error:
         Int4Backend(path, threads=1)
     assert "rope_factors_long.weight" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_file_written_straight_in_blocks_runs_alike_on_both_runtimes(tmp_path) -> None:
+    """benchmarks/scale.py's files (Q4_0 layers, a Q8_0 embedding, written without a float copy)
+    are models both runtimes read, the head on int4's 8-bit path, not a float32 fallback."""
+    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.llama import LlamaBackend
+    from specchat.backends.random_gguf import RandomShape, write_block_gguf
+
+    path = write_block_gguf(tmp_path / "blocks.gguf", RandomShape(layers=2, dim=128, ffn=256))
+    llama = LlamaBackend(path, n_ctx=256, max_branches=1, threads=1)
+    int4 = Int4Backend(path, n_ctx=256, threads=1)
+    try:
+        assert int4.model.head.form == "int8" and int4.model.carriers() == {"4-bit": 8}
+        ids = llama.tokenize(TEXT)
+        expected = llama.evaluate(Block.chain(ids))
+        ours = int4.evaluate(Block.chain(ids))
+        scale = expected.std(axis=1, keepdims=True)
+        assert float((np.abs(ours - expected) / scale).max()) <= TOLERANCE
+    finally:
+        llama.close()
+        int4.close()
