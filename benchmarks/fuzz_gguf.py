@@ -182,19 +182,20 @@ def main() -> None:
     parser.add_argument("--runtimes", default="llama,int4")
     parser.add_argument("--out", type=Path, default=Path("fuzz-failures"))
     parser.add_argument("--reasons", type=int, default=12, help="refusals to list")
+    parser.add_argument("--arch", default="llama", help="the seed file's family (random_gguf)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     runtimes = args.runtimes.split(",")
     if args.child:
         child(runtimes)
         return
-    from specchat.backends.random_gguf import field_spots, write_random_gguf
+    from specchat.backends.random_gguf import RandomShape, field_spots, write_random_gguf
 
     work = Path(tempfile.mkdtemp(prefix="specchat-fuzz-"))
     env = dict(os.environ)
     for name in ("CONFIG", "DATA", "CACHE"):  # passes measured once, for every mutated file
         env[f"SPECCHAT_{name}_DIR"] = str(work / name.lower())
-    seed_file = write_random_gguf(work / "seed.gguf", quant="Q4_0")
+    seed_file = write_random_gguf(work / "seed.gguf", RandomShape(arch=args.arch), quant="Q4_0")
     data = seed_file.read_bytes()
     spots = field_spots(data)
     rng = random.Random(args.seed)

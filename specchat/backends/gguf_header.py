@@ -31,8 +31,12 @@ _SIZES = (
     "attention.head_count", "attention.head_count_kv", "attention.key_length",
     "attention.value_length", "rope.dimension_count", "vocab_size",
 )  # fmt: skip
-_ABOVE_ZERO = ("block_count", "embedding_length", "attention.head_count")
+_ABOVE_ZERO = (
+    "block_count", "embedding_length", "attention.head_count", "attention.key_length",
+    "attention.value_length", "rope.dimension_count",
+)  # fmt: skip
 _MAX_LAYERS = 512  # LLAMA_MAX_LAYERS
+_WHOLE_HEAD_ROPE = ("llama", "qwen2", "qwen3", "phi3")  # RoPE over the whole head, keys = values
 _EPSILONS = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon")
 _WHOLE_NUMBER_TYPES = {24, 25, 26, 27}  # I8, I16, I32, I64: never a weight
 
@@ -194,6 +198,8 @@ class GGUFHeader:
                 raise self._invalid(f"{arch}.{key} is 0")
             if key == "block_count" and max(values) > _MAX_LAYERS:
                 raise self._invalid(f"{max(values)} layers (llama.cpp runs {_MAX_LAYERS} at most)")
+        if arch in _WHOLE_HEAD_ROPE:
+            self._check_head(arch)
         for key in _EPSILONS:
             eps = self.metadata.get(f"{arch}.{key}")
             if eps is not None and not (isinstance(eps, float) and 0.0 <= eps < 1.0):
@@ -208,6 +214,20 @@ class GGUFHeader:
         ):
             raise self._invalid("tokenizer.ggml.model is not a name")
         self._check_vocabulary()
+
+    def _check_head(self, arch: str) -> None:
+        """These architectures' graph builders assert (abort) that keys, values and RoPE all span
+        the whole head."""
+        meta = self.metadata
+        heads = meta.get(f"{arch}.attention.head_count")
+        width = meta.get(f"{arch}.embedding_length")
+        if not isinstance(heads, int) or not isinstance(width, int) or heads <= 0:
+            return  # llama.cpp refuses a missing or per-layer count itself
+        head = meta.get(f"{arch}.attention.key_length", width // heads)
+        for key in ("attention.value_length", "rope.dimension_count"):
+            value = meta.get(f"{arch}.{key}", head)
+            if value != head:
+                raise self._invalid(f"{arch}.{key} is {value!r} for heads of {head}")
 
     def _check_vocabulary(self) -> None:
         """llama.cpp indexes the scores and token types by token id, unchecked, and asserts

@@ -153,8 +153,27 @@ def test_what_llama_cpp_would_abort_on_is_refused_first(seed_file: Path, tmp_pat
     before llama.cpp reads them."""
     data = bytearray(seed_file.read_bytes())
     craft(data)
+    assert says in _refusal_on_llama_cpp(bytes(data), tmp_path)
+
+
+@pytest.mark.parametrize("dims,says", [(0, "is 0"), (2, "is 2 for heads of 16")])
+def test_a_qwen2_file_that_rotates_part_of_a_head_is_refused_first(
+    family_gguf, tmp_path, dims, says
+):
+    """The fuzzer on a qwen2 seed: a rope.dimension_count other than the head size passes
+    llama.cpp's loader (which checks it for Llama only) and ends it with an assertion in the
+    graph builder."""
+    data = bytearray(family_gguf("qwen2").read_bytes())
+    at = _value_at(bytes(data), "qwen2.rope.dimension_count")
+    data[at : at + 4] = dims.to_bytes(4, "little")
+    assert f"qwen2.rope.dimension_count {says}" in _refusal_on_llama_cpp(bytes(data), tmp_path)
+
+
+def _refusal_on_llama_cpp(data: bytes, tmp_path: Path) -> str:
+    """The one line `specchat ask` (a process of its own: an abort would end it) refuses the
+    file with on llama.cpp, exit code 2."""
     crafted = tmp_path / "crafted.gguf"
-    crafted.write_bytes(bytes(data))
+    crafted.write_bytes(data)
     run = subprocess.run(
         [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
          "llama", "--threads", "1", "--max-tokens", "2"],
@@ -162,4 +181,5 @@ def test_what_llama_cpp_would_abort_on_is_refused_first(seed_file: Path, tmp_pat
     )  # fmt: skip
     assert run.returncode == 2, run.stderr[-500:]
     lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], run.stderr[-500:]
+    assert len(lines) == 1, run.stderr[-500:]
+    return lines[0]
