@@ -747,6 +747,30 @@ static inline __m256 lanes8(const void *values, int64_t at, int half) {
 static inline __m256 zeros8(const void *zeros, const void *scales, int64_t at, int half) {
     return zeros ? lanes8(zeros, at, half) : _mm256_mul_ps(lanes8(scales, at, half), _mm256_set1_ps(-8.0f));
 }
+
+/* acc + group g's exact integer sums of token r times (weight scale * x scale): one step of
+ * every eight-row tile, in this order at every level. */
+static inline __m256 add_group(__m256 acc, __m256i isum, __m256 scale, const int8_rows *q,
+                               int64_t r, int64_t g) {
+    const __m256 factor = _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + r * q->padded + g));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), factor, acc);
+}
+
+/* The 4-bit tiles' last step: each token's zero terms (zero * x's group sum, group by group)
+ * added to its sums. */
+static inline __attribute__((always_inline)) void add_zero_terms(
+    const void *zeros, const void *scales, int half, const int8_rows *q, int64_t r0,
+    int64_t groups, int count, const __m256 *acc, __m256 *results) {
+    __m256 zacc[4];
+    for (int j = 0; j < count; j++) zacc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        const __m256 zero = zeros8(zeros, scales, g * ROWS8, half);
+        for (int j = 0; j < count; j++)
+            zacc[j] = _mm256_fmadd_ps(
+                zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
+    }
+    for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
+}
 #endif
 
 #if defined(HAVE_AVX2)
@@ -756,8 +780,8 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
     int64_t r0, int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    __m256 acc[4], zacc[4];
-    for (int j = 0; j < count; j++) acc[j] = zacc[j] = _mm256_setzero_ps();
+    __m256 acc[4];
+    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
         __m256i s16[4];
         for (int j = 0; j < count; j++) s16[j] = _mm256_setzero_si256();
@@ -777,20 +801,10 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
             }
         }
         const __m256 scale = lanes8(scales, g * ROWS8, half);
-        for (int j = 0; j < count; j++) {
-            const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones));
-            const __m256 factor =
-                _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + (r0 + j) * q->padded + g));
-            acc[j] = _mm256_fmadd_ps(sums, factor, acc[j]);
-        }
-    }
-    for (int64_t g = 0; g < groups; g++) {
-        const __m256 zero = zeros8(zeros, scales, g * ROWS8, half);
         for (int j = 0; j < count; j++)
-            zacc[j] = _mm256_fmadd_ps(
-                zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
+            acc[j] = add_group(acc[j], _mm256_madd_epi16(s16[j], ones), scale, q, r0 + j, g);
     }
-    for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
+    add_zero_terms(zeros, scales, half, q, r0, groups, count, acc, results);
 }
 #endif
 
@@ -808,8 +822,8 @@ static inline __attribute__((always_inline)) void nibbles8_tile_vnni(
     /* x's four dwords of a chunk pair (c low, c high, c+1 low, c+1 high) spread to the lanes */
     const __m512i low_x = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
     const __m512i high_x = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
-    __m256 acc[4], zacc[4];
-    for (int j = 0; j < count; j++) acc[j] = zacc[j] = _mm256_setzero_ps();
+    __m256 acc[4];
+    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
         __m512i sums[4];
         for (int j = 0; j < count; j++) sums[j] = _mm512_setzero_si512();
@@ -828,18 +842,10 @@ static inline __attribute__((always_inline)) void nibbles8_tile_vnni(
         for (int j = 0; j < count; j++) {
             const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sums[j]),
                                                   _mm512_extracti64x4_epi64(sums[j], 1));
-            const __m256 factor =
-                _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + (r0 + j) * q->padded + g));
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), factor, acc[j]);
+            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
         }
     }
-    for (int64_t g = 0; g < groups; g++) {
-        const __m256 zero = zeros8(zeros, scales, g * ROWS8, half);
-        for (int j = 0; j < count; j++)
-            zacc[j] = _mm256_fmadd_ps(
-                zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
-    }
-    for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
+    add_zero_terms(zeros, scales, half, q, r0, groups, count, acc, results);
 }
 #define NIBBLES8_TILE nibbles8_tile_vnni
 #elif defined(HAVE_AVX2)
@@ -964,9 +970,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
                                                      _mm512_extracti64x4_epi64(sums[j], 1));
             const __m256i isum = _mm256_sub_epi32(
                 shifted, _mm256_set1_epi32(128 * q->isums[(r0 + j) * q->padded + g]));
-            const __m256 factor =
-                _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + (r0 + j) * q->padded + g));
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), factor, acc[j]);
+            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
         }
     }
     for (int j = 0; j < count; j++) results[j] = acc[j];
@@ -994,11 +998,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
             }
         }
         const __m256 scale = lanes8(scales, g * ROWS8, half);
-        for (int j = 0; j < count; j++) {
-            const __m256 factor =
-                _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + (r0 + j) * q->padded + g));
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[j]), factor, acc[j]);
-        }
+        for (int j = 0; j < count; j++) acc[j] = add_group(acc[j], sums[j], scale, q, r0 + j, g);
     }
     for (int j = 0; j < count; j++) results[j] = acc[j];
 }

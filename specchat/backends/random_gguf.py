@@ -60,17 +60,8 @@ def write_random_gguf(
     and 0, so a forward that skipped one would be caught."""
     import gguf
 
-    from specchat.backends.int4_families import FAMILIES, layer_tensors
-    from specchat.models import bundled_gguf
-
     if quant not in QUANT_TYPES:
         raise SpecchatError(f"unknown quant type {quant!r}: use one of {', '.join(QUANT_TYPES)}")
-    if shape.arch not in FAMILIES:
-        raise SpecchatError(f"unknown family {shape.arch!r}: use one of {', '.join(FAMILIES)}")
-    path = Path(path)
-    fields = list(_tokenizer_fields(bundled_gguf()))
-    vocab = shape.vocab or next(len(v) for k, v, *_ in fields if k == "tokenizer.ggml.tokens")
-    head_dim = shape.head_dim or shape.dim // shape.heads
     rng = np.random.default_rng(seed)
 
     def tensor(name: str, dims: tuple[int, ...]) -> np.ndarray:
@@ -79,8 +70,83 @@ def write_random_gguf(
         spread = rng.standard_normal(dims) * 0.1
         return (spread if name.endswith(".bias") else 1.0 + spread).astype(np.float32)
 
-    dense = path.with_suffix(".f32.gguf") if quant != "F32" else path
-    writer = gguf.GGUFWriter(str(dense), shape.arch)
+    dense = Path(path).with_suffix(".f32.gguf") if quant != "F32" else Path(path)
+    writer, vocab, parts = _started(dense, shape, gguf.LlamaFileType.ALL_F32)
+    writer.add_tensor("token_embd.weight", rng.standard_normal((vocab, shape.dim), np.float32))
+    if shape.rope_freqs:  # as Llama 3.1's: the low frequencies slowed down
+        half = (shape.head_dim or shape.dim // shape.heads) // 2
+        factors = np.where(np.arange(half) < half // 2, 1.0, 8.0)
+        writer.add_tensor("rope_freqs.weight", factors.astype(np.float32))
+    for i in range(shape.layers):
+        for name, dims in parts.items():
+            writer.add_tensor(f"blk.{i}.{name}", tensor(name, dims))
+    writer.add_tensor("output_norm.weight", tensor("output_norm.weight", (shape.dim,)))
+    if shape.arch == "phi3":  # llama.cpp's phi3 requires its own output weight
+        writer.add_tensor("output.weight", tensor("output.weight", (vocab, shape.dim)))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    if quant == "F32":
+        return dense
+    try:
+        _quantize(dense, Path(path), quant)
+    finally:
+        dense.unlink(missing_ok=True)
+    return Path(path)
+
+
+def write_block_gguf(path: Path, shape: RandomShape, seed: int = 0) -> Path:
+    """A GGUF of `shape` written straight in quant blocks, tensor by tensor, for sizes whose
+    float32 weights would not fit in memory: random Q4_0 blocks in the layers and a Q8_0
+    embedding (the tied head), as a Q4_0 file carries them. Only the pass costs mean anything."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+
+    def blocks(rows: int, cols: int, codes: int, kind) -> np.ndarray:
+        # a float16 scale of 1/sqrt(cols) / 8, then the codes: 16 nibble bytes or 32 int8s
+        scale = np.full((rows, cols // 32, 1), 0.125 / np.sqrt(cols), np.float16).view(np.uint8)
+        if kind == gguf.GGMLQuantizationType.Q8_0:  # -127..127, as llama.cpp's quantizer gives
+            body = rng.integers(-127, 128, (rows, cols // 32, codes), np.int8).view(np.uint8)
+        else:
+            body = rng.integers(0, 256, (rows, cols // 32, codes), dtype=np.uint8)
+        data = np.concatenate([scale, body], axis=2).reshape(rows, -1)
+        return data, kind
+
+    writer, vocab, parts = _started(Path(path), shape, gguf.LlamaFileType.MOSTLY_Q4_0)
+    q8, q4 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
+    data, kind = blocks(vocab, shape.dim, 32, q8)
+    writer.add_tensor("token_embd.weight", data, raw_dtype=kind)
+    for i in range(shape.layers):
+        for name, dims in parts.items():
+            if len(dims) == 1:
+                writer.add_tensor(f"blk.{i}.{name}", np.ones(dims, np.float32))
+            else:
+                data, kind = blocks(*dims, 16, q4)
+                writer.add_tensor(f"blk.{i}.{name}", data, raw_dtype=kind)
+    writer.add_tensor("output_norm.weight", np.ones(shape.dim, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _started(path: Path, shape: RandomShape, file_type):
+    """A writer for `path` with `shape`'s header and the bundled tokenizer written; the vocabulary
+    size; each layer's tensors and their shapes (`int4_families.layer_tensors`)."""
+    import gguf
+
+    from specchat.backends.int4_families import FAMILIES, layer_tensors
+    from specchat.models import bundled_gguf
+
+    if shape.arch not in FAMILIES:
+        raise SpecchatError(f"unknown family {shape.arch!r}: use one of {', '.join(FAMILIES)}")
+    fields = list(_tokenizer_fields(bundled_gguf()))
+    vocab = shape.vocab or next(len(v) for k, v, *_ in fields if k == "tokenizer.ggml.tokens")
+    head_dim = shape.head_dim or shape.dim // shape.heads
+    writer = gguf.GGUFWriter(str(path), shape.arch)
     writer.add_block_count(shape.layers)
     writer.add_context_length(2048)
     writer.add_embedding_length(shape.dim)
@@ -100,96 +166,14 @@ def write_random_gguf(
     if shape.window:
         writer.add_sliding_window(shape.window)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(file_type)
     for key, value, kind, item in fields:
         writer.add_key_value(key, value, kind, sub_type=item)
-    writer.add_tensor("token_embd.weight", rng.standard_normal((vocab, shape.dim), np.float32))
-    if shape.rope_freqs:  # as Llama 3.1's: the low frequencies slowed down
-        factors = np.where(np.arange(head_dim // 2) < head_dim // 4, 1.0, 8.0)
-        writer.add_tensor("rope_freqs.weight", factors.astype(np.float32))
     parts = layer_tensors(
         FAMILIES[shape.arch], dim=shape.dim, ffn=shape.ffn, q=shape.heads * head_dim,
         kv=shape.kv_heads * head_dim, head_dim=head_dim,
     )  # fmt: skip
-    for i in range(shape.layers):
-        for name, dims in parts.items():
-            writer.add_tensor(f"blk.{i}.{name}", tensor(name, dims))
-    writer.add_tensor("output_norm.weight", tensor("output_norm.weight", (shape.dim,)))
-    if shape.arch == "phi3":  # llama.cpp's phi3 requires its own output weight
-        writer.add_tensor("output.weight", tensor("output.weight", (vocab, shape.dim)))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    if quant == "F32":
-        return path
-    try:
-        _quantize(dense, path, quant)
-    finally:
-        dense.unlink(missing_ok=True)
-    return path
-
-
-def write_block_gguf(path: Path, shape: RandomShape, seed: int = 0) -> Path:
-    """A GGUF of `shape` written straight in quant blocks, tensor by tensor, for sizes whose
-    float32 weights would not fit in memory: random Q4_0 blocks in the layers and a Q8_0
-    embedding (the tied head), as a Q4_0 file carries them. Only the pass costs mean anything."""
-    import gguf
-
-    from specchat.backends.int4_families import FAMILIES, layer_tensors
-    from specchat.models import bundled_gguf
-
-    path = Path(path)
-    fields = list(_tokenizer_fields(bundled_gguf()))
-    vocab = shape.vocab or next(len(v) for k, v, *_ in fields if k == "tokenizer.ggml.tokens")
-    head_dim = shape.head_dim or shape.dim // shape.heads
-    rng = np.random.default_rng(seed)
-
-    def blocks(rows: int, cols: int, codes: int, kind) -> np.ndarray:
-        # a float16 scale of 1/sqrt(cols) / 8, then the codes: 16 nibble bytes or 32 int8s
-        scale = np.full((rows, cols // 32, 1), 0.125 / np.sqrt(cols), np.float16).view(np.uint8)
-        if kind == gguf.GGMLQuantizationType.Q8_0:  # -127..127, as llama.cpp's quantizer gives
-            body = rng.integers(-127, 128, (rows, cols // 32, codes), np.int8).view(np.uint8)
-        else:
-            body = rng.integers(0, 256, (rows, cols // 32, codes), dtype=np.uint8)
-        data = np.concatenate([scale, body], axis=2).reshape(rows, -1)
-        return data, kind
-
-    writer = gguf.GGUFWriter(str(path), shape.arch)
-    writer.add_block_count(shape.layers)
-    writer.add_context_length(4096)
-    writer.add_embedding_length(shape.dim)
-    writer.add_feed_forward_length(shape.ffn)
-    writer.add_head_count(shape.heads)
-    writer.add_head_count_kv(shape.kv_heads)
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
-    for key, value, kind, item in fields:
-        writer.add_key_value(key, value, kind, sub_type=item)
-    q8, q4 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
-    data, kind = blocks(vocab, shape.dim, 32, q8)
-    writer.add_tensor("token_embd.weight", data, raw_dtype=kind)
-    parts = layer_tensors(
-        FAMILIES[shape.arch], dim=shape.dim, ffn=shape.ffn, q=shape.heads * head_dim,
-        kv=shape.kv_heads * head_dim, head_dim=head_dim,
-    )  # fmt: skip
-    for i in range(shape.layers):
-        for name, dims in parts.items():
-            if len(dims) == 1:
-                writer.add_tensor(f"blk.{i}.{name}", np.ones(dims, np.float32))
-            else:
-                data, kind = blocks(*dims, 16, q4)
-                writer.add_tensor(f"blk.{i}.{name}", data, raw_dtype=kind)
-    writer.add_tensor("output_norm.weight", np.ones(shape.dim, np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return writer, vocab, parts
 
 
 def _quantize(source: Path, target: Path, quant: str) -> None:
