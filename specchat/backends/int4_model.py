@@ -118,8 +118,10 @@ class ModelShape:
             raise SpecchatError(f"{tensors.path.name}: {shape.layers} layers of width {shape.ffn}")
         if head_dim < 16 or head_dim % 16 or head_dim > 256 or heads % shape.kv_heads:
             raise SpecchatError(f"{tensors.path.name}: head layout {heads}x{head_dim} unsupported")
-        if not (0.0 < shape.rope_freq_scale <= 1.0e6) or shape.window < 0:
-            raise SpecchatError(f"{tensors.path.name}: RoPE factor {factor} or window unusable")
+        if not (0.0 < shape.rope_freq_scale <= 1.0e6) or shape.window < 0 or shape.yarn_context < 1:
+            raise SpecchatError(
+                f"{tensors.path.name}: RoPE scaling (factor {factor}) or window unusable"
+            )
         return shape
 
     def layer_tensors(self) -> dict[str, tuple[int, ...]]:
