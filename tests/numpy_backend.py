@@ -214,6 +214,9 @@ class NumpyBackend:
         """Probed as on any backend (its rows never depend on the block: bitwise)."""
         return probe_exactness(self)
 
+    def keep_costs(self) -> None:
+        """Nothing to write: its costs are modelled."""
+
     def close(self) -> None:
         self._committed = []
         self._pending = None

@@ -168,6 +168,10 @@ class Backend(Protocol):
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         """Measure the pass costs and the exactness if they were never measured (at load)."""
 
+    def keep_costs(self) -> None:
+        """Write what passes in use refined of the pass costs: the engine calls it after an
+        answer, so no pass ever waits on a file."""
+
     def close(self) -> None:
         """Free the model."""
 

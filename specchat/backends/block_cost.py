@@ -53,6 +53,7 @@ class BlockCostTable:
         self._loaded = False
         self._exactness: Exactness | None = None
         self._plain_run = 0  # one-token passes in a row, in use
+        self._unsaved = False  # a refinement not yet written (`keep`)
         self._recent: list[float] = []  # settled plain passes' seconds, not yet refined from
 
     @staticmethod
@@ -117,8 +118,9 @@ class BlockCostTable:
         passes, moving every size by one factor to keep the shape it was measured with (the
         ratios the policy sizes drafts by). Not the fastest pass seen: that would only ever go
         down, to the luckiest of thousands of passes, and the runtime chosen for a model compares
-        the tables of two runtimes used unequally. Kept on disk at once: a refinement is rare (a
-        window of passes that moved), and a process that never closes its model still keeps it."""
+        the tables of two runtimes used unequally. Written by `keep`, which the engine calls after
+        each answer: never inside a pass, and a process that never closes its model still keeps
+        it."""
         self._recent.append(seconds)
         if len(self._recent) < _WINDOW:
             return
@@ -129,8 +131,14 @@ class BlockCostTable:
         for size in self._costs:
             self._costs[size] *= factor
         self._memo.clear()
-        with contextlib.suppress(OSError):  # a cache that cannot be written never stops an answer
-            self._save()
+        self._unsaved = True
+
+    def keep(self) -> None:
+        """Write the refinements made since the last `keep` (none: nothing is written)."""
+        if self._unsaved:
+            self._unsaved = False
+            with contextlib.suppress(OSError):  # a cache that cannot be written stops nothing
+                self._save()
 
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         """Measure now what was never measured for this backend — the pass costs and the
@@ -245,6 +253,9 @@ class MeasuredCosts:
 
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         self._costs.calibrate(progress)
+
+    def keep_costs(self) -> None:
+        self._costs.keep()
 
     def exactness(self) -> Exactness:
         """Whether a block's rows equal one-token passes' bitwise here: probed once, kept."""

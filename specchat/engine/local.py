@@ -168,6 +168,7 @@ class Engine(AnswerEngine):
         committed = min(backend.n_committed, len(context) - 1)
         backend.rollback(committed)
         self._kv_tokens = context[:committed]
+        backend.keep_costs()  # refinements made during the answer, written after it
         yield DoneEvent(
             finish_reason=finish,
             prompt_token_ids=tuple(prompt),

@@ -107,7 +107,11 @@ def test_the_table_follows_the_typical_plain_pass_not_the_luckiest(
     runtime.pass_seconds = pass_seconds
     decode(runtime, table, [4, 1, 1, 1, 1, 1, 1], times=40)
     assert table.cost(1) == pytest.approx(1.2)
-    # on disk at once: the next process chooses its runtime by it, though this one never closed
+    # written after the answer, never during a pass: the next process chooses its runtime by it,
+    # though this one never closed
+    on_disk = BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", ""))
+    assert on_disk is not None and on_disk.cost(1) == pytest.approx(1.0)
+    table.keep()
     kept = BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", ""))
     assert kept is not None and kept.cost(1) == pytest.approx(1.2)
     runtime.pass_seconds = lambda k: 1.0 if k == 1 else 0.5 + 0.5 * k
