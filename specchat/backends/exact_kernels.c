@@ -1063,9 +1063,10 @@ static void matmul_int8x8(const uint8_t *codes, const void *scales, int half, in
 /* out[m][n] = sum_k x[m][k] * w[n][k] (cols a multiple of 32), for weights in exact_kernels'
  * own forms: float32 rows (`f32`), int8 codes with a float32 scale (and zero) per `group`
  * weights (the exact form of Q8_0, Q5_x and Q6_K blocks), or 4-bit codes (`code_bits` 4) with a
- * scale and zero per 32 (Q4_0, Q4_1, Q4_K). With `int8_x`, 4-bit codes (then interleaved by
- * eight rows, as matmul_nibbles8 reads them) and int8 codes in groups of 32 (Q8_0, Q5_0) meet x
- * rounded to 8 bits (above); everything else meets float32 x. Each
+ * scale and zero per 32 (Q4_0, Q4_1, Q4_K). With `int8_x`, 4-bit codes and int8 codes in groups
+ * of 32 without zeros (Q8_0, Q5_0), both then interleaved by eight rows (matmul_nibbles8,
+ * matmul_int8x8), meet x rounded to 8 bits (above), their scales and zeros float16 where
+ * `half_scales`; everything else meets float32 x. Each
  * weight row is read once for all m rows; every output is the same fixed-order sum whatever m
  * is. x and out are bf16 or float32. */
 void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
