@@ -25,6 +25,7 @@ from benchmarks.measure_int4 import CONTEXT, SIZES, pass_costs, say
 from benchmarks.replay_policy import greedy_answers, replay
 from specchat import cpu, locations
 from specchat.backends.base import ChatMessage
+from specchat.backends.block_cost import interpolate
 from specchat.backends.random_gguf import RandomShape, write_block_gguf
 from specchat.decoding.draft_policy import DraftLengthPolicy
 from specchat.decoding.registry import build_decoder
@@ -51,16 +52,7 @@ class PricedAs:
         return getattr(self._backend, name)
 
     def block_cost(self, k: int) -> float:
-        """Measured sizes as measured; between them linear, past the largest its last slope."""
-        sizes = sorted(self._costs)
-        below = max((s for s in sizes if s <= k), default=sizes[0])
-        above = min((s for s in sizes if s >= k), default=sizes[-1])
-        if below == above:
-            if k <= sizes[-1]:
-                return self._costs[below]
-            below, above = sizes[-2], sizes[-1]
-        slope = (self._costs[above] - self._costs[below]) / (above - below)
-        return self._costs[below] + slope * (k - below)
+        return interpolate(self._costs, k)
 
 
 def projected(bundled, answers: list[dict], costs: dict[int, float]) -> float:

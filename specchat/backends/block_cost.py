@@ -180,16 +180,7 @@ class BlockCostTable:
         return known
 
     def _interpolate(self, k: int) -> float:
-        sizes = sorted(self._costs)
-        if k <= sizes[0]:
-            return self._costs[sizes[0]]
-        for low, high in zip(sizes, sizes[1:]):
-            if low <= k <= high:
-                share = (k - low) / (high - low)
-                return self._costs[low] + share * (self._costs[high] - self._costs[low])
-        top, below = sizes[-1], sizes[-2]
-        slope = (self._costs[top] - self._costs[below]) / (top - below)
-        return self._costs[top] + slope * (k - top)
+        return interpolate(self._costs, k)
 
     def _measure_all(self) -> None:
         """Every size timed as decoding meets it (`time_passes`), behind `CONTEXT` cached tokens:
@@ -203,6 +194,21 @@ class BlockCostTable:
         backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - sizes[-1] - 1) - n))
         self._costs.update(time_passes(backend, sizes, _REPEATS))
         backend.rollback(n)
+
+
+def interpolate(costs: dict[int, float], k: int) -> float:
+    """A k-token pass's cost from the measured sizes: linear between them, the smallest's below
+    them, the last slope past them."""
+    sizes = sorted(costs)
+    if k <= sizes[0]:
+        return costs[sizes[0]]
+    for low, high in zip(sizes, sizes[1:]):
+        if low <= k <= high:
+            share = (k - low) / (high - low)
+            return costs[low] + share * (costs[high] - costs[low])
+    top, below = sizes[-1], sizes[-2]
+    slope = (costs[top] - costs[below]) / (top - below)
+    return costs[top] + slope * (k - top)
 
 
 def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[int, float]:
