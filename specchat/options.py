@@ -23,14 +23,13 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cache
 from typing import Annotated, Any
 
+from specchat.backends.registry import INT4, LOCAL_RUNTIMES, RUNTIMES, SERVER, TRANSFORMERS
 from specchat.cpu import LEVELS as CPU_LEVELS
 from specchat.decoding.params import Param
 from specchat.errors import SpecchatError
 
 CHAT, ASK, COMPARE, BENCH = "chat", "ask", "compare", "bench"
 RUNS = frozenset({CHAT, ASK, COMPARE, BENCH})
-LOCAL_BACKENDS = ("llama", "int4", "hf")
-REMOTE_BACKEND = "openai"  # an OpenAI-compatible server: vLLM, SGLang, llama-server, ...
 COLOUR_MODES = ("length", "source")  # runs coloured by tokens per step, or by draft source
 DEFAULT_THEME = "specchat-safe"
 SAMPLING = "sampling"  # the settings file's table for the sampling options
@@ -80,9 +79,9 @@ class RunConfig:
     )
     backend: str | None = option(
         None,
-        f"{', '.join(LOCAL_BACKENDS)} or {REMOTE_BACKEND} (a remote server); default: the fastest "
+        f"{', '.join(LOCAL_RUNTIMES)} or {SERVER.name} (a remote server); default: the fastest "
         "runtime for the model and decoder",
-        choices=(*LOCAL_BACKENDS, REMOTE_BACKEND),
+        choices=tuple(RUNTIMES),
     )
     device: str = option("cpu", "cpu or cuda", choices=("cpu", "cuda"))
     threads: int | None = option(
@@ -90,7 +89,7 @@ class RunConfig:
     )
     cpu: str | None = option(
         None,
-        "cap the instruction set of the int4 runtime's kernels and of torch: "
+        f"cap the instruction set of the {INT4} runtime's kernels and of torch: "
         f"{', '.join(reversed(CPU_LEVELS))} (default: what the CPU has)",
         choices=CPU_LEVELS,
     )
@@ -98,20 +97,22 @@ class RunConfig:
         4096, "context window in tokens", flags=("--n-ctx",), minimum=16, maximum=1 << 20
     )
     dtype: str = option(
-        "float32", "hf backend: the weights' type", choices=("float32", "bfloat16", "float16")
+        "float32",
+        f"{TRANSFORMERS} backend: the weights' type",
+        choices=("float32", "bfloat16", "float16"),
     )
     draft: str | None = option(
         None, "the draft model of the draft decoder (the same as --param draft=SPEC)", saved=False
     )
     base_url: str | None = option(
-        None, f"{REMOTE_BACKEND} backend: the server, e.g. http://127.0.0.1:8080/v1"
+        None, f"{SERVER.name} backend: the server, e.g. http://127.0.0.1:8080/v1"
     )
     api_key_env: str | None = option(
-        None, f"{REMOTE_BACKEND} backend: the environment variable holding the API key"
+        None, f"{SERVER.name} backend: the environment variable holding the API key"
     )
     timeout: float = option(
         60.0,
-        f"{REMOTE_BACKEND} backend: seconds the server may stay silent",
+        f"{SERVER.name} backend: seconds the server may stay silent",
         above=0.0,
         maximum=86400.0,
     )

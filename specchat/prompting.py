@@ -32,9 +32,8 @@ def chat_prompt_ids(backend: Backend, messages: list[ChatMessage]) -> list[int]:
 def raw_prompt_ids(backend: Backend, text: str) -> list[int]:
     """Token ids of plain text for completion, with BOS when the model expects one."""
     ids = backend.tokenize(text, special=False)
-    bos = getattr(backend, "bos_id", None)
-    if getattr(backend, "add_bos", False) and bos is not None and bos >= 0:
-        ids = [bos, *ids]
+    if backend.add_bos and backend.bos_id >= 0:
+        ids = [backend.bos_id, *ids]
     return ids
 
 

@@ -43,7 +43,7 @@ _STOP = object()
 
 def model_key(backend: Backend) -> str:
     """Which tokenizer the index's token ids belong to."""
-    return f"{backend.name}|{backend.model_name}|{getattr(backend, 'vocab_size', '?')}"
+    return f"{backend.name}|{backend.model_name}|{backend.vocab_size}"
 
 
 def default_cache_folder(store_path: Path, key: str) -> Path:

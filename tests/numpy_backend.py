@@ -116,6 +116,9 @@ class NumpyBackend:
     level = "generic"  # plain numpy: no kernels of its own
     capabilities = LOCAL
     device = "cpu"
+    threads = 1
+    model_path = None
+    add_bos, bos_id = False, -1
 
     def __init__(
         self,

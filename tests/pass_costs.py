@@ -62,12 +62,14 @@ def fix(monkeypatch: pytest.MonkeyPatch, gguf: Path | None = None) -> None:
     monkeypatch.setattr(BlockCostTable, "_measure_all", _fixed_measure_all)
     monkeypatch.setattr(BlockCostTable, "_observe", _not_refined)
     if gguf is not None:
-        from specchat.backends.runtimes import cost_key
+        from specchat.backends.registry import runtime as registered
 
         for runtime, costs in FIXED.items():
             for threads in {1, 2, physical_cores()}:
                 table = BlockCostTable.__new__(BlockCostTable)
-                table._key = BlockCostTable.full_key(cost_key(runtime, gguf), "cpu", threads)
+                table._key = BlockCostTable.full_key(
+                    registered(runtime).cost_key(gguf), "cpu", threads
+                )
                 table._costs = dict(costs)
                 table._save()
 

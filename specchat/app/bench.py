@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specchat import __version__, cpu
+from specchat.backends.registry import runtime
 from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
 from specchat.bench.llama_server import stopped_when_terminated
@@ -31,7 +32,7 @@ from specchat.errors import SpecchatError
 from specchat.evaluation.race import DecoderEntrant
 from specchat.evaluation.variants import DecoderVariant, parse_variant
 from specchat.models import LoadOptions, load_model
-from specchat.options import REMOTE_BACKEND, RunConfig
+from specchat.options import RunConfig
 
 
 def _versions() -> dict[str, str]:
@@ -59,7 +60,7 @@ def run_bench(
     command: str,
     history: bool = False,
 ) -> None:
-    if config.backend == REMOTE_BACKEND or config.base_url:
+    if config.base_url or (config.backend and not runtime(config.backend).local):
         raise SpecchatError(
             "bench measures decoders on a model specchat runs (its baseline and exactness need "
             "logits): race a remote server with `compare --race-server URL`, and llama.cpp's own "

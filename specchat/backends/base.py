@@ -125,9 +125,13 @@ class ChatMessage:
 class Backend(Protocol):
     """What a decoder may ask of a model runtime. See DESIGN.md, "Backend"."""
 
-    name: str  # "llama" or "hf"
+    name: str  # its runtime's, in `backends/registry.py`
     capabilities: Capabilities
     device: str
+    threads: int  # CPU threads its passes run on
+    model_path: str | None  # the file it runs, where it runs one (None: a folder, a server)
+    add_bos: bool  # a raw text's ids start with `bos_id`
+    bos_id: int
     level: str  # the instruction-set level its CPU kernels run at (specchat.cpu), "" on a GPU
     model_name: str
     vocab_size: int

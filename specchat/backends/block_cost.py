@@ -44,7 +44,7 @@ class BlockCostTable:
     """Lazy per-k cost of a chain pass for one backend, cached per model, device and threads."""
 
     def __init__(self, backend, key: str) -> None:
-        self._start(backend, self.full_key(key, backend.device, getattr(backend, "threads", "")))
+        self._start(backend, self.full_key(key, backend.device, backend.threads))
 
     def _start(self, backend, full_key: str) -> None:
         self._backend, self._key = backend, full_key

@@ -24,6 +24,7 @@ from specchat.backends.base import LOCAL, Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.chat_template import CHATML_TEMPLATE
 from specchat.backends.hf_packed import pack_linears
+from specchat.backends.registry import TRANSFORMERS
 from specchat.backends.token_bytes import token_bytes_table
 from specchat.errors import SpecchatError, first_line
 
@@ -41,8 +42,11 @@ class HFBackend(MeasuredCosts):
     next `commit`, `evaluate`, `prefill` or `rollback`, which drops whatever was not committed.
     """
 
-    name = "hf"
+    name = TRANSFORMERS
     capabilities = LOCAL
+    model_path = None  # a folder of weights (a GGUF is converted into one)
+    add_bos = False  # its tokenizer's template adds what the model expects
+    bos_id = -1
 
     def __init__(
         self,
@@ -87,7 +91,7 @@ class HFBackend(MeasuredCosts):
         self.packed = pack_linears(model)
         layout = "|packed" if self.packed else ""
         self._costs = BlockCostTable(
-            self, key=f"hf|{self._source_key}|{self._dtype}{layout}|{self.level}"
+            self, key=f"{self.name}|{self._source_key}|{self._dtype}{layout}|{self.level}"
         )
 
     # -- tokenizer -------------------------------------------------------------------------------

@@ -345,3 +345,18 @@ def _convert_gguf(gguf_path: Path, target: Path, progress: Progress) -> None:
     config.save_pretrained(target)
     GenerationConfig.from_model_config(config).save_pretrained(target)
     tokenizer.save_pretrained(target)
+
+
+def load(path: Path, options, progress: Progress | None) -> HFBackend:
+    """The registry's loader (`backends/registry.py`): a model folder or a GGUF file as
+    `options` (models.LoadOptions) ask for it."""
+    return load_hf_backend(
+        str(path),
+        device=options.device,
+        dtype=options.dtype,
+        threads=options.threads,
+        n_ctx=options.n_ctx,
+        progress=progress,
+        allow_pickle=options.allow_pickle,
+        trust_remote_code=options.trust_remote_code,
+    )

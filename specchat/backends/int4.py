@@ -26,6 +26,7 @@ from specchat.backends.gguf_tensors import (
 )
 from specchat.backends.int4_families import FAMILIES, ROPE_SCALINGS
 from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf
+from specchat.backends.registry import INT4
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -49,7 +50,7 @@ def cost_key(path: Path, level: str | None = None) -> str:
     """What this runtime's pass costs (and exactness) on the file are kept under: the file, the
     instruction-set level its kernels run at and their build, each of which changes both."""
     library = kernels(level)
-    return f"int4|{path.name}|{path.stat().st_size}|{library.level}|{library.key}"
+    return f"{INT4}|{path.name}|{path.stat().st_size}|{library.level}|{library.key}"
 
 
 def unavailable_reason(path: Path, device: str) -> str | None:
@@ -85,7 +86,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
     equal one-token passes bit for bit, chains and trees alike (the exactness probe finds it so):
     every op on the path computes a row the same way whatever else shares the pass."""
 
-    name = "int4"
+    name = INT4
     capabilities = LOCAL
 
     def __init__(
@@ -228,3 +229,11 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self._pending = None
         if getattr(self, "vocabulary", None) is not None:
             self.vocabulary.close()
+
+
+def load(path: Path, options, progress: Callable[[str], None] | None) -> Int4Backend:
+    """The registry's loader (`backends/registry.py`): the file as `options` (models.LoadOptions)
+    ask for it."""
+    return Int4Backend(
+        path, device=options.device, threads=options.threads, n_ctx=options.n_ctx, progress=progress
+    )

@@ -23,6 +23,7 @@ from specchat.backends.base import LOCAL, Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.gguf_header import GGUFHeader
 from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
+from specchat.backends.registry import LLAMA_CPP
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -36,13 +37,13 @@ def cost_key(path: Path) -> str:
     llama_cpp = import_llama_cpp()
     build = llama_cpp.llama_print_system_info().decode(errors="replace")
     build_key = hashlib.sha256(build.encode()).hexdigest()[:8]
-    return f"llama|{path.name}|{path.stat().st_size}|{build_key}"
+    return f"{LLAMA_CPP}|{path.name}|{path.stat().st_size}|{build_key}"
 
 
 class LlamaBackend(VocabularyOf, MeasuredCosts):
     """One GGUF model with a multi-stream KV cache; see the module docstring for the layout."""
 
-    name = "llama"
+    name = LLAMA_CPP
     capabilities = LOCAL
 
     def __init__(
@@ -296,3 +297,11 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
             self.close()
         except Exception:
             pass
+
+
+def load(path: Path, options, progress: Callable[[str], None] | None) -> LlamaBackend:
+    """The registry's loader (`backends/registry.py`): the file as `options` (models.LoadOptions)
+    ask for it."""
+    return LlamaBackend(
+        path, device=options.device, threads=options.threads, n_ctx=options.n_ctx, progress=progress
+    )

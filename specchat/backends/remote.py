@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specchat.backends.base import SERVER, ChatMessage
+from specchat.backends.registry import OPENAI_SERVER
 from specchat.errors import SpecchatError
 
 DEFAULT_TIMEOUT = 60.0  # seconds without a byte from the server before a stream counts as stalled
@@ -161,11 +162,14 @@ class RemoteBackend:
     user names — never from OPENAI_API_KEY by default, so no key goes to a URL it was not meant for.
     """
 
-    name = "openai"
+    name = OPENAI_SERVER
     level = ""  # the server's own hardware: nothing specchat runs
     capabilities = SERVER  # decoders that need the model's logits cannot run here
     eos_ids: frozenset[int] = frozenset()
     vocab_size = 0
+    threads = 0  # the server's own
+    model_path = None
+    add_bos, bos_id = False, -1  # the server tokenizes
     n_ctx = 0  # the server's own limit applies; it answers an error status past it
 
     def __init__(
@@ -290,3 +294,18 @@ def server_spelling(url: str) -> str:
     if short.startswith("http://"):
         short = short[len("http://") :]
     return short if server_url(short) == url else url
+
+
+def connect(model: str | None, options, progress=None) -> RemoteBackend:
+    """The registry's loader (`backends/registry.py`): the server `options.base_url` names,
+    serving `model` (None: the one it lists first)."""
+    if not options.base_url:
+        raise SpecchatError(
+            f"--backend {RemoteBackend.name} needs --base-url URL (e.g. http://127.0.0.1:8080/v1)"
+        )
+    timeout = options.timeout if options.timeout is not None else DEFAULT_TIMEOUT
+    if timeout <= 0:
+        raise SpecchatError("--timeout must be more than 0 seconds")
+    return RemoteBackend(
+        options.base_url, model or None, api_key_env=options.api_key_env, timeout=timeout
+    )

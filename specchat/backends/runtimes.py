@@ -1,8 +1,9 @@
 """Which runtime runs a GGUF file: the one whose measured pass costs make the chosen decoder
 fastest.
 
-A GGUF runs on llama.cpp, and on the int4 runtime when its header says it can (a Llama-family
-model of types it carries, on the CPU). Each runtime's pass costs are measured once per model,
+A model runs on each runtime whose own format it is (`backends/registry.py`) and that can run it:
+a GGUF on llama.cpp, and on the int4 runtime when its header says it can (a family and types it
+carries, on the CPU); a Hugging Face folder on transformers alone. Each runtime's pass costs are measured once per model,
 device and threads and kept (`block_cost.py`); the choice reads them — measuring, once and with
 progress, a runtime whose costs were never measured — and picks the faster for the decoder: a
 plain decoder by its one-token pass, a speculative one by the most tokens per second a draft of
@@ -16,18 +17,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specchat.backends.base import Backend
+from specchat.backends.registry import native_runtimes
+from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
-GGUF_RUNTIMES = ("int4", "llama")  # in the order a tie goes
 PRIOR_ACCEPTANCE = 0.5
 _LONGEST_DRAFT = 16
 
 
-def candidates(path: Path, device: str) -> list[str]:
-    """The runtimes that can run the GGUF at `path` on `device`."""
-    from specchat.backends.int4 import unavailable_reason
-
-    return [r for r in GGUF_RUNTIMES if r != "int4" or unavailable_reason(path, device) is None]
+def candidates(model_format: str, path: Path, device: str) -> list[str]:
+    """The runtimes that can run the model at `path` (of `model_format`) on `device`, in the
+    order a tie goes (the registry's)."""
+    return [r.name for r in native_runtimes(model_format) if r.unavailable(path, device) is None]
 
 
 def speed(cost: Callable[[int], float], speculative: bool) -> float:
@@ -41,17 +42,8 @@ def speed(cost: Callable[[int], float], speculative: bool) -> float:
     return best
 
 
-def cost_key(runtime: str, path: Path) -> str:
-    if runtime == "int4":
-        from specchat.backends.int4 import cost_key as int4_key
-
-        return int4_key(path)
-    from specchat.backends.llama import cost_key as llama_key
-
-    return llama_key(path)
-
-
 def choose(
+    model_format: str,
     path: Path,
     device: str,
     threads: int | None,
@@ -62,15 +54,18 @@ def choose(
     """The runtime to run `path` with, and that runtime's backend when measuring it loaded it
     (None: `load` it). `load(runtime)` loads the file on a runtime."""
     from specchat.backends.block_cost import BlockCostTable
+    from specchat.backends.registry import runtime
 
-    names = candidates(path, device)
+    names = candidates(model_format, path, device)
+    if not names:
+        raise SpecchatError(f"no runtime here can run {path.name}")
     if len(names) == 1:
         return names[0], None
     threads = threads or physical_cores()
     costs: dict[str, Callable[[int], float]] = {}
     loaded: dict[str, Backend] = {}
     for name in names:
-        kept = BlockCostTable.kept(cost_key(name, path), device, threads)
+        kept = BlockCostTable.kept(runtime(name).cost_key(path), device, threads)
         if kept is not None:
             costs[name] = kept.cost
             continue

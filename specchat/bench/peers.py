@@ -16,7 +16,13 @@ from pathlib import Path
 
 from specchat.backends.base import Backend
 from specchat.backends.hf_packed import stock_linears
-from specchat.backends.runtimes import GGUF_RUNTIMES
+from specchat.backends.registry import (
+    GGUF,
+    LLAMA_CPP,
+    LLAMA_CPP_LIBRARY,
+    TRANSFORMERS_LIBRARY,
+    runtime_of,
+)
 from specchat.engine.events import DoneEvent
 from specchat.engine.protocol import Cancel
 from specchat.engine.stats import GenerationStats
@@ -75,13 +81,28 @@ def _decode_seconds(first_token_at: float | None, end: float, tokens: int) -> fl
     return (end - first_token_at) * tokens / (tokens - 1)
 
 
+def _library(backend: Backend) -> str:
+    """Whose library `backend`'s runtime runs on ("" for specchat's own)."""
+    made_by = runtime_of(backend)
+    return made_by.library if made_by is not None else ""
+
+
+def _gguf_file(backend: Backend) -> str | None:
+    """The GGUF file `backend` runs, when it runs one as its own format (not transformers'
+    conversion of it): what llama.cpp's own methods are set beside."""
+    made_by = runtime_of(backend)
+    if made_by is None or made_by.formats[:1] != (GGUF,):
+        return None
+    return backend.model_path
+
+
 class LlamaCppPeer(Peer):
     def __init__(self, backend: Backend, prompt_lookup: bool, num_pred_tokens: int = 10) -> None:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-        path = getattr(backend, "model_path", None)
-        if backend.name not in GGUF_RUNTIMES or path is None:
+        path = _gguf_file(backend)
+        if path is None:
             raise SpecchatError("llama-cpp-python peers need a GGUF model")
         self.label = f"peer:llama-cpp-python:{'pld' if prompt_lookup else 'greedy'}"
         self._eos = backend.eos_ids
@@ -136,8 +157,8 @@ class _FirstTokenClock:
 
 class TransformersPeer(Peer):
     def __init__(self, backend: Backend, mode: str, num_pred_tokens: int = 10) -> None:
-        if backend.name != "hf":
-            raise SpecchatError("transformers peers need the hf backend")
+        if _library(backend) != TRANSFORMERS_LIBRARY:
+            raise SpecchatError("transformers peers need a model on transformers")
         self.label = f"peer:transformers:{mode}"
         self._backend = backend
         self._kwargs: dict[str, object] = {}
@@ -187,8 +208,8 @@ class LlamaServerPeer(Peer):
             server_command,
         )
 
-        path = getattr(backend, "model_path", None)
-        if backend.name not in GGUF_RUNTIMES or path is None:
+        path = _gguf_file(backend)
+        if path is None:
             raise SpecchatError("llama-server peers need a GGUF model")
         self.label = f"peer:llama-server:{spec}"
         spec_type, flags = LLAMA_SERVER_SPECS[spec]
@@ -310,7 +331,9 @@ def other_runtime_peers(backend: Backend, decoders: list[str]) -> list[DecoderEn
     from specchat.models import LoadOptions, load_model
     from specchat.options import RunConfig
 
-    others = [r for r in candidates(Path(backend.model_path), backend.device) if r != backend.name]
+    others = [
+        r for r in candidates(GGUF, Path(backend.model_path), backend.device) if r != backend.name
+    ]
     if not others:
         return []
     options = LoadOptions(backend=others[0], threads=backend.threads, n_ctx=backend.n_ctx)
@@ -330,13 +353,13 @@ def peers_for(
 ) -> list:
     """The libraries' own methods on `backend`'s model (`llama_server`: the settings' binary),
     and for a GGUF the same model on specchat's other runtime (`decoders`: ours in the run)."""
-    if backend.name in GGUF_RUNTIMES:
+    if _gguf_file(backend) is not None:
         llama_cpp = [
             LlamaCppPeer(backend, False),
             LlamaCppPeer(backend, True),
             *llama_server_peers(backend, llama_server),
         ]
-        if backend.name != "llama":  # llama.cpp's answers are not this runtime's greedy's
+        if _library(backend) != LLAMA_CPP_LIBRARY:  # llama.cpp's answers are not its greedy's
             for peer in llama_cpp:
                 peer.compared_by = None
         return [*llama_cpp, *other_runtime_peers(backend, decoders or [])]
@@ -350,7 +373,7 @@ def peers_for(
 # What every one of our methods is set beside, in absolute tok/s and as a ratio: llama.cpp's
 # greedy (specchat's llama.cpp runtime, llama-cpp-python) and llama-server's own speculation.
 REFERENCE_PEERS = (
-    "greedy@llama",
+    f"greedy@{LLAMA_CPP}",
     "peer:llama-cpp-python:greedy",
     "peer:llama-server:none",
     "peer:llama-server:ngram-mod",

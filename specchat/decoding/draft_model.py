@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specchat.backends.base import Backend, Block, sync_cache
+from specchat.backends.registry import LOCAL_RUNTIMES
 from specchat.decoding.copy_or_draft import CopyOrDraftDrafter, chat_copier
 from specchat.decoding.draft_policy import Plan
 from specchat.decoding.params import Param
@@ -181,17 +182,17 @@ class DraftModelDecoder(SpeculativeDecoder):
             "draft",
             str,
             None,
-            "draft model spec (default: the bundled GGUF for an hf target); self:L = the "
-            "target's first L layers (self-speculation, hf backend)",
+            "draft model spec (default: the bundled model's sibling, where there is one); self:L "
+            "= the target's first L layers (self-speculation)",
             optional=True,
         ),
         Param(
             "draft_backend",
             str,
             None,
-            "llama, int4 or hf (default: by the draft's format; the bundled default draft runs "
-            "on the runtime whose one-token pass is measured fastest here)",
-            choices=("llama", "int4", "hf"),
+            f"{', '.join(LOCAL_RUNTIMES)} (default: by the draft's format; the bundled default "
+            "draft runs on the runtime whose one-token pass is measured fastest here)",
+            choices=LOCAL_RUNTIMES,
             optional=True,
         ),
         Param("draft_device", str, "cpu", "cpu or cuda", choices=("cpu", "cuda")),

@@ -435,5 +435,5 @@ def test_block_cost(subject: Subject, tmp_path: Path, monkeypatch: pytest.Monkey
     costs = [table.cost(k) for k in (1, 2, 4, 8, 16)]
     assert costs[0] > 0 and costs == sorted(costs) and costs[-1] < 5
     assert backend.n_committed == committed
-    kept = BlockCostTable.kept("contract", backend.device, getattr(backend, "threads", ""))
+    kept = BlockCostTable.kept("contract", backend.device, backend.threads)
     assert kept is not None and kept.cost(8) == costs[3]

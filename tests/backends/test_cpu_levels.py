@@ -101,6 +101,7 @@ def test_a_compiler_that_fails_leaves_llama_cpp(
     """The int4 runtime says why it cannot run, the chooser runs llama.cpp, and asking for int4
     by name is one line and exit code 2."""
     from specchat.backends.int4 import unavailable_reason
+    from specchat.backends.registry import GGUF
     from specchat.backends.runtimes import candidates
 
     failing = _compiler(tmp_path, 'echo "cc: error: this compiler is broken" >&2\nexit 1\n')
@@ -110,7 +111,7 @@ def test_a_compiler_that_fails_leaves_llama_cpp(
     try:
         reason = unavailable_reason(bundled_gguf, "cpu")
         assert reason is not None and "this compiler is broken" in reason and "\n" not in reason
-        assert candidates(bundled_gguf, "cpu") == ["llama"]
+        assert candidates(GGUF, bundled_gguf, "cpu") == ["llama"]
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -101,10 +101,11 @@ def test_a_tree_block_is_its_paths_evaluated_alone(family_gguf, family, level) -
 def test_each_family_answers_on_the_int4_runtime_and_is_offered_to_the_chooser(
     family_gguf, family
 ) -> None:
+    from specchat.backends.registry import GGUF
     from specchat.backends.runtimes import candidates
 
     path = family_gguf(family)
-    assert candidates(path, "cpu") == ["int4", "llama"]
+    assert candidates(GGUF, path, "cpu") == ["int4", "llama"]
     ran = run_cli("ask", "--model", str(path), "--backend", "int4", "--max-tokens", "8", "Hi")
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout and "Traceback" not in ran.stderr  # random weights: maybe only spaces

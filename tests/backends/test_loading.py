@@ -169,10 +169,12 @@ def test_default_draft_of_the_bundled_model_on_hf(bundled_gguf: Path) -> None:
         # the same GGUF on the runtime whose kept one-token pass is the cheaper (a draft runs
         # plain passes), on the target's threads
         from specchat.backends.block_cost import BlockCostTable
-        from specchat.backends.runtimes import cost_key
+        from specchat.backends.registry import runtime as registered
 
         one_token = {
-            runtime: BlockCostTable.kept(cost_key(runtime, bundled_gguf), "cpu", 1).cost(1)
+            runtime: BlockCostTable.kept(registered(runtime).cost_key(bundled_gguf), "cpu", 1).cost(
+                1
+            )
             for runtime in ("int4", "llama")
         }
         assert draft.name == min(one_token, key=one_token.get)

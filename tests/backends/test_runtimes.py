@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from specchat.backends.block_cost import BlockCostTable
-from specchat.backends.runtimes import candidates, choose, cost_key, speed
+from specchat.backends.registry import GGUF, runtime
+from specchat.backends.runtimes import candidates, choose, speed
 from specchat.hardware import physical_cores
 from specchat.models import LoadOptions, load_model
 
@@ -22,8 +23,8 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def keep_costs(cache: Path, runtime: str, gguf: Path, costs: dict[int, float]) -> None:
-    key = BlockCostTable.full_key(cost_key(runtime, gguf), "cpu", 1)
+def keep_costs(cache: Path, name: str, gguf: Path, costs: dict[int, float]) -> None:
+    key = BlockCostTable.full_key(runtime(name).cost_key(gguf), "cpu", 1)
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / "block_costs.json"
     data = json.loads(path.read_text()) if path.exists() else {}
@@ -32,8 +33,8 @@ def keep_costs(cache: Path, runtime: str, gguf: Path, costs: dict[int, float]) -
 
 
 def test_the_int4_runtime_is_a_candidate_where_its_header_allows(bundled_gguf: Path):
-    assert candidates(bundled_gguf, "cpu") == ["int4", "llama"]
-    assert candidates(bundled_gguf, "cuda") == ["llama"]
+    assert candidates(GGUF, bundled_gguf, "cpu") == ["int4", "llama"]
+    assert candidates(GGUF, bundled_gguf, "cuda") == ["llama"]
 
 
 def test_a_plain_decoder_wants_the_cheapest_pass_a_speculative_one_cheap_blocks():
@@ -71,18 +72,17 @@ def test_costs_never_measured_are_measured_once_and_kept(empty_cache, bundled_gg
     loaded = {}
 
     def load(name: str):
-        from specchat.models import _load_gguf
-
-        loaded[name] = _load_gguf(bundled_gguf, name, LoadOptions(threads=1, n_ctx=512), None)
+        options = LoadOptions(threads=1, n_ctx=512)
+        loaded[name] = runtime(name).load(bundled_gguf, options, None)
         return loaded[name]
 
-    chosen, backend = choose(bundled_gguf, "cpu", 1, True, load, heard.append)
+    chosen, backend = choose(GGUF, bundled_gguf, "cpu", 1, True, load, heard.append)
     assert {"int4", "llama"} == set(loaded) and backend is loaded[chosen]
     assert sum("measuring" in text for text in heard) == 2
     for name in ("int4", "llama"):
-        assert BlockCostTable.kept(cost_key(name, bundled_gguf), "cpu", 1) is not None
+        assert BlockCostTable.kept(runtime(name).cost_key(bundled_gguf), "cpu", 1) is not None
     backend.close()
-    again, none_loaded = choose(bundled_gguf, "cpu", 1, True, load, heard.append)
+    again, none_loaded = choose(GGUF, bundled_gguf, "cpu", 1, True, load, heard.append)
     assert again == chosen and none_loaded is None
     assert sum("measuring" in text for text in heard) == 2
     assert physical_cores() >= 1
