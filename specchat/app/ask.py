@@ -11,31 +11,16 @@ import sys
 from collections.abc import Callable
 
 from specchat import cpu
+from specchat.answers import AnswerRecord, build_engine, open_model
 from specchat.app.drafts_view import explanation
 from specchat.app.foreground import generating
-from specchat.app.tui.runs import RunText
 from specchat.backends.base import Backend, Exactness
-from specchat.decoding.registry import (
-    build_decoder,
-    decoder_class,
-    default_decoder,
-    run_params,
-    sampling_for,
-    speculates,
-)
-from specchat.drafts import (
-    AnswerSteps,
-    DraftStep,
-    draft_figures,
-    measured_pass_costs,
-    rejected_text,
-)
-from specchat.engine.choice import engine_for
+from specchat.decoding.registry import decoder_class, default_decoder, run_params, sampling_for
+from specchat.drafts import AnswerSteps, draft_figures
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.evaluation.figures import not_target_distribution
 from specchat.history import DB_FILE, HistoryStore, StoredMessage
 from specchat.locations import data_dir
-from specchat.models import LoadOptions, load_model
 from specchat.options import RunConfig
 from specchat.prompting import messages_for
 from specchat.saved_chats import SavedChatsIndex, open_saved_chats
@@ -99,38 +84,12 @@ def _drafts_json(answer: AnswerSteps) -> str:
     )
 
 
-def _pass_costs(loaded: Backend, steps: list[DraftStep]) -> tuple[float, ...]:
-    """The model's measured pass costs for the oracle (none on a remote server)."""
-    if not loaded.capabilities.logits:
-        return ()
-    return measured_pass_costs(loaded.block_cost, max((s.drafted for s in steps), default=0))
-
-
-def _record(
-    store: HistoryStore,
-    prompt: str,
-    done: DoneEvent,
-    runs: RunText,
-    decoder: str,
-    steps: AnswerSteps,
-) -> None:
+def _record(store: HistoryStore, prompt: str, answer: AnswerRecord) -> None:
     """The exchange as a chat of its own, titled like the TUI titles a new chat; its steps kept
     with the answer (the chat's drafts view opens them)."""
     chat_id = store.new_chat(" ".join(prompt.split())[:48] or "ask")
     store.add_message(chat_id, StoredMessage("user", prompt))
-    runs.finish(done.text)
-    store.add_message(
-        chat_id,
-        StoredMessage(
-            "assistant",
-            done.text,
-            decoder=decoder,
-            finish_reason=done.finish_reason,
-            stats=done.stats,
-            runs=list(runs.runs),
-            steps=steps,
-        ),
-    )
+    store.add_message(chat_id, answer.stored())
 
 
 def _saved_chats(
@@ -165,13 +124,10 @@ def run_ask(
     if decoder is not None:  # bad parameters fail before the model loads
         run_params([decoder], config, raw_params)
         sampling_for(decoder, config)
-    options = LoadOptions.of(config, speculative=speculates(config.decoder))
-    loaded = load_model(config.model, options, progress)
+    loaded = open_model(config, progress=progress)
     progress_done()
     decoder = decoder or default_decoder(loaded)
-    decoder_params = run_params([decoder], config, raw_params)[decoder]
-    chosen_sampling = sampling_for(decoder, config)
-    engine = engine_for(loaded, build_decoder(decoder, decoder_params, loaded))
+    engine = build_engine(loaded, decoder, run_params([decoder], config, raw_params)[decoder])
     # --no-log writes nothing: the saved chats are read only where a store already exists
     reads = decoder_class(decoder).reads_saved_chats and (data_dir() / DB_FILE).exists()
     store = HistoryStore() if log or reads else None
@@ -179,7 +135,7 @@ def run_ask(
     request = engine.request(
         messages_for(prompt, system),
         max_tokens=config.max_tokens,
-        sampling=chosen_sampling,
+        sampling=sampling_for(decoder, config),
         stop=stop,
         raw=raw,
         saved=saved,
@@ -188,29 +144,18 @@ def run_ask(
     exactness = engine.exactness()  # --json says how exact greedy-family decoders are here
     colour = sys.stdout.isatty() and not as_json
     failed = False
-    runs = RunText()
-    steps: list[DraftStep] = []
-
-    def rejected_of(event: StepEvent) -> str:
-        if not event.rejected or not loaded.capabilities.tokenizer:
-            return ""
-        return rejected_text(loaded.token_bytes, event.rejected)
+    answer = AnswerRecord(engine, decoder)
 
     # in this thread, where the model was loaded (foreground.py)
     with generating(engine, request) as (events, interrupted):
         try:
-            ran = decoder
             for event in events:
                 if isinstance(event, StepEvent):
-                    ran = event.decoder or ran
-                    rejected = rejected_of(event)
-                    if not event.tail:  # every step, also one that only ended the answer
-                        steps.append(DraftStep.of(event, rejected))
+                    rejected = answer.add(event)
                     if not (event.tokens or event.text):
                         # a step that produced only EOS, or a beam step whose beams do not agree yet:
                         # nothing to show, and --json lists only steps that added something
                         continue
-                    runs.add_step(event.text, len(event.tokens), event.source)
                     if as_json:
                         print(_step_json(event, rejected), flush=True)
                     else:
@@ -222,11 +167,11 @@ def run_ask(
                         sys.stdout.write(ansi(run_colour, event.text) if run_colour else event.text)
                         sys.stdout.flush()
                 elif isinstance(event, DoneEvent):
-                    answer = AnswerSteps(tuple(steps), _pass_costs(loaded, steps))
+                    steps = answer.finish(event)
                     if as_json:
                         if explain:
-                            print(_drafts_json(answer), flush=True)
-                        print(_done_json(event, ran, exactness, loaded), flush=True)
+                            print(_drafts_json(steps), flush=True)
+                        print(_done_json(event, answer.decoder, exactness, loaded), flush=True)
                     else:
                         sys.stdout.write("\n")
                         if event.finish_reason == "cancelled":
@@ -235,14 +180,14 @@ def run_ask(
                         if inexact:
                             sys.stderr.write(f"[{inexact}]\n")
                         if explain:
-                            _explain(answer, event, colour_by)
+                            _explain(steps, event, colour_by)
                     if engine.note and not as_json:  # what a remote server reported
                         sys.stderr.write(f"[{server_summary(event, engine.note)}]\n")
                     if event.error:
                         sys.stderr.write(f"specchat: error: {event.error}\n")
                         failed = True
                     if log and store is not None:
-                        _record(store, prompt, event, runs, decoder, answer)
+                        _record(store, prompt, answer)
         finally:
             if saved is not None:
                 if not interrupted.is_set():

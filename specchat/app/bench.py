@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specchat import __version__, cpu
+from specchat.answers import make_decoder, open_model
 from specchat.backends.registry import runtime
 from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
@@ -23,15 +24,13 @@ from specchat.bench.runner import run_benchmark
 from specchat.bench.summary import summarize
 from specchat.decoding.registry import (
     baseline_name,
-    build_decoder,
     default_race,
     run_params,
     sampling_for,
 )
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import DecoderEntrant
-from specchat.evaluation.variants import DecoderVariant, parse_variant
-from specchat.models import LoadOptions, load_model
+from specchat.evaluation.variants import line_up, parse_variant
 from specchat.options import RunConfig
 
 
@@ -67,10 +66,7 @@ def run_bench(
             "speculation with `bench --peers`"
         )
     questions = load_questions(data, categories, limit_per_category)
-    variants = [DecoderVariant(baseline_name())] + [
-        parse_variant(spec) for spec in (config.race or default_race())
-    ]
-    variants = list({v.label: v for v in variants}.values())
+    variants = line_up(parse_variant(spec) for spec in (config.race or default_race()))
     if any(v.server is not None for v in variants):
         raise SpecchatError("bench races local decoders: race a server with `compare`")
     names = list(dict.fromkeys(v.name for v in variants))
@@ -79,9 +75,9 @@ def run_bench(
     max_tokens, repeats = config.max_tokens, config.repeats
     console = Console(file=sys.stderr)
     with console.status("loading the model…"):
-        loaded = load_model(config.model, LoadOptions.of(config))
+        loaded = open_model(config, speculative=True)
     for variant in variants:  # unavailable decoders stop here, before any run
-        build_decoder(variant.name, variant.with_params(per[variant.name]), loaded)
+        make_decoder(variant.name, variant.with_params(per[variant.name]), loaded)
     with stopped_when_terminated():  # a killed bench stops its peers' servers on the way out
         library_peers = peers_for(loaded, config.llama_server, names) if peers else []
         methods = [

@@ -7,6 +7,7 @@ import sys
 
 from rich.console import Console
 
+from specchat.answers import open_model
 from specchat.decoding.registry import (
     baseline_name,
     default_race,
@@ -19,7 +20,7 @@ from specchat.errors import SpecchatError
 from specchat.evaluation.figures import RaceRow, race_rows
 from specchat.evaluation.oracle import efficiency
 from specchat.evaluation.race import DecoderEntrant, Lane, RaceTurn, RunFailed, RunFinished, race
-from specchat.evaluation.variants import DecoderVariant, parse_variant, server_name
+from specchat.evaluation.variants import line_up, parse_variant, server_name
 from specchat.models import LoadOptions, load_model, server_options
 from specchat.options import RunConfig
 from specchat.prompting import messages_for
@@ -119,16 +120,16 @@ def run_compare(
     if requested:  # bad parameters fail before the model loads
         run_params(list(dict.fromkeys(v.name for v in requested)), config, params)
     options = LoadOptions.of(config)
-    loaded = load_model(config.model, options, progress)
+    loaded = open_model(config, speculative=True, progress=progress)
     servers = [
         load_model(config.model if options.base_url else None, server_options(options, url))
         for url in dict.fromkeys(server_urls)
     ]
-    variants = requested or [parse_variant(n) for n in default_race(loaded)]
     base = baseline_name()
-    if sampling.greedy and unavailable_reason(base, loaded) is None:
-        variants = [DecoderVariant(base), *variants]
-    variants = list({v.label: v for v in variants}.values())
+    variants = line_up(
+        requested or [parse_variant(n) for n in default_race(loaded)],
+        with_baseline=sampling.greedy and unavailable_reason(base, loaded) is None,
+    )
     per = run_params(list(dict.fromkeys(v.name for v in variants)), config, params)
     entrants = [
         DecoderEntrant(loaded, v.name, v.with_params(per[v.name]), v.label) for v in variants

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import sys
 
+from specchat.answers import build_engine, open_model
 from specchat.app.foreground import generating
 from specchat.backends.base import ChatMessage
-from specchat.decoding.registry import (
-    build_decoder,
-    default_decoder,
-    run_params,
-    sampling_for,
-    speculates,
-)
-from specchat.engine.choice import engine_for, prompt_ids
+from specchat.decoding.registry import default_decoder, run_params, sampling_for
 from specchat.engine.events import DoneEvent, StepEvent
-from specchat.engine.protocol import GenerationRequest
 from specchat.errors import SpecchatError
-from specchat.models import LoadOptions, load_model
 from specchat.options import RunConfig
 from specchat.prompting import checked_prompt
 
@@ -40,12 +32,10 @@ def _read_line() -> str | None:
 
 def run_repl(config: RunConfig) -> None:
     """The chat, a line at a time, with the run's model, decoder, sampling and answer length."""
-    options = LoadOptions.of(config, speculative=speculates(config.decoder))
-    loaded = load_model(config.model, options)
+    loaded = open_model(config)
     name = config.decoder or default_decoder(loaded)
-    params = run_params([name], config)[name]
+    engine = build_engine(loaded, name, run_params([name], config)[name])
     sampling = sampling_for(name, config)
-    engine = engine_for(loaded, build_decoder(name, params, loaded))
     history: list[ChatMessage] = []
     print(f"specchat on {loaded.model_name} ({loaded.name}, {loaded.device}); Ctrl+D quits.")
     while True:
@@ -55,10 +45,8 @@ def run_repl(config: RunConfig) -> None:
         if not line.strip():
             continue
         history.append(ChatMessage("user", line))
-        prompt = prompt_ids(loaded, history)  # none on a server: it templates the messages
-        request = GenerationRequest(
-            prompt, config.max_tokens, sampling=sampling, messages=tuple(history)
-        )
+        # the engine prompts: a template here, the messages themselves on a server
+        request = engine.request(history, max_tokens=config.max_tokens, sampling=sampling)
         answer = ""
         # in this thread, where the model was loaded (foreground.py); Ctrl+C ends the answer
         with generating(engine, request) as (events, _):

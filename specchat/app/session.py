@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from specchat.answers import AnswerRecord, build_engine, make_decoder, open_model
 from specchat.backends.base import Backend, ChatMessage, Exactness
 from specchat.decoding.base import Decoder
 from specchat.decoding.registry import (
     DECODERS,
     baseline_name,
-    build_decoder,
     default_decoder,
     run_params,
     sampling_for,
@@ -29,21 +29,18 @@ from specchat.decoding.registry import (
 )
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.suffix_tree import unavailable_reason as suffix_trees_missing
-from specchat.drafts import measured_pass_costs, rejected_text
-from specchat.engine.choice import engine_for, prompt_ids
+from specchat.engine.choice import prompt_ids
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.protocol import AnswerEngine
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import (
     DecoderEntrant,
     Entrant,
-    Lane,
     RaceEvent,
+    RaceJudged,
     RaceTurn,
-    RunFinished,
     Unreachable,
-    judge,
-    race_runs,
+    racing,
 )
 from specchat.evaluation.variants import DecoderVariant
 from specchat.hardware import physical_cores
@@ -73,13 +70,6 @@ class TurnsLeftOut:
 
     left_out: int
     n_ctx: int
-
-
-@dataclass(frozen=True)
-class RaceJudged:
-    """A race ended: every lane, judged against the baseline's answer."""
-
-    lanes: tuple[Lane, ...]
 
 
 AnswerEvent = StepEvent | DoneEvent | TurnsLeftOut
@@ -143,8 +133,9 @@ class ChatSession:
         start = time.perf_counter()
         progress("loading model")
         speculative = speculates(self.decoder_name)
-        options = LoadOptions.of(self.config, ui_model_threads(), speculative)
-        backend = load_model(self.config.model, options, progress=progress)
+        backend = open_model(
+            self.config, threads=ui_model_threads(), speculative=speculative, progress=progress
+        )
         warning = self.use_model(backend)
         return time.perf_counter() - start, warning
 
@@ -159,12 +150,15 @@ class ChatSession:
         ):  # none chosen: the backend's own default (a draft model's on transformers)
             self.decoder_name = default_decoder(backend)
         try:
-            decoder = self._build(self.decoder_name)
+            self.engine = build_engine(
+                backend, self.decoder_name, self.decoder_params(self.decoder_name)
+            )
         except SpecchatError as exc:
             self.decoder_name = default_decoder(backend)
             warning = f"{exc}; using {self.decoder_name}"
-            decoder = self._build(self.decoder_name)
-        self.engine = engine_for(backend, decoder)
+            self.engine = build_engine(
+                backend, self.decoder_name, self.decoder_params(self.decoder_name)
+            )
         # what greedy-family decoders are here: bitwise greedy, or greedy to near-ties
         self.exactness = self.engine.exactness()
         self.ready_seconds = time.perf_counter() - self._started
@@ -215,7 +209,7 @@ class ChatSession:
         return unavailable_reason(name, self.backend, self.decoder_params(name))
 
     def _build(self, name: str) -> Decoder:
-        return build_decoder(name, self.decoder_params(name), self.backend)
+        return make_decoder(name, self.decoder_params(name), self.backend)
 
     def choose_decoder(self, name: str) -> str | None:
         """Why `name` cannot be switched to now (a race runs, it is unavailable), else None. With
@@ -301,20 +295,9 @@ class ChatSession:
         finally:
             self.busy = False
 
-    def rejected_text(self, event: StepEvent) -> str:
-        """A step's rejected draft tokens as text (call from the answer's worker): kept with the
-        answer, so its drafts open later with no model."""
-        if not event.rejected or self.backend is None or not self.backend.capabilities.tokenizer:
-            return ""
-        return rejected_text(self.backend.token_bytes, event.rejected)
-
-    def pass_costs(self, largest_draft: int) -> tuple[float, ...]:
-        """The model's measured pass costs for the oracle of an answer whose steps drafted at
-        most `largest_draft` tokens (call from the answer's worker); none on a remote server,
-        whose steps' own times stand in."""
-        if self.backend is None or not self.backend.capabilities.logits:
-            return ()
-        return measured_pass_costs(self.backend.block_cost, largest_draft)
+    def record(self) -> AnswerRecord:
+        """What keeps the next answer as its events make it (feed it from the answer's worker)."""
+        return AnswerRecord(self.engine, self.decoder_name)
 
     # -- races ----------------------------------------------------------------------------------
     def race_params(self, variant: DecoderVariant) -> dict[str, object]:
@@ -374,13 +357,14 @@ class ChatSession:
                 entrants.append(
                     DecoderEntrant(backend, variant.name, params, variant.label, sampling)
                 )
-            lanes = [Lane(entrant) for entrant in entrants]
-            for event in race_runs(turn, entrants, cancel=cancel, keep_steps=True):
-                yield event
-                if isinstance(event, RunFinished):
-                    lanes[event.lane].runs.append(event.done)
-            judge(self.backend, turn, lanes, baseline_name())
-            yield RaceJudged(tuple(lanes))
+            yield from racing(
+                self.backend,
+                turn,
+                entrants,
+                baseline=baseline_name(),
+                cancel=cancel,
+                keep_steps=True,
+            )
         finally:
             # the lanes used engines of their own from an empty cache: the chat's engine must not
             # trust what it thought the cache held

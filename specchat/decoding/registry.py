@@ -6,9 +6,11 @@ adding a decoder is writing its class and one `register` line. No decoder name a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from specchat.backends.base import Backend
+from specchat.backends.registry import SERVER
+from specchat.bundled import default_draft_reason
 from specchat.decoding.base import Decoder
 from specchat.decoding.beam import BeamSearchDecoder
 from specchat.decoding.draft_model import DraftModelDecoder
@@ -19,10 +21,12 @@ from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.server import ServerDecoder
 from specchat.decoding.suffix import SuffixDecoder
 from specchat.errors import SpecchatError
-from specchat.models import LoadOptions, default_draft_reason, load_draft
 from specchat.options import RunConfig
 
 DECODERS: dict[str, type[Decoder]] = {}
+# How a decoder that drafts with a model gets it: (spec, runtime, device, target) -> the draft,
+# loaded beside the target (`models.load_draft`); decoding never loads a model itself.
+DraftLoader = Callable[[str | None, str | None, str, Backend], Backend]
 
 
 def register(cls: type[Decoder]) -> type[Decoder]:
@@ -109,24 +113,31 @@ def unavailable_reason(
     if cls.needs_logits and not local:
         return "it needs the model's logits, which this backend does not expose"
     if cls.needs_server and local:
-        return "it is a remote server's own method: use --backend openai --base-url URL"
+        return f"it is a remote server's own method: use --backend {SERVER.name} --base-url URL"
     reason = cls.unavailable(backend, values)
     if reason is None and cls.needs_draft_model and not values.get("draft"):
         reason = default_draft_reason(backend)
     return reason
 
 
-def build_decoder(name: str, values: Mapping[str, object], backend: Backend) -> Decoder:
+def build_decoder(
+    name: str,
+    values: Mapping[str, object],
+    backend: Backend,
+    drafts: DraftLoader | None = None,
+) -> Decoder:
     """A decoder from its registry name and user parameters (text or typed), checked; refused
-    with the reason when it cannot run on `backend`. A draft model is loaded here and handed in."""
+    with the reason when it cannot run on `backend`. A decoder that drafts with a model is
+    handed the one `drafts` loads (`answers.make_decoder` passes the loader)."""
     cls = decoder_class(name)
     checked = cls.validate(values)
     reason = unavailable_reason(name, backend, checked)
     if reason:
         raise SpecchatError(f"decoder {name!r} is unavailable: {reason}")
     if cls.needs_draft_model:
-        options = LoadOptions(backend=checked["draft_backend"], device=checked["draft_device"])
-        draft = load_draft(checked["draft"], options, backend)
+        if drafts is None:
+            raise SpecchatError(f"decoder {name!r} needs a draft model and none can be loaded here")
+        draft = drafts(checked["draft"], checked["draft_backend"], checked["draft_device"], backend)
         return cls(draft_model=draft, **checked)
     return cls(**checked)
 

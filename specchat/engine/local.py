@@ -17,6 +17,7 @@ from specchat.backends.base import Backend, ChatMessage, Exactness, sync_cache
 from specchat.decoding.base import Decoder
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import DraftSources
+from specchat.drafts import measured_pass_costs, rejected_text
 from specchat.engine.detokenizer import Detokenizer
 from specchat.engine.events import DoneEvent, Event, StepEvent
 from specchat.engine.protocol import AnswerEngine, Cancel, GenerationRequest
@@ -42,6 +43,12 @@ class Engine(AnswerEngine):
 
     def exactness(self) -> Exactness:
         return self.backend.exactness()
+
+    def rejected_text(self, event: StepEvent) -> str:
+        return rejected_text(self.backend.token_bytes, event.rejected) if event.rejected else ""
+
+    def pass_costs(self, largest_draft: int) -> tuple[float, ...]:
+        return measured_pass_costs(self.backend.block_cost, largest_draft)
 
     def forget_cache(self) -> None:
         """Someone else used the backend (a race): the next prompt is evaluated whole."""

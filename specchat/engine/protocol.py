@@ -18,7 +18,7 @@ from specchat.backends.base import ChatMessage, Exactness
 from specchat.decoding.base import Decoder
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
-from specchat.engine.events import Event
+from specchat.engine.events import Event, StepEvent
 from specchat.prompting import FittedChat
 
 Cancel = threading.Event | Iterable[threading.Event] | None
@@ -59,6 +59,16 @@ class AnswerEngine:
         """Whether a block's logits equal one-token passes' on the model (probed once, then
         kept with its pass costs); None where specchat does not decode (a remote server)."""
         return None
+
+    def rejected_text(self, event: StepEvent) -> str:
+        """A step's rejected draft tokens as text ("" where the model's tokens are not known
+        here, as on a remote server); call it from the answer's thread."""
+        return ""
+
+    def pass_costs(self, largest_draft: int) -> tuple[float, ...]:
+        """The model's measured pass costs for the oracle of an answer whose steps drafted at
+        most `largest_draft` tokens; none on a remote server, whose steps' own times stand in."""
+        return ()
 
     # -- what each engine does its own way ---------------------------------------------------
     def _prompt(

@@ -20,12 +20,12 @@ from typing import Protocol
 
 import numpy as np
 
+from specchat.answers import build_engine, make_decoder
 from specchat.backends.base import Backend, Block, ChatMessage
-from specchat.decoding.registry import build_decoder, decoder_class
+from specchat.decoding.registry import decoder_class
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.speculative import SpeculativeDecoder
-from specchat.engine.choice import engine_for
 from specchat.engine.events import DoneEvent, Event, StepEvent
 from specchat.engine.protocol import Cancel, GenerationRequest
 from specchat.errors import SpecchatError
@@ -89,7 +89,7 @@ class DecoderEntrant:
     def run(self, turn: RaceTurn, cancel: Cancel = None) -> Iterator[Event]:
         """A fresh engine from an empty cache: the prompt ids on the race's model, the
         conversation on a remote server (which refuses a raw text)."""
-        engine = engine_for(self.backend, build_decoder(self.name, self.params, self.backend))
+        engine = build_engine(self.backend, self.name, self.params)
         messages = () if turn.raw else turn.messages
         sampling = self.sampling or turn.sampling
         request = GenerationRequest(
@@ -104,7 +104,7 @@ class DecoderEntrant:
     def oracle(self, turn: RaceTurn, answer: Sequence[int]) -> OracleFigures | None:
         if self.compared_by != IDS:
             return None
-        decoder = build_decoder(self.name, self.params, self.backend)
+        decoder = make_decoder(self.name, self.params, self.backend)
         if not isinstance(decoder, SpeculativeDecoder) or not decoder.drafter.replayable:
             return None
         prompt = list(turn.prompt_ids)
@@ -158,6 +158,13 @@ class RunFailed:
 
 
 RaceEvent = RunStarted | RunProgress | RunFinished | RunFailed
+
+
+@dataclass(frozen=True)
+class RaceJudged:
+    """A race ended: every lane, judged against the baseline's answer (`judge`)."""
+
+    lanes: tuple[Lane, ...]
 
 
 def error_text(exc: Exception) -> str:
@@ -248,6 +255,32 @@ class Lane:
         return self.runs[-1] if self.runs else None
 
 
+def racing(
+    backend: Backend,
+    turn: RaceTurn,
+    entrants: Sequence[Entrant],
+    *,
+    baseline: str,
+    repeats: int = 1,
+    cancel: Cancel = None,
+    keep_steps: bool = False,
+) -> Iterator[RaceEvent | RaceJudged]:
+    """A race as it happens: every run's events (`race_runs`), each lane keeping its runs, its
+    last run's steps and its failure, then RaceJudged with the lanes judged against the lane
+    labelled `baseline` (`judge`). The chat's race screen iterates it; `race` collects it."""
+    lanes = [Lane(entrant) for entrant in entrants]
+    for event in race_runs(turn, entrants, repeats=repeats, cancel=cancel, keep_steps=keep_steps):
+        lane = lanes[event.lane]
+        if isinstance(event, RunFinished):
+            lane.runs.append(event.done)
+            lane.steps = event.steps
+        elif isinstance(event, RunFailed):
+            lane.error = event.error
+        yield event
+    judge(backend, turn, lanes, baseline)
+    yield RaceJudged(tuple(lanes))
+
+
 def race(
     backend: Backend,
     turn: RaceTurn,
@@ -259,19 +292,22 @@ def race(
     keep_steps: bool = False,
     on_event=None,
 ) -> list[Lane]:
-    """Every entrant's runs (`on_event` hears each race event as it happens), judged against
-    the lane labelled `baseline` (`judge`)."""
-    lanes = [Lane(entrant) for entrant in entrants]
-    for event in race_runs(turn, entrants, repeats=repeats, cancel=cancel, keep_steps=keep_steps):
-        if on_event is not None:
+    """Every entrant's runs (`on_event` hears each race event as it happens), judged: `racing`
+    run to its end."""
+    lanes: list[Lane] = []
+    for event in racing(
+        backend,
+        turn,
+        entrants,
+        baseline=baseline,
+        repeats=repeats,
+        cancel=cancel,
+        keep_steps=keep_steps,
+    ):
+        if isinstance(event, RaceJudged):
+            lanes = list(event.lanes)
+        elif on_event is not None:
             on_event(event)
-        lane = lanes[event.lane]
-        if isinstance(event, RunFinished):
-            lane.runs.append(event.done)
-            lane.steps = event.steps
-        elif isinstance(event, RunFailed):
-            lane.error = event.error
-    judge(backend, turn, lanes, baseline)
     return lanes
 
 

@@ -12,11 +12,11 @@ stands for http://127.0.0.1:8080/v1, and a label spells its server back the same
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from specchat.backends.remote import SERVER_PREFIX, server_spelling, server_url
-from specchat.decoding.registry import DECODERS, decoder_class
+from specchat.decoding.registry import DECODERS, baseline_name, decoder_class
 from specchat.errors import SpecchatError
 
 # llama-cpp-python's LlamaPromptLookupDecoding drafts num_pred_tokens=10 at every step
@@ -85,3 +85,10 @@ def fixed_draft_variants() -> list[DecoderVariant]:
 def server_name() -> str:
     """The registry's name for a remote server's own method."""
     return next(cls.name for cls in DECODERS.values() if cls.needs_server)
+
+
+def line_up(variants: Iterable[DecoderVariant], with_baseline: bool = True) -> list[DecoderVariant]:
+    """A race's lanes, each once: the baseline first where it joins (it judges the others),
+    then `variants` as given (`compare`, `bench`)."""
+    first = [DecoderVariant(baseline_name())] if with_baseline else []
+    return list({v.label: v for v in [*first, *variants]}.values())

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
+from specchat.answers import AnswerRecord
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.evaluation.race import Lane
 
@@ -42,12 +43,12 @@ class ModelFailed(Message):
 
 @dataclass
 class AnswerDone(Message):
-    """The answer ended; `pass_costs`: the model's measured cost of a k-token pass for k = 1, 2,
-    … up to what its steps drafted (empty on a remote server), kept with its steps."""
+    """The answer ended; `record`: the answer as its events made it, finished (its steps kept
+    with the model's pass costs), which the chat stores."""
 
     answer_id: int
     event: DoneEvent
-    pass_costs: tuple[float, ...] = ()
+    record: AnswerRecord
 
 
 @dataclass

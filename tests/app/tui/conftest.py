@@ -215,8 +215,8 @@ def markdown_step_events() -> list[StepEvent]:
 
 def markdown_answer() -> StoredMessage:
     """The answer of MARKDOWN_STEPS as the chat stores it: text, runs, stats and steps."""
-    from specchat.app.tui.runs import RunText
     from specchat.drafts import AnswerSteps, DraftStep
+    from specchat.run_spans import RunText
 
     events = markdown_step_events()
     runs, stats = RunText(), GenerationStats(prompt_tokens=31, prefill_seconds=0.02)

@@ -149,7 +149,8 @@ async def test_streamed_answer_looks_as_the_finished_one(backend, monkeypatch):
             while at < len(text):  # uneven steps, every third one a run of 3 tokens
                 size = 3 + step % 7
                 n_tokens = 3 if step % 3 == 0 else 1
-                chat._stream.put(StepEvent((7,) * n_tokens, text[at : at + size], 2, 2, "pld", 0))
+                step_event = StepEvent((7,) * n_tokens, text[at : at + size], 2, 2, "pld", 0)
+                chat._stream.put(step_event, chat._record.add(step_event))  # as the worker does
                 at, step = at + size, step + 1
                 if step % 4 == 0:
                     await chat._flush_steps()

@@ -6,7 +6,6 @@ import pytest
 
 from specchat.app.tui.figures import Figures, status_text
 from specchat.app.tui.replay import Timeline, finishing_places
-from specchat.app.tui.runs import RunText, coloured
 from specchat.app.tui.screens.race import RacePane, summary_rows
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.stats import GenerationStats
@@ -14,6 +13,7 @@ from specchat.evaluation.race import Lane, Unreachable
 from specchat.evaluation.variants import parse_variant
 from specchat.history import HistoryStore, StoredMessage
 from specchat.options import RunConfig, resolve
+from specchat.run_spans import RunText, coloured
 from specchat.settings import dump_settings, load_settings, parse_settings, save_settings
 from specchat.themes.palette import COLOUR_BLIND_SAFE
 

@@ -25,7 +25,7 @@ from textual.widgets import Footer, Header, Static
 
 from specchat.app.chat_export import chat_markdown
 from specchat.app.conversation import Conversation
-from specchat.app.session import AnswerEvent, ChatSession
+from specchat.app.session import AnswerEvent, AnswerRecord, ChatSession
 from specchat.app.session import TurnsLeftOut as LeftOut
 from specchat.app.tui.clipboard import code_blocks, copy_to_clipboard
 from specchat.app.tui.figures import Figures
@@ -57,7 +57,6 @@ from specchat.app.tui.widgets.legend import Legend
 from specchat.app.tui.widgets.message import AssistantMessage, Turn, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.app.tui.widgets.status_bar import StatusBar
-from specchat.drafts import AnswerSteps
 from specchat.engine.events import DoneEvent
 from specchat.errors import HistoryError
 from specchat.evaluation.race import error_text
@@ -89,6 +88,7 @@ class ChatScreen(Screen):
         self._answer_cancel: threading.Event | None = None  # the latest answer's stop token
         self._answer_started = 0.0
         self._stream: AnswerStream | None = None  # the running answer's steps, not yet shown
+        self._record: AnswerRecord | None = None  # the running answer as its events make it
         self._flush_timer: Timer | None = None
         self._editing: StoredMessage | None = None  # the question being edited (a fork on send)
         self._code_block = 0  # which code block `y` copies next from the focused message
@@ -355,7 +355,8 @@ class ChatScreen(Screen):
         self._answer_started = time.monotonic()
         self._stream = stream = AnswerStream()
         events = session.answer(self.conversation.prompt(), cancel, previous_answer)
-        work = partial(self._generate, self._answer_id, events, stream)
+        self._record = record = session.record()  # what the worker keeps of the answer
+        work = partial(self._generate, self._answer_id, events, stream, record)
         self.run_worker(work, name="answer", group="answer", exclusive=True, thread=True)
         self._flush_timer = self.set_timer(
             stream.pacer.interval, partial(self._paced_flush, self._answer_id)
@@ -363,14 +364,17 @@ class ChatScreen(Screen):
         self._show_status()
 
     def _generate(
-        self, answer_id: int, events: Iterator[AnswerEvent], stream: AnswerStream
+        self,
+        answer_id: int,
+        events: Iterator[AnswerEvent],
+        stream: AnswerStream,
+        record: AnswerRecord,
     ) -> None:
-        """A worker: each step goes into the stream, which this screen drains at its own pace
-        (`streaming.py`: no message per step), with its rejected draft tokens as text;
-        AnswerDone, with the model's pass costs for the drafts view, or AnswerFailed comes after
-        the last step was put."""
+        """A worker: each step is kept in `record` (what the chat stores) and goes into the
+        stream, which this screen drains at its own pace (`streaming.py`: no message per step),
+        with its rejected draft tokens as text; AnswerDone, with the finished record, or
+        AnswerFailed comes after the last step was put."""
         done = None
-        largest_draft = 0
         try:
             for event in events:
                 if isinstance(event, DoneEvent):
@@ -378,13 +382,12 @@ class ChatScreen(Screen):
                 elif isinstance(event, LeftOut):
                     self.post_message(TurnsLeftOut(answer_id, event.left_out, event.n_ctx))
                 else:
-                    stream.put(event, self.session.rejected_text(event))
-                    largest_draft = max(largest_draft, event.drafted)
-            pass_costs = self.session.pass_costs(largest_draft)
+                    stream.put(event, record.add(event))
+            record.finish(done)
         except Exception as exc:  # a bug or a runtime failure: show it, keep the app
             self.post_message(AnswerFailed(answer_id, error_text(exc)))
             return
-        self.post_message(AnswerDone(answer_id, done, pass_costs))
+        self.post_message(AnswerDone(answer_id, done, record))
 
     async def _paced_flush(self, answer_id: int) -> None:
         """A flush, and the next one at the pacer's interval (see `streaming.py`), while answer
@@ -427,7 +430,7 @@ class ChatScreen(Screen):
         answer = self._answer
         await answer.finish(event.text, event.finish_reason)
         elapsed = round(time.monotonic() - self._answer_started, 3)
-        decoder = answer.decoder or self.figures.decoder
+        decoder = message.record.decoder
         self.figures.finished(decoder, event.finish_reason, elapsed)
         # the engine's own figures: equal to the steps' for a local model, a remote server's
         # totals where it reports only those
@@ -435,17 +438,7 @@ class ChatScreen(Screen):
         self.figures.params = self.session.params_label(decoder)
         if event.error:
             self.notify(event.error, title="answer broke off", severity="error", timeout=15)
-        stored = StoredMessage(
-            "assistant",
-            answer.text,
-            decoder=decoder,
-            finish_reason=event.finish_reason,
-            stats=event.stats,
-            runs=list(answer.runs.runs),
-            elapsed_seconds=elapsed,
-            params=self.figures.params,
-            steps=AnswerSteps(tuple(answer.steps), message.pass_costs),
-        )
+        stored = message.record.stored(elapsed_seconds=elapsed, params=self.figures.params)
         error = self.conversation.record_answer(stored)
         if error:
             self.notify(error, title="answer not saved", severity="error", timeout=15)

@@ -32,7 +32,6 @@ from specchat.app.tui.messages import (
     RaceStarted,
 )
 from specchat.app.tui.replay import REPLAY_FRAME_SECONDS, Timeline, finishing_places
-from specchat.app.tui.runs import RunText, coloured
 from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.decoding.registry import DECODERS, baseline_name
 from specchat.engine.events import DoneEvent, StepEvent
@@ -53,6 +52,7 @@ from specchat.evaluation.variants import (
     fixed_draft_variants,
     parse_variant,
 )
+from specchat.run_spans import RunText, coloured
 from specchat.themes.palette import RunPalette
 
 MAX_PANES = 4
