@@ -145,7 +145,7 @@ def replay(
                 len(draft.tokens)
             )
         if draft.drafted:
-            policy.update(plan, draft.drafted, n)  # what the live step learns
+            policy.update(backend, plan, draft.drafted, n)  # what the live step learns
         drafter.observe(draft, None, n)
         drafted, accepted = drafted + draft.drafted, accepted + n
         context.extend(answer[i : i + n + 1])

@@ -29,6 +29,8 @@ class Decoder:
     key: ClassVar[str]  # the TUI key that switches to it
     description: ClassVar[str]
     params: ClassVar[tuple[Param, ...]] = ()
+    # parameters it no longer takes: settings that still name them are read without them
+    retired: ClassVar[tuple[str, ...]] = ()
     greedy_family: ClassVar[bool] = True  # reproduces greedy exactly when the sampler is greedy
     speculative: ClassVar[bool] = False  # drafts tokens and verifies them in one target pass
     needs_logits: ClassVar[bool] = True  # needs the target's logits (no remote text-only engine)
@@ -64,6 +66,8 @@ class Decoder:
         """All parameters, typed and checked: the defaults with `values` applied."""
         checked = cls.defaults()
         for name, value in values.items():
+            if name in cls.retired:
+                continue
             checked[name] = cls.param(name).parse(value, cls.name)
         cls.check(checked)
         return checked

@@ -1,8 +1,11 @@
 """Draft-model speculation: a small model with the target's vocabulary drafts K tokens one by one,
 the target verifies them in one pass.
 
-K adapts (+2 after a fully accepted draft, -1 after a rejection) and drafting stops early when the
-draft's own top probability falls below a threshold. With `tree_width` above 1 the chain becomes a
+How far to draft is the draft-length policy's call, as for every drafter (`draft_policy.py`): it
+learns how often the draft's tokens are taken at each depth, starting from a prior that a draft
+of the same family agrees most of the time, and weighs that against the draft's own pass cost and
+the target's; `k_max` caps it. Drafting also stops early where the draft's own top probability
+falls below a threshold. With `tree_width` above 1 the chain becomes a
 SpecInfer token tree: the draft's next-likeliest tokens join where it is unsure, as far as the
 target's pass costs and the chances the target takes them (learned from greedy verification) pay
 for them (token_tree.py). With `soft_match` β above 0 (opt-in) sampled drafts are verified by soft
@@ -38,10 +41,9 @@ _PROMPT_WINDOW = 128
 
 @dataclass(frozen=True)
 class _Drafted:
-    """What `observe` needs of a draft: the chain's length (which K measures) and, for a greedy
-    tree, the positions whose verification teaches the take rates."""
+    """What `observe` needs of a draft: for a greedy tree, the positions whose verification
+    teaches the take rates."""
 
-    chain: int
     positions: list[Position] | None = None
 
 
@@ -56,14 +58,13 @@ class DraftModelDrafter:
     def __init__(
         self,
         draft: Backend,
-        k: int,
         k_max: int,
         threshold: float,
         tree_width: int = 1,
         soft_match: float = 0.0,
     ) -> None:
         self.model = draft
-        self.k, self.k_max, self.threshold = k, k_max, threshold
+        self.k_max, self.threshold = k_max, threshold
         self.tree_width, self.soft_match = tree_width, soft_match
         self._tokens: list[int] = []  # what the draft's cache holds
         # Seconds per pass of its own while drafting, as actually paid: alternating two runtimes'
@@ -104,7 +105,7 @@ class DraftModelDrafter:
             self._cost = self.model.block_cost(1)
         # a tree's alternatives make deeper tokens likelier to be kept: learned apart
         key = ("draft", "tree") if self.tree_width > 1 else ("draft",)
-        available = 0 if self._first_step else self.k
+        available = 0 if self._first_step else self.k_max
         self._first_step = False
         return Plan(available=available, key=key, draft_cost=self._cost, prior=_PRIOR)
 
@@ -161,14 +162,11 @@ class DraftModelDrafter:
             positions = chain_positions(tokens, probs_seen, stopped, self.tree_width, rate)
             rng = sampler.rng if sampled else None
             widen(draft, positions, self.tree_width, target.block_cost, rng, rate)
-        draft.state = _Drafted(len(tokens), None if sampled else positions)
+        draft.state = _Drafted(None if sampled else positions)
         return draft
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
         drafted: _Drafted = draft.state
-        if draft.drafted:
-            full = accepted >= drafted.chain  # the chain was taken whole (a tree may add one)
-            self.k = min(self.k_max, self.k + 2) if full else max(1, self.k - 1)
         if drafted.positions is not None:
             self._rates.learn(drafted.positions, logits, self.tree_width)
 
@@ -196,10 +194,7 @@ class DraftModelDecoder(SpeculativeDecoder):
             optional=True,
         ),
         Param("draft_device", str, "cpu", "cpu or cuda", choices=("cpu", "cuda")),
-        Param(
-            "k", int, 4, "initial draft length (adapts: +2 on full acceptance, -1 on a miss)", 1, 64
-        ),
-        Param("k_max", int, 12, "longest draft", 1, 64),
+        Param("k_max", int, 12, "longest draft (the policy sizes each one)", 1, 64),
         Param(
             "threshold", float, 0.3, "stop drafting when the draft's top probability is lower", 0, 1
         ),
@@ -230,6 +225,9 @@ class DraftModelDecoder(SpeculativeDecoder):
         ),
     ) + SPECULATIVE_PARAMS
     needs_draft_model = True
+    # `k`, the draft's own adapting length (+2 when taken whole, -1 on a miss), capped the
+    # policy's depth: the policy alone sizes drafts now, from its prior and what it learns
+    retired = ("k", *SpeculativeDecoder.retired)
     # where a default draft exists (transformers with the bundled model), ahead of suffix: it
     # copies as suffix does and drafts with the model elsewhere
     default_rank = 4
@@ -238,7 +236,6 @@ class DraftModelDecoder(SpeculativeDecoder):
         super().__init__(**values)
         model = DraftModelDrafter(
             draft_model,
-            int(values["k"]),
             int(values["k_max"]),
             float(values["threshold"]),
             int(values["tree_width"]),

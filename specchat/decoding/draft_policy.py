@@ -146,7 +146,6 @@ class DraftLengthPolicy:
         self.stake = stake
         self.situations: dict[tuple, SituationStats] = {}
         self.ledger = 0.0  # plain passes this answer's drafts have saved (negative: lost)
-        self._target: Backend | None = None  # whose passes the ledger counts (set by `depth`)
 
     def start_answer(self) -> None:
         """A new answer: its ledger starts at zero (what was learned stays)."""
@@ -175,7 +174,6 @@ class DraftLengthPolicy:
                 break
             costs.append(cost)
         top = len(costs) - 1
-        self._target = target
         if top == 0:
             return 0
         known = expected_from_rates(self.rates(plan, top, optimism=0.0))
@@ -206,16 +204,12 @@ class DraftLengthPolicy:
         known = expected_from_rates(self.rates(plan, depth, optimism=0.0)) if depth else [1.0]
         return known[depth] / _pass_cost(target, plan, depth)
 
-    def update(self, plan: Plan, drafted: int, accepted: int) -> None:
+    def update(self, target: Backend, plan: Plan, drafted: int, accepted: int) -> None:
         """Learn from a verified draft of `drafted` tokens (the depth `depth` chose), and enter
-        what it saved or lost in the answer's ledger."""
+        what it saved or lost on `target`'s passes in the answer's ledger."""
         if drafted > 0:
             self.situations.setdefault(plan.key, SituationStats()).update(drafted, accepted)
-            if self._target is not None:
-                target = self._target
-                self.ledger += (
-                    accepted + 1.0 - _pass_cost(target, plan, drafted) / target.block_cost(1)
-                )
+            self.ledger += accepted + 1.0 - _pass_cost(target, plan, drafted) / target.block_cost(1)
 
     # -- kept per model across runs -------------------------------------------------------
     def load(self, model_key: str) -> None:

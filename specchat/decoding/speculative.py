@@ -4,8 +4,8 @@ A drafter only proposes (prompt lookup, lookahead's pool and window, a draft mod
 verifies every kind of draft the same way (sampling.verify_tree). Greedy verification follows the
 target's argmax through the draft's trie; with a temperature, each node's children are tried in
 turn by SpecInfer's multi-branch rule, with the draft model's q where one drew them and q = 1 for
-copied drafts. The payoff guard and the draft-length policy are the two visible decisions around
-the pass.
+copied drafts. The draft-length policy is the one visible decision around the pass: it alone sizes
+every draft, whoever drafts it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from specchat.backends.base import Backend, Block
 from specchat.decoding.base import Decoder
 from specchat.decoding.draft_policy import DraftLengthPolicy, Plan
 from specchat.decoding.params import Param
-from specchat.decoding.payoff import PayoffGuard
 from specchat.decoding.plain import plain_step
 from specchat.decoding.sampling import Sampler, verify_tree
 from specchat.decoding.sources import NO_SOURCES, DraftSources
@@ -157,13 +156,10 @@ SPECULATIVE_PARAMS = (
         "fixed_draft",
         int,
         0,
-        "0: the learned policy sizes each draft; N: always draft up to N (no policy, no guard)",
+        "0: the learned policy sizes each draft; N: always draft up to N (no policy)",
         0,
         256,
     ),
-    # Off by default: with the learned, cost-aware policy the guard's plain stretches cost more
-    # than they save (Spec-Bench dev on llama.cpp; the figures are in docs/benchmarks.md).
-    Param("guard", bool, False, "fall back to plain steps while speculation measures slower"),
 )
 
 
@@ -173,12 +169,14 @@ class SpeculativeDecoder(Decoder):
 
     speculative = True
     drafter: Drafter
+    # A payoff guard (plain stretches while speculation measured slower) lost to the policy alone
+    # and is gone; settings that still name it keep working.
+    retired = ("guard",)
 
     def __init__(self, **values: Any) -> None:
         super().__init__(**values)
         self.policy = DraftLengthPolicy()
         self.fixed_draft = int(values.get("fixed_draft", 0))
-        self.guard = PayoffGuard() if values.get("guard") and not self.fixed_draft else None
         self._model_key: str | None = None  # whose learned acceptance the policy holds
 
     def prepare(self, target: Backend) -> None:
@@ -198,16 +196,7 @@ class SpeculativeDecoder(Decoder):
         self.policy.start_answer()
 
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
-        if self.guard is None:
-            return self.speculative_step(target, context, sampler, room)
-        speculate = self.guard.speculate()
-        start = time.perf_counter()
-        if speculate:
-            step = self.speculative_step(target, context, sampler, room)
-        else:
-            step = plain_step(target, context, sampler)
-        self.guard.record(speculate, len(step.tokens), time.perf_counter() - start)
-        return step
+        return self.speculative_step(target, context, sampler, room)
 
     def choose_depth(self, target: Backend, plan: Plan, room: int) -> int:
         """How many tokens to draft: the fixed length, or the policy's choice. The live step and
@@ -233,7 +222,7 @@ class SpeculativeDecoder(Decoder):
         target.commit(block.path_to(node))
         sized = draft.drafted if draft.sized is None else draft.sized
         if sized:
-            self.policy.update(plan, sized, min(len(accepted), sized))
+            self.policy.update(target, plan, sized, min(len(accepted), sized))
         self.drafter.observe(draft, logits, len(accepted))
         return Step(
             tokens=(*accepted, verdict.next_token),

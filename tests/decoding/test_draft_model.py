@@ -27,7 +27,7 @@ def test_a_drafted_token_costs_one_draft_pass(
     target = NumpyBackend(char_ngram_model)
     draft = NumpyBackend(char_ngram_model, overhead=0.004, per_token=0.0005)
     monkeypatch.setattr(draft_model.time, "perf_counter", lambda: draft.clock)
-    drafter = DraftModelDrafter(draft, k=4, k_max=12, threshold=threshold)
+    drafter = DraftModelDrafter(draft, k_max=12, threshold=threshold)
     drafter.prepare(target)
     text = target.tokenize(CORPUS[0])
     prompt, context = text[:20], text[: 20 + sat_out]

@@ -49,13 +49,13 @@ def test_policy_learns_from_verified_drafts_and_explores_a_situation_never_tried
     optimistic = DraftLengthPolicy(optimism=1.0)
     assert optimistic.depth(costs, plan, 100) > 0  # never tried: worth a look
     for _ in range(60):
-        optimistic.update(plan, drafted=4, accepted=0)
+        optimistic.update(costs, plan, drafted=4, accepted=0)
     assert optimistic.depth(costs, plan, 100) == 0  # learned: this situation does not pay
     learner = DraftLengthPolicy(optimism=0.0)
     poor = Plan(available=8, key=("copy", 1, False), prior=0.2)
     assert learner.depth(costs, poor, 100) == 0
     for _ in range(60):
-        learner.update(poor, drafted=8, accepted=8)
+        learner.update(costs, poor, drafted=8, accepted=8)
     assert learner.depth(costs, poor, 100) == 8
 
 
@@ -83,7 +83,7 @@ def test_an_answer_whose_drafts_keep_failing_runs_at_plain_pace_within_a_few_pas
         if depth:
             drafts += 1
             lost += dear.block_cost(depth + 1) / dear.block_cost(1) - 1.0
-            policy.update(plan, drafted=depth, accepted=0)
+            policy.update(dear, plan, drafted=depth, accepted=0)
     assert 1 <= drafts <= 3  # then it stops betting: the answer runs at greedy's pace
     assert lost <= policy.allowance + 1.0  # what failing cost, in plain passes
     policy.start_answer()  # a new answer explores again what it has not tried
@@ -104,7 +104,7 @@ def test_no_draft_stakes_more_than_the_answer_has_saved_plus_the_stake():
     first = policy.depth(dear, sure, 100)
     assert 0 < first < unbounded and ratio[first] - 1.0 <= policy.stake < ratio[unbounded] - 1.0
     while True:  # each draft taken whole: the ledger grows, and the drafts with it
-        policy.update(sure, drafted=first, accepted=first)
+        policy.update(dear, sure, drafted=first, accepted=first)
         depth = policy.depth(dear, sure, 100)
         assert ratio[depth] - 1.0 <= max(policy.ledger, 0.0) + policy.stake
         if depth == first:
@@ -122,7 +122,7 @@ def test_policy_is_kept_per_model(tmp_path, monkeypatch):
     plan = Plan(available=8, key=("copy", 2, True), prior=0.5)
     first = DraftLengthPolicy()
     for _ in range(10):
-        first.update(plan, drafted=3, accepted=1)
+        first.update(_Costs(), plan, drafted=3, accepted=1)
     first.save("llama|model-a")
     again = DraftLengthPolicy()
     again.load("llama|model-a")

@@ -1,19 +1,14 @@
 """The one speculative step on the small numpy backend: chain and tree verification, the draft-length
-policy and the payoff guard. Fast, and independent of machine speed: the numpy backend's pass costs
-are a model, and the guard is shown the modelled seconds of the passes it ran."""
+policy. Fast, and independent of machine speed: the numpy backend's pass costs are a model."""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from specchat.backends.base import Backend
-from specchat.decoding import speculative
 from specchat.decoding.draft_model import DraftModelDecoder
 from specchat.decoding.draft_policy import Plan
-from specchat.decoding.payoff import PayoffGuard
 from specchat.decoding.plain import GreedyDecoder
 from specchat.decoding.registry import DECODERS
 from specchat.decoding.sampling import Sampler, SamplingParams
@@ -22,6 +17,7 @@ from specchat.decoding.speculative import SPECULATIVE_PARAMS, Draft, Speculative
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.local import Engine
 from specchat.engine.protocol import GenerationRequest
+from specchat.errors import SpecchatError
 from specchat.prompting import raw_prompt_ids
 from tests.numpy_backend import CharNgramModel, NumpyBackend
 
@@ -354,59 +350,14 @@ def test_fixed_draft_drafts_whatever_the_costs_say(char_ngram_model):
     assert max(per_token.passes) == 4  # the pending token and at most three drafts
 
 
-# -- the payoff guard ----------------------------------------------------------------------------
-
-
-def test_the_guard_runs_the_faster_kind_and_probes_the_other():
-    guard = PayoffGuard(warmup=4)
-    for _ in range(4):  # warm-up: speculation is measured first
-        assert guard.speculate()
-        guard.record(True, tokens=2, seconds=1.0)  # 2 tokens/s
-    assert not guard.speculate()  # then plain steps, to have both rates
-    guard.record(False, tokens=1, seconds=0.25)  # 4 tokens/s
-    decisions = []
-    for _ in range(36):
-        speculate = guard.speculate()
-        decisions.append(speculate)
-        guard.record(speculate, *((2, 1.0) if speculate else (1, 0.25)))
-    assert 1 <= decisions.count(True) <= 36 // 6  # plain runs; speculation is only probed
-    for _ in range(4):  # speculation became fast (a long copy started)
-        guard.record(True, tokens=12, seconds=1.0)
-    decisions = [guard.speculate() for _ in range(10)]
-    assert decisions.count(True) >= 9  # only plain steps are probed now
-
-
-def modelled_clock(monkeypatch, backend: NumpyBackend) -> None:
-    """The guard times its steps with the modelled seconds of the backend's passes."""
-    monkeypatch.setattr(speculative, "time", SimpleNamespace(perf_counter=lambda: backend.clock))
-
-
-def speculating_share(steps: list[StepEvent], skip: int = 0) -> float:
-    rest = steps[skip:]
-    return sum(1 for step in rest if step.drafted) / len(rest)
-
-
-def test_the_guard_falls_back_to_plain_steps_when_speculation_measures_slower(
-    char_ngram_model, monkeypatch
-):
-    """The cost table says blocks are cheap, but every pass really costs per token: the policy
-    drafts on the table's word, and only the guard, which measures, sees that it does not pay."""
-    backend = NumpyBackend(char_ngram_model, pass_seconds=lambda k: 0.01 * k)
-    modelled_clock(monkeypatch, backend)
-    ids = raw_prompt_ids(backend, "Once upon a time")
-    reference = greedy_answer(backend, ids, 150)
-    unguarded, free_steps = generate(backend, DECODERS["pld"].create(), ids, 150)
-    guarded, guarded_steps = generate(backend, DECODERS["pld"].create(guard=True), ids, 150)
-    assert list(unguarded.token_ids) == list(guarded.token_ids) == reference
-    assert guarded.stats.accepted > 0  # the warm-up speculated, and drafts were accepted
-    assert speculating_share(free_steps) > 0.5
-    assert speculating_share(guarded_steps, skip=4) < 0.25
-
-    honest = NumpyBackend(char_ngram_model)  # passes cost what the table says
-    modelled_clock(monkeypatch, honest)
-    kept, kept_steps = generate(honest, DECODERS["pld"].create(guard=True), ids, 150)
-    assert list(kept.token_ids) == reference
-    assert speculating_share(kept_steps, skip=4) > 2 * speculating_share(guarded_steps, skip=4)
+def test_settings_naming_a_retired_parameter_still_build_the_decoder():
+    """`guard` (the payoff guard) and the draft model's `k` are gone; a settings file the
+    decoder settings dialog wrote with them keeps working, and a parameter never taken is still
+    refused in one line."""
+    assert "guard" not in DECODERS["pld"].validate({"guard": True})
+    assert "k" not in DraftModelDecoder.validate({"k": 3, "guard": False})
+    with pytest.raises(SpecchatError):
+        DECODERS["pld"].validate({"gaurd": True})
 
 
 @pytest.mark.parametrize("copies", [False, True], ids=["model", "copies"])
@@ -416,7 +367,7 @@ def test_the_first_token_waits_for_no_draft_model_pass(char_ngram_model, copies)
     answer starts so, and its drafts still come from the model and stay greedy's."""
     target = NumpyBackend(char_ngram_model)
     draft = NumpyBackend(CharNgramModel(order=4), model_name="char-4gram")
-    values = DraftModelDecoder.validate({"k": 3, "copies": copies})
+    values = DraftModelDecoder.validate({"k_max": 3, "copies": copies})
     decoder = DraftModelDecoder(draft_model=draft, **values)
     for text in PROMPTS:
         ids = raw_prompt_ids(target, text)
