@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from specchat.answer_steps import AnswerSteps, DraftStep
 from specchat.backends.base import Backend
 from specchat.decoding.base import Decoder
 from specchat.decoding.registry import build_decoder, speculates
-from specchat.drafts import AnswerSteps, DraftStep
 from specchat.engine.choice import engine_for
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.protocol import AnswerEngine

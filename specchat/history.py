@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specchat.drafts import AnswerSteps
+from specchat.answer_steps import AnswerSteps
 from specchat.engine.stats import GenerationStats
 from specchat.errors import HistoryError
 from specchat.locations import data_dir

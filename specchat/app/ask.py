@@ -11,12 +11,12 @@ import sys
 from collections.abc import Callable
 
 from specchat import cpu
+from specchat.answer_steps import AnswerSteps, draft_figures
 from specchat.answers import AnswerRecord, build_engine, open_model
 from specchat.app.drafts_view import explanation
 from specchat.app.foreground import generating
 from specchat.backends.base import Backend, Exactness
 from specchat.decoding.registry import decoder_class, default_decoder, run_params, sampling_for
-from specchat.drafts import AnswerSteps, draft_figures
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.evaluation.figures import not_target_distribution
 from specchat.history import DB_FILE, HistoryStore, StoredMessage

@@ -216,7 +216,7 @@ def bench(
     flags: dict[str, object] | None = None,
 ) -> None:
     """Speedup of decoders over greedy per category, as Spec-Bench measures it."""
-    from specchat.app.bench import run_bench
+    from specchat.app.bench_cli import run_bench
 
     if limit_per_category is not None and limit_per_category < 1:
         raise SpecchatError("--limit-per-category must be at least 1")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specchat.answer_steps import AnswerSteps
 from specchat.backends.base import ChatMessage
-from specchat.drafts import AnswerSteps
 from specchat.errors import HistoryError
 from specchat.history import HistoryStore, StoredMessage
 

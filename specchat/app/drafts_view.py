@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from specchat.drafts import DraftFigures, DraftStep, sparkline
+from specchat.answer_steps import DraftFigures, DraftStep, sparkline
 from specchat.engine.stats import GenerationStats
 from specchat.themes.palette import RunPalette
 

@@ -13,11 +13,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from specchat.answer_steps import measured_pass_costs, rejected_text
 from specchat.backends.base import Backend, ChatMessage, Exactness, sync_cache
 from specchat.decoding.base import Decoder
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import DraftSources
-from specchat.drafts import measured_pass_costs, rejected_text
 from specchat.engine.detokenizer import Detokenizer
 from specchat.engine.events import DoneEvent, Event, StepEvent
 from specchat.engine.protocol import AnswerEngine, Cancel, GenerationRequest

@@ -138,7 +138,7 @@ def test_search_finds_words_in_every_chat_and_branch(tmp_path):
 def test_an_answers_steps_are_kept_apart_and_read_when_asked(tmp_path):
     """Steps are written with the answer, read back only by `answer_steps` (opening a chat does
     not load them), absent for answers of a migrated file, and deleted with their answer."""
-    from specchat.drafts import AnswerSteps, DraftStep
+    from specchat.answer_steps import AnswerSteps, DraftStep
 
     path = old_database(tmp_path / "history.sqlite3")
     store = HistoryStore(path)

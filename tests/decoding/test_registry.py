@@ -74,7 +74,7 @@ def test_toy_decoder_runs_in_ask_with_checked_params(toy):
 
 
 def test_toy_decoder_is_benchmarked(toy, tmp_path):
-    from specchat.app.bench import run_bench
+    from specchat.app.bench_cli import run_bench
     from specchat.options import RunConfig
 
     data = tmp_path / "q.jsonl"

@@ -215,7 +215,7 @@ def markdown_step_events() -> list[StepEvent]:
 
 def markdown_answer() -> StoredMessage:
     """The answer of MARKDOWN_STEPS as the chat stores it: text, runs, stats and steps."""
-    from specchat.drafts import AnswerSteps, DraftStep
+    from specchat.answer_steps import AnswerSteps, DraftStep
     from specchat.run_spans import RunText
 
     events = markdown_step_events()

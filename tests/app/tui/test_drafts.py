@@ -8,11 +8,11 @@ import pytest
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from specchat.answer_steps import TIME_DIGITS
 from specchat.app.drafts_view import NUMBERS, visible
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.screens.drafts import DraftsScreen
 from specchat.app.tui.widgets.message import AssistantMessage
-from specchat.drafts import TIME_DIGITS
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.options import RunConfig
 

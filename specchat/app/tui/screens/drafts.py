@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
+from specchat.answer_steps import AnswerSteps, draft_figures
 from specchat.app.drafts_view import (
     NUMBERS,
     draft_cell,
@@ -19,7 +20,6 @@ from specchat.app.drafts_view import (
     summary_lines,
     tokens_per_step_line,
 )
-from specchat.drafts import AnswerSteps, draft_figures
 from specchat.history import StoredMessage
 
 NUMBERS_WIDTH = 58  # the figures' columns with their padding, and the dialog's frame

@@ -13,9 +13,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, Static
 
+from specchat.answer_steps import DraftStep
 from specchat.app.tui.keys import ANSWER_KEYS, MESSAGE_KEYS, QUESTION_KEYS, bindings
 from specchat.app.tui.widgets.answer_body import AnswerBody
-from specchat.drafts import DraftStep
 from specchat.engine.events import StepEvent
 from specchat.history import StoredMessage
 from specchat.run_spans import RunText
