@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specchat.backends.base import LOCAL, Block, ChatMessage, Exactness
+from specchat.backends.base import Block, ChatMessage, Exactness
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
 from specchat.backends.exactness import probe_exactness
 from specchat.errors import SpecchatError
@@ -114,7 +114,6 @@ class NumpyBackend:
 
     name = "numpy"
     level = "generic"  # plain numpy: no kernels of its own
-    capabilities = LOCAL
     device = "cpu"
     threads = 1
     model_path = None

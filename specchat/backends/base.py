@@ -7,7 +7,7 @@ path they accepted; nothing above this module knows how a runtime lays out its c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol, runtime_checkable
@@ -102,19 +102,6 @@ class Exactness:
         return {"bitwise": self.bitwise, "max_difference": round(self.max_difference, 6)}
 
 
-@dataclass(frozen=True)
-class Capabilities:
-    """What a model runtime does for specchat, declared by each backend. `engine.choice` reads
-    it to pick the engine, the decoder registry to say which decoders can run."""
-
-    logits: bool = True  # it evaluates blocks and returns logits: specchat decodes on it
-    tokenizer: bool = True  # it tokenizes and applies the chat template here
-
-
-LOCAL = Capabilities()
-SERVER = Capabilities(logits=False, tokenizer=False)  # a remote server decodes by itself
-
-
 @dataclass
 class ChatMessage:
     role: str
@@ -123,10 +110,10 @@ class ChatMessage:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a decoder may ask of a model runtime. See DESIGN.md, "Backend"."""
+    """What a decoder may ask of a model runtime specchat decodes on (a *local* runtime: it
+    evaluates blocks and returns their logits). See DESIGN.md, "Backend"."""
 
     name: str  # its runtime's, in `backends/registry.py`
-    capabilities: Capabilities
     device: str
     threads: int  # CPU threads its passes run on
     model_path: str | None  # the file it runs, where it runs one (None: a folder, a server)
@@ -178,6 +165,35 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Free the model."""
+
+
+@runtime_checkable
+class ServerBackend(Protocol):
+    """A remote server: it applies its own template and decodes with its own method, and streams
+    the answer's text; specchat sees neither its tokens nor its logits. The other protocol a
+    runtime keeps (`registry.Runtime.local` says which); `engine.choice` reads it, once."""
+
+    name: str
+    device: str  # where it runs, as the status line shows it
+    level: str
+    model_name: str
+    base_url: str
+
+    @property
+    def label(self) -> str:
+        """How races and reports name it."""
+
+    def stream_chat(self, messages: Sequence[ChatMessage], *, max_tokens: int, **sampling):
+        """Start streaming the answer to `messages`."""
+
+    def close(self) -> None:
+        """Close the connection."""
+
+
+def is_server(backend: Backend | ServerBackend) -> bool:
+    """Whether `backend` is a remote server (it streams its own answers) rather than a model
+    specchat decodes on."""
+    return isinstance(backend, ServerBackend)
 
 
 def sync_cache(backend: Backend, cached: list[int], wanted: list[int]) -> None:

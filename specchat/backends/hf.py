@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specchat import cpu
-from specchat.backends.base import LOCAL, Block, ChatMessage
+from specchat.backends.base import Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.chat_template import CHATML_TEMPLATE
 from specchat.backends.hf_packed import pack_linears
@@ -43,7 +43,6 @@ class HFBackend(MeasuredCosts):
     """
 
     name = TRANSFORMERS
-    capabilities = LOCAL
     model_path = None  # a folder of weights (a GGUF is converted into one)
     add_bos = False  # its tokenizer's template adds what the model expects
     bos_id = -1

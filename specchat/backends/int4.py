@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.backends.base import LOCAL, Block
+from specchat.backends.base import Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.exact_kernels import kernels
 from specchat.backends.gguf_header import GGUFHeader
@@ -87,7 +87,6 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
     every op on the path computes a row the same way whatever else shares the pass."""
 
     name = INT4
-    capabilities = LOCAL
 
     def __init__(
         self,

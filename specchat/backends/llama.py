@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from specchat import cpu
-from specchat.backends.base import LOCAL, Block
+from specchat.backends.base import Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.gguf_header import GGUFHeader
 from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
@@ -44,7 +44,6 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
     """One GGUF model with a multi-stream KV cache; see the module docstring for the layout."""
 
     name = LLAMA_CPP
-    capabilities = LOCAL
 
     def __init__(
         self,

@@ -2,8 +2,8 @@
 
 specchat does not serve models that outgrow this machine: it becomes a client of an engine that
 does. The server applies its own chat template and runs its own decoding (and speculation), so this
-is not a `Backend` in the logits sense: its `capabilities` say so, and the registry offers only the
-server's own method on it. It streams `/v1/chat/completions` through the `openai` client and reads
+is not a `Backend` in the logits sense but a `ServerBackend`, and the decoder registry offers only
+the server's own method on it. It streams `/v1/chat/completions` through the `openai` client and reads
 each chunk into a `ServerChunk`: the text and whatever figures the server put on it —
 llama-server's per-token `timings` (asked for with `timings_per_token`), the final `usage`, vLLM's
 per-request `metrics`. Nothing here guesses a figure the server did not send.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from specchat.backends.base import SERVER, ChatMessage
+from specchat.backends.base import ChatMessage
 from specchat.backends.registry import OPENAI_SERVER
 from specchat.errors import SpecchatError
 
@@ -164,7 +164,6 @@ class RemoteBackend:
 
     name = OPENAI_SERVER
     level = ""  # the server's own hardware: nothing specchat runs
-    capabilities = SERVER  # decoders that need the model's logits cannot run here
     eos_ids: frozenset[int] = frozenset()
     vocab_size = 0
     threads = 0  # the server's own

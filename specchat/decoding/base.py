@@ -90,7 +90,7 @@ class Decoder:
     @classmethod
     def unavailable(cls, backend: Backend, values: Mapping[str, object]) -> str | None:
         """Why it cannot run on `backend` with these parameters (None: it can), beyond what the
-        backend's capabilities say (the registry checks those)."""
+        kind of backend says (the registry checks that: a server runs only its own method)."""
         return None
 
     # -- the work -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from specchat.backends.base import Backend
+from specchat.backends.base import Backend, is_server
 from specchat.backends.registry import SERVER
 from specchat.bundled import default_draft_reason
 from specchat.decoding.base import Decoder
@@ -67,7 +67,7 @@ def default_race(backend: Backend | None = None) -> list[str]:
     speculative decoder that needs nothing more than the model, and the backend's default where
     that is another (a draft model's, on transformers); on a remote server, the server's own
     method."""
-    if backend is not None and not backend.capabilities.logits:
+    if backend is not None and is_server(backend):
         return [n for n, cls in DECODERS.items() if cls.needs_server]
     race = [baseline_name()] + [
         cls.name for cls in DECODERS.values() if cls.speculative and not cls.needs_draft_model
@@ -109,7 +109,7 @@ def unavailable_reason(
     """Why decoder `name` cannot run on `backend` with these parameters (None: it can)."""
     cls = decoder_class(name)
     values = values or {}
-    local = backend.capabilities.logits
+    local = not is_server(backend)
     if cls.needs_logits and not local:
         return "it needs the model's logits, which this backend does not expose"
     if cls.needs_server and local:

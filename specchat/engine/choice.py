@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specchat.backends.base import Backend, ChatMessage, Exactness
+from specchat.backends.base import Backend, ChatMessage, Exactness, ServerBackend, is_server
 from specchat.decoding.base import Decoder
 from specchat.engine.protocol import AnswerEngine
 from specchat.prompting import chat_prompt_ids, raw_prompt_ids
 
 
-def engine_for(backend: Backend, decoder: Decoder) -> AnswerEngine:
-    if backend.capabilities.logits:
+def engine_for(backend: Backend | ServerBackend, decoder: Decoder) -> AnswerEngine:
+    if not is_server(backend):
         from specchat.engine.local import Engine
 
         return Engine(backend, decoder)
@@ -27,7 +27,7 @@ def prompt_ids(
 ) -> tuple[int, ...]:
     """The conversation's prompt ids on `backend` (with `raw`: the last message's text, no
     template); none for a remote server, which applies its own template to the messages."""
-    if not backend.capabilities.tokenizer:
+    if is_server(backend):
         return ()
     if raw:
         return tuple(raw_prompt_ids(backend, messages[-1].content))
@@ -37,4 +37,4 @@ def prompt_ids(
 def exactness_of(backend: Backend) -> Exactness | None:
     """Whether a block's logits equal one-token passes' on `backend` (probed once, then kept);
     None for a remote server, where specchat does not decode."""
-    return backend.exactness() if backend.capabilities.logits else None
+    return None if is_server(backend) else backend.exactness()

@@ -94,7 +94,10 @@ def test_out_of_range_parameters_of_every_decoder_are_refused(name, param, value
         (("ask", "hi", "-d", "lookahead", "-p", "lookahead.window=0"), ("window", "≥ 1")),
         (("ask", "hi", "-d", "lookahead", "-p", "window=65"), ("window", "≤ 64")),
         (("ask", "hi", "-d", "suffix", "-p", "min_token_prob=2"), ("min_token_prob", "≤ 1")),
-        (("ask", "hi", "-d", "draft", "-p", "k_max=0", "--draft", "x.gguf"), ("draft.k_max", "≥ 1")),
+        (
+            ("ask", "hi", "-d", "draft", "-p", "k_max=0", "--draft", "x.gguf"),
+            ("draft.k_max", "≥ 1"),
+        ),
         (("ask", "hi", "-d", "beam", "-p", "num_beams=0"), ("num_beams", "≥ 1")),
         (("ask", "hi", "-d", "pld", "-p", "min_ngram=5", "-p", "max_ngram=2"), ("min_ngram",)),
         (("compare", "hi", "-d", "pld:num_pred_tokens=0"), ("num_pred_tokens", "≥ 1")),
