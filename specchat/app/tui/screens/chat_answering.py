@@ -1,0 +1,226 @@
+"""The chat's answers: sending a question, the answer's worker and its paced drawing, how an
+answer ends (stored, failed, stopped) and regenerating one. A part of `ChatScreen` (a mixin: it
+uses the screen's session, conversation and widgets)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from specchat.app.session import AnswerEvent, AnswerRecord
+from specchat.app.session import TurnsLeftOut as LeftOut
+from specchat.app.tui.figures import Figures
+from specchat.app.tui.messages import AnswerDone, AnswerFailed, TurnsLeftOut
+from specchat.app.tui.streaming import AnswerStream
+from specchat.app.tui.widgets.message import AssistantMessage, Turn, UserMessage
+from specchat.app.tui.widgets.prompt_input import PromptInput
+from specchat.engine.events import DoneEvent
+from specchat.errors import HistoryError
+from specchat.evaluation.race import error_text
+
+
+class Answering:
+    """Asking, streaming and ending answers."""
+
+    async def send(self, text: str) -> None:
+        """Ask `text` after the last message shown and start the answer."""
+        cancel = self._new_answer_token()
+        try:
+            question = self.conversation.ask(text)
+        except HistoryError as exc:  # nothing sent: the question goes back to the prompt
+            self.notify(str(exc), title="not sent", severity="error", timeout=15)
+            self.query_one(PromptInput).insert(text)
+            return
+        self.sub_title = self.conversation.title
+        transcript = self.query_one("#transcript", VerticalScroll)
+        await transcript.mount(UserMessage(text, question))
+        transcript.anchor()
+        await self._start_answer(cancel)
+
+    def _new_answer_token(self) -> threading.Event:
+        """The next answer's stop token, made before anything awaits: Esc sets it, and the
+        engine reads it between steps however late the worker starts, so no Esc is lost."""
+        self._answer_cancel = threading.Event()
+        return self._answer_cancel
+
+    async def _start_answer(
+        self, cancel: threading.Event, previous_answer: str | None = None
+    ) -> None:
+        session = self.session
+        name = session.decoder_name
+        self._answer_id += 1
+        self._answer = AssistantMessage(
+            palette=self.app.palette, colour=session.colour_runs, colour_by=session.colour_by
+        )
+        self._answer.decoder = name
+        transcript = self.query_one("#transcript", VerticalScroll)
+        await transcript.mount(self._answer)
+        self.figures = Figures(decoder=name, params=session.params_label(name), streaming=True)
+        self._answer_started = time.monotonic()
+        self._stream = stream = AnswerStream()
+        events = session.answer(self.conversation.prompt(), cancel, previous_answer)
+        self._record = record = session.record()  # what the worker keeps of the answer
+        work = partial(self._generate, self._answer_id, events, stream, record)
+        self.run_worker(work, name="answer", group="answer", exclusive=True, thread=True)
+        self._flush_timer = self.set_timer(
+            stream.pacer.interval, partial(self._paced_flush, self._answer_id)
+        )
+        self._show_status()
+
+    def _generate(
+        self,
+        answer_id: int,
+        events: Iterator[AnswerEvent],
+        stream: AnswerStream,
+        record: AnswerRecord,
+    ) -> None:
+        """A worker: each step is kept in `record` (what the chat stores) and goes into the
+        stream, which this screen drains at its own pace (`streaming.py`: no message per step),
+        with its rejected draft tokens as text; AnswerDone, with the finished record, or
+        AnswerFailed comes after the last step was put."""
+        done = None
+        try:
+            for event in events:
+                if isinstance(event, DoneEvent):
+                    done = event
+                elif isinstance(event, LeftOut):
+                    self.post_message(TurnsLeftOut(answer_id, event.left_out, event.n_ctx))
+                else:
+                    stream.put(event, record.add(event))
+            record.finish(done)
+        except Exception as exc:  # a bug or a runtime failure: show it, keep the app
+            self.post_message(AnswerFailed(answer_id, error_text(exc)))
+            return
+        self.post_message(AnswerDone(answer_id, done, record))
+
+    async def _paced_flush(self, answer_id: int) -> None:
+        """A flush, and the next one at the pacer's interval (see `streaming.py`), while answer
+        `answer_id` streams."""
+        if self._stream is None or answer_id != self._answer_id:
+            return
+        await self._flush_steps()
+        if self._stream is not None and answer_id == self._answer_id:
+            self._flush_timer = self.set_timer(
+                self._stream.pacer.next_interval(), partial(self._paced_flush, answer_id)
+            )
+
+    async def _flush_steps(self) -> None:
+        """Show every step the worker put since the last flush: one repaint of the answer and
+        one of the status bar, however many steps came (see `streaming.py`)."""
+        if self._stream is None or self._answer is None:
+            return
+        taken = self._stream.take()
+        if not taken:
+            return
+        events = [event for event, _ in taken]
+        await self._answer.add_steps(events, [rejected for _, rejected in taken])
+        for event in events:
+            self.figures.add(event)
+        self.figures.elapsed = time.monotonic() - self._answer_started
+        self._show_status()
+
+    def _stop_flushing(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+            self._flush_timer = None
+
+    async def on_answer_done(self, message: AnswerDone) -> None:
+        if message.answer_id != self._answer_id or self._answer is None:
+            return
+        self._stop_flushing()
+        await self._flush_steps()  # the worker put every step before it posted this
+        self._stream = None
+        event = message.event
+        answer = self._answer
+        await answer.finish(event.text, event.finish_reason)
+        elapsed = round(time.monotonic() - self._answer_started, 3)
+        decoder = message.record.decoder
+        self.figures.finished(decoder, event.finish_reason, elapsed)
+        # the engine's own figures: equal to the steps' for a local model, a remote server's
+        # totals where it reports only those
+        self.figures.stats = event.stats
+        self.figures.params = self.session.params_label(decoder)
+        if event.error:
+            self.notify(event.error, title="answer broke off", severity="error", timeout=15)
+        stored = message.record.stored(elapsed_seconds=elapsed, params=self.figures.params)
+        error = self.conversation.record_answer(stored)
+        if error:
+            self.notify(error, title="answer not saved", severity="error", timeout=15)
+        self._answer = None
+        answer.show_branch(stored)  # the header shows it ended: from now on keys act on it
+        self._show_status()
+
+    async def on_answer_failed(self, message: AnswerFailed) -> None:
+        if message.answer_id != self._answer_id:
+            return
+        self._stop_flushing()
+        self._stream = None
+        if self._answer is not None:
+            await self._answer.remove()
+            self._answer = None
+        self.figures.streaming = False
+        self._show_status()
+        self._take_back_question()
+        self.notify(message.error, title="answer failed", severity="error", timeout=15)
+        if self.chat_id is not None:  # what the store holds (a regenerated answer comes back)
+            await self.open_chat(self.chat_id)
+
+    async def on_turns_left_out(self, message: TurnsLeftOut) -> None:
+        """A long chat: say, above the answer, that its prompt starts later than the chat."""
+        if message.answer_id != self._answer_id or self._answer is None:
+            return
+        text = (
+            f"⋯ the {message.left_out} earliest messages were left out of this answer's prompt: "
+            f"the chat outgrew the model's {message.n_ctx}-token context window"
+        )
+        notice = Static(text, classes="notice")
+        await self.query_one("#transcript").mount(notice, before=self._answer)
+        self.notify(text, severity="warning", timeout=8)
+
+    def _take_back_question(self) -> None:
+        """An answer that failed before it began (a prompt past the context window) leaves its
+        question unanswered: it leaves the chat and goes back into the input to be edited."""
+        question = self.conversation.take_back_question()
+        if question is None:
+            return
+        users = self.query(UserMessage)
+        if users:
+            users.last().remove()
+        prompt = self.query_one(PromptInput)
+        if not prompt.text.strip():
+            prompt.insert(question.content)
+
+    def action_cancel(self) -> None:
+        """Stop the answer at its next step boundary — also when the engine has not started it
+        yet; what was generated stays, marked as stopped. Without an answer running: stop
+        editing a question, or leave the focused message for the prompt."""
+        if self._answer is not None or self.session.busy:
+            if self._answer_cancel is not None:
+                self._answer_cancel.set()
+        elif self._editing is not None:
+            self._stop_editing()
+            self.query_one(PromptInput).clear()
+        elif isinstance(self.focused, Turn):
+            self.query_one(PromptInput).focus()
+
+    async def action_regenerate(self) -> None:
+        if not self.session.ready or self.session.busy or self._answer is not None:
+            self.notify("nothing to regenerate right now", severity="warning")
+            return
+        if not self.messages:
+            self.notify("no answer to regenerate yet", severity="warning")
+            return
+        cancel = self._new_answer_token()
+        # the old answer stays in the store: the new one becomes its sibling (‹2/2›), and a
+        # draft source (greedy re-verifies it)
+        previous = self.conversation.regenerate()
+        if previous is not None:
+            answers = self.query(AssistantMessage)
+            if answers:
+                await answers.last().remove()
+        await self._start_answer(cancel, previous)
