@@ -2,9 +2,9 @@
 model directory, a model already in the local Hugging Face cache, or a GGUF file; device, dtype,
 threads and context size as asked.
 
-GGUF files (such as the bundled SmolLM2) are dequantized by transformers' GGUF reader, which takes
-10-30 seconds; the result is saved once as a safetensors model directory under the cache dir and
-loaded from there (well under a second) ever after.
+GGUF files (such as the bundled SmolLM2) are dequantized by transformers' GGUF reader, which is
+slow; the result is saved once as a safetensors model directory under the cache dir and loaded
+from there, far faster, ever after.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from specchat.decoding.token_tree import Position, TakeRates, as_drafted, chain_
 _PLAIN = SamplingParams(temperature=1.0)
 _PRIOR = 0.8  # a draft of the same family agrees most of the time
 # The draft reads at most this many of the prompt's last tokens: reading a prompt costs a draft
-# pass per few tokens (on llama.cpp's Q4_1, about one per token), and a RAG prompt of 700 tokens
-# cost the draft more than the answer's drafts saved; what it drafts is still verified.
+# pass per few tokens, and a long (RAG) prompt cost the draft more than the answer's drafts
+# saved; what it drafts is still verified.
 _PROMPT_WINDOW = 128
 
 
@@ -91,8 +91,8 @@ class DraftModelDrafter:
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         """A new answer: its first step is the target's alone. The draft's cache catches up with
         the prompt's last `_PROMPT_WINDOW` tokens at its first draft, after the first token: read
-        at once beside the target's prefill, the whole prompt made the first token wait about
-        three times as long on transformers."""
+        at once beside the target's prefill, the whole prompt made the first token wait several
+        times as long on transformers (README, the draft decoder)."""
         self._first_step = self.first_step_alone
         self._start = max(0, len(context) - 1 - _PROMPT_WINDOW)  # where the draft's view begins
 
