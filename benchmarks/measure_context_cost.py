@@ -13,6 +13,7 @@ import argparse
 import random
 
 from specchat.backends.block_cost import time_passes
+from specchat.backends.registry import LLAMA_CPP, LOCAL_RUNTIMES
 from specchat.models import LoadOptions, load_model
 
 SIZES = (1, 2, 3, 4, 6, 8)
@@ -20,7 +21,7 @@ SIZES = (1, 2, 3, 4, 6, 8)
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", default="llama")
+    parser.add_argument("--backend", default=LLAMA_CPP, choices=LOCAL_RUNTIMES)
     parser.add_argument("--contexts", default="64,256,700,1500,3000")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from specchat import locations
 from specchat.backends.base import ChatMessage
+from specchat.backends.registry import LLAMA_CPP, LOCAL_RUNTIMES
 from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
 from specchat.decoding.draft_policy import DraftLengthPolicy
@@ -155,7 +156,7 @@ def replay(
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", default="llama")
+    parser.add_argument("--backend", default=LLAMA_CPP, choices=LOCAL_RUNTIMES)
     parser.add_argument("--per-category", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument(

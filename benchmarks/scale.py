@@ -27,6 +27,7 @@ from specchat import cpu, locations
 from specchat.backends.base import ChatMessage
 from specchat.backends.block_cost import interpolate
 from specchat.backends.random_gguf import RandomShape, write_block_gguf
+from specchat.backends.registry import INT4, LLAMA_CPP
 from specchat.decoding.draft_policy import DraftLengthPolicy
 from specchat.decoding.registry import build_decoder
 from specchat.decoding.sources import DraftSources
@@ -101,7 +102,7 @@ def main() -> None:
     from specchat.backends.llama import LlamaBackend
     from specchat.models import LoadOptions, load_model
 
-    bundled = load_model(None, LoadOptions(backend="llama", threads=1), lambda *a: None)
+    bundled = load_model(None, LoadOptions(backend=LLAMA_CPP, threads=1), lambda *a: None)
     answers = greedy_answers(bundled, args.per_category, args.max_tokens, str(HELD_OUT))
     rows = []
     for size in args.sizes.split(","):
@@ -110,7 +111,7 @@ def main() -> None:
         started = time.perf_counter()
         backends = {
             "llama.cpp": LlamaBackend(path, n_ctx=1024, threads=args.threads, max_branches=1),
-            "int4": Int4Backend(path, n_ctx=1024, threads=args.threads),
+            INT4: Int4Backend(path, n_ctx=1024, threads=args.threads),
         }
         torch.set_num_threads(args.threads)
         say(f"  loaded in {time.perf_counter() - started:.0f} s; timing passes")

@@ -121,7 +121,7 @@ def run_bench(
         "model": loaded.model_name,
         "backend": loaded.name,
         "device": loaded.device,
-        "threads": getattr(loaded, "threads", None),
+        "threads": loaded.threads,
         "max_tokens": max_tokens,
         "repeats": repeats,
         "sampling": sampling.__dict__,

@@ -139,7 +139,7 @@ def _started(path: Path, shape: RandomShape, file_type):
     import gguf
 
     from specchat.backends.int4_families import FAMILIES, layer_tensors
-    from specchat.models import bundled_gguf
+    from specchat.bundled import bundled_gguf
 
     if shape.arch not in FAMILIES:
         raise SpecchatError(f"unknown family {shape.arch!r}: use one of {', '.join(FAMILIES)}")

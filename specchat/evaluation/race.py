@@ -282,28 +282,13 @@ def racing(
 
 
 def race(
-    backend: Backend,
-    turn: RaceTurn,
-    entrants: Sequence[Entrant],
-    *,
-    baseline: str,
-    repeats: int = 1,
-    cancel: Cancel = None,
-    keep_steps: bool = False,
-    on_event=None,
+    backend: Backend, turn: RaceTurn, entrants: Sequence[Entrant], *, on_event=None, **how
 ) -> list[Lane]:
-    """Every entrant's runs (`on_event` hears each race event as it happens), judged: `racing`
-    run to its end."""
+    """Every entrant's runs, judged: `racing` (whose keywords `how` takes: the baseline,
+    repeats, cancel, keep_steps) run to its end; `on_event` hears each race event as it
+    happens."""
     lanes: list[Lane] = []
-    for event in racing(
-        backend,
-        turn,
-        entrants,
-        baseline=baseline,
-        repeats=repeats,
-        cancel=cancel,
-        keep_steps=keep_steps,
-    ):
+    for event in racing(backend, turn, entrants, **how):
         if isinstance(event, RaceJudged):
             lanes = list(event.lanes)
         elif on_event is not None:
