@@ -149,16 +149,16 @@ class ChatSession:
             self.decoder_name == default_decoder() or self.unavailable_reason(self.decoder_name)
         ):  # none chosen: the backend's own default (a draft model's on transformers)
             self.decoder_name = default_decoder(backend)
-        try:
-            self.engine = build_engine(
-                backend, self.decoder_name, self.decoder_params(self.decoder_name)
-            )
-        except SpecchatError as exc:
-            self.decoder_name = default_decoder(backend)
-            warning = f"{exc}; using {self.decoder_name}"
-            self.engine = build_engine(
-                backend, self.decoder_name, self.decoder_params(self.decoder_name)
-            )
+        for fallback in (False, True):
+            try:
+                name = self.decoder_name
+                self.engine = build_engine(backend, name, self.decoder_params(name))
+                break
+            except SpecchatError as exc:
+                if fallback:
+                    raise
+                self.decoder_name = default_decoder(backend)
+                warning = f"{exc}; using {self.decoder_name}"
         # what greedy-family decoders are here: bitwise greedy, or greedy to near-ties
         self.exactness = self.engine.exactness()
         self.ready_seconds = time.perf_counter() - self._started

@@ -46,6 +46,7 @@ def _offline() -> None:
     of transformers' own on a terminal that may belong to the TUI: `progress` reports instead."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers.utils import logging as transformers_logging
 
