@@ -1,4 +1,4 @@
-"""Draft-model speculation: a small model with the target's vocabulary drafts K tokens one by one,
+"""Draft-model speculation: a small model with the target's vocabulary drafts tokens one by one,
 the target verifies them in one pass.
 
 How far to draft is the draft-length policy's call, as for every drafter (`draft_policy.py`): it
@@ -174,7 +174,7 @@ class DraftModelDrafter:
 class DraftModelDecoder(SpeculativeDecoder):
     name = "draft"
     key = "f7"
-    description = "draft model: a small model with the same vocabulary drafts K tokens"
+    description = "draft model: a small model with the same vocabulary drafts the tokens"
     params = (
         Param(
             "draft",
