@@ -12,6 +12,7 @@ drafts it would make, accepted as far as greedy agrees) and charged this size's 
 A projection: a larger model's answers, and so what copying finds in them, differ.
 
     PYTHONPATH=. python benchmarks/scale.py [--sizes 360M,1.7B,3B,8B] [--threads 2] [--repeats 9]
+        [--quant Q4_K_M]
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from benchmarks.replay_policy import greedy_answers, replay
 from specchat import cpu, locations
 from specchat.backends.base import ChatMessage
 from specchat.backends.block_cost import interpolate
-from specchat.backends.random_gguf import RandomShape, write_block_gguf
+from specchat.backends.random_gguf import RandomShape, quantize, write_block_gguf
 from specchat.backends.registry import INT4, LLAMA_CPP
 from specchat.decoding.draft_policy import DraftLengthPolicy
 from specchat.decoding.registry import build_decoder
@@ -75,7 +76,10 @@ def projected(bundled, answers: list[dict], costs: dict[int, float]) -> float:
     return statistics.mean(speeds)
 
 
-def model_file(size: str) -> Path:
+def model_file(size: str, quant: str = "Q4_0") -> Path:
+    """The size's random-weight file in `quant`: written in Q4_0 blocks, other types requantized
+    from it by llama.cpp's quantizer (Q4_K_M, what most people download: Q4_K with Q6_K for
+    some value and down projections)."""
     folder = locations.cache_dir() / "scale"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"random-{size}-q4_0-v2.gguf"  # v2: Q8_0 codes within -127..127
@@ -84,7 +88,15 @@ def model_file(size: str) -> Path:
         partial = path.with_suffix(".partial")
         write_block_gguf(partial, SHAPES[size])
         partial.rename(path)
-    return path
+    if quant == "Q4_0":
+        return path
+    target = folder / f"random-{size}-{quant.lower()}-v2.gguf"
+    if not target.exists():
+        say(f"requantizing {path.name} to {quant}")
+        partial = target.with_suffix(".partial")
+        quantize(path, partial, quant)
+        partial.rename(target)
+    return target
 
 
 def main() -> None:
@@ -94,6 +106,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--per-category", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--quant", default="Q4_0", choices=("Q4_0", "Q4_K_M"))
     args = parser.parse_args()
 
     import torch
@@ -106,7 +119,7 @@ def main() -> None:
     answers = greedy_answers(bundled, args.per_category, args.max_tokens, str(HELD_OUT))
     rows = []
     for size in args.sizes.split(","):
-        path = model_file(size)
+        path = model_file(size, args.quant)
         say(f"{size}: loading {path.name} on llama.cpp and the int4 runtime")
         started = time.perf_counter()
         backends = {
@@ -125,7 +138,9 @@ def main() -> None:
     bundled.close()
 
     print(f"\n{cpu.describe()}, {args.threads} threads")
-    print(f"random-weight Q4_0 files, behind {CONTEXT} cached tokens; projection: suffix replayed")
+    print(
+        f"random-weight {args.quant} files, behind {CONTEXT} cached tokens; projection: suffix replayed"
+    )
     print(f"{'size':<6}{'runtime':<11}{'1-token ms':>11}" + "".join(f"{f'k={k}':>8}" for k in SIZES[1:]) + f"{'proj.':>8}")  # fmt: skip
     for size, costs, speedups, fastest, llama_one in rows:
         for name, per_k in costs.items():

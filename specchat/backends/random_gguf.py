@@ -90,7 +90,7 @@ def write_random_gguf(
     if quant == "F32":
         return dense
     try:
-        _quantize(dense, Path(path), quant)
+        quantize(dense, Path(path), quant)
     finally:
         dense.unlink(missing_ok=True)
     return Path(path)
@@ -176,7 +176,8 @@ def _started(path: Path, shape: RandomShape, file_type):
     return writer, vocab, parts
 
 
-def _quantize(source: Path, target: Path, quant: str) -> None:
+def quantize(source: Path, target: Path, quant: str) -> None:
+    """`source` quantized by llama.cpp's own quantizer to `quant` (a requantized file too)."""
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()

@@ -6,7 +6,6 @@ that greedy-family decoders are exact only to near-ties there."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import platform
@@ -23,17 +22,10 @@ from tests.cli import run_cli
 
 def _requantized(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path, name: str) -> Path:
     """The bundled model requantized to `name` (Q4_K_M, Q8_0) by llama.cpp's own quantizer."""
-    import llama_cpp
+    from specchat.backends.random_gguf import quantize
 
     target = tmp_path_factory.mktemp("quants") / f"SmolLM2-135M-Instruct.{name}.gguf"
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}")
-    params.allow_requantize = True
-    params.nthread = 1
-    code = llama_cpp.llama_model_quantize(
-        str(bundled_gguf).encode(), str(target).encode(), ctypes.byref(params)
-    )
-    assert code == 0
+    quantize(bundled_gguf, target, name)
     return target
 
 

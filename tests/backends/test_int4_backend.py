@@ -8,7 +8,6 @@ Copies of the bundled model in other quant types are made with llama.cpp's own q
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import numpy as np
@@ -36,28 +35,13 @@ def quantized(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> d
     """The bundled model requantized by llama.cpp: Q4_0, Q4_K_M (mostly Q5_0, Q6_K and Q8_0 on
     this model, whose rows of 576 are no multiple of 256), Q5_1, Q5_K_M, Q8_0, and Q2_K (which
     brings Q3_K)."""
-    import llama_cpp
+    from specchat.backends.random_gguf import quantize
 
     folder = tmp_path_factory.mktemp("quantized")
-    kinds = {
-        "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0,
-        "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
-        "Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
-        "Q2_K": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K,
-        "Q5_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_1,
-        "Q5_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
-    }
     paths = {}
-    for name, ftype in kinds.items():
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = ftype
-        params.allow_requantize = True
-        path = folder / f"smollm2-{name}.gguf"
-        rc = llama_cpp.llama_model_quantize(
-            str(bundled_gguf).encode(), str(path).encode(), ctypes.byref(params)
-        )
-        assert rc == 0, name
-        paths[name] = path
+    for name in ("Q4_0", "Q4_K_M", "Q8_0", "Q2_K", "Q5_1", "Q5_K_M"):
+        paths[name] = folder / f"smollm2-{name}.gguf"
+        quantize(bundled_gguf, paths[name], name)
     return paths
 
 
