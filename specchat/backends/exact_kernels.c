@@ -640,6 +640,7 @@ typedef struct {
     float *scales;  /* [m][padded]: the x scale per group */
     float *sums;    /* [m][padded]: x scale * the group's integer sum */
     int32_t *isums; /* [m][padded]: the group's integer sum */
+    int32_t *lows;  /* [m][padded]: the integer sum of the group's first 16 codes */
     int64_t padded; /* groups rounded up to a multiple of 8 (zeros beyond) */
 } int8_rows;
 
@@ -650,6 +651,7 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
     q->scales = calloc((size_t)(m * q->padded), sizeof(float));
     q->sums = calloc((size_t)(m * q->padded), sizeof(float));
     q->isums = calloc((size_t)(m * q->padded), sizeof(int32_t));
+    q->lows = calloc((size_t)(m * q->padded), sizeof(int32_t));
     for (int64_t r = 0; r < m; r++)
         for (int64_t g = 0; g < groups; g++) {
             const float *xg = x + r * cols + g * QGROUP;
@@ -682,6 +684,12 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
                                             _mm256_extracti128_si256(total, 1));
                 sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
                 sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
+                const __m256i first = _mm256_add_epi32(codes[0], codes[1]);
+                __m128i low = _mm_add_epi32(_mm256_castsi256_si128(first),
+                                            _mm256_extracti128_si256(first, 1));
+                low = _mm_add_epi32(low, _mm_shuffle_epi32(low, 0x4e));
+                low = _mm_add_epi32(low, _mm_shuffle_epi32(low, 0xb1));
+                q->lows[r * q->padded + g] = _mm_cvtsi128_si32(low);
                 q->scales[r * q->padded + g] = scale;
                 q->isums[r * q->padded + g] = _mm_cvtsi128_si32(sum);
                 q->sums[r * q->padded + g] = scale * (float)_mm_cvtsi128_si32(sum);
@@ -694,11 +702,13 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
                 top = magnitude > top ? magnitude : top;
             }
             const float scale = top / 127.0f, inverse = top > 0.0f ? 1.0f / scale : 0.0f;
-            int32_t sum = 0;
+            int32_t sum = 0, low = 0;
             for (int i = 0; i < QGROUP; i++) {
                 cg[i] = (int8_t)(int32_t)nearbyintf(xg[i] * inverse);
                 sum += cg[i];
+                low += i < QGROUP / 2 ? cg[i] : 0;
             }
+            q->lows[r * q->padded + g] = low;
             q->scales[r * q->padded + g] = scale;
             q->isums[r * q->padded + g] = sum;
             q->sums[r * q->padded + g] = scale * (float)sum;
@@ -710,6 +720,7 @@ static void free_int8_rows(int8_rows *q) {
     free(q->scales);
     free(q->sums);
     free(q->isums);
+    free(q->lows);
 }
 
 /* -- 4-bit weights, eight rows interleaved ---------------------------------------------------
@@ -932,18 +943,26 @@ static void matmul_nibbles8(const uint8_t *codes, const void *scales, const void
     free_int8_rows(&q);
 }
 
-/* -- int8 weights in groups of 32 (Q8_0, Q5_0), eight rows interleaved ----------------------------
+/* -- int8 weights in groups of 32 or 16 (Q8_0, Q5_0; Q6_K), eight rows interleaved ---------------
  *
- * As the 4-bit layout above, for codes a byte each: per block of 8 rows and group g, chunk c
- * (0..7) is 32 bytes, byte 4j + b holding row j's weight 32g + 4c + b; scales [block][group][8].
- * Row j, token t: isum = the group's exact integer sum of products; acc = fma((float)isum,
- * scale * x_scale, acc), group by group. AVX2 multiplies |w| by x with w's sign (maddubs takes an
- * unsigned operand; |w| and |x| <= 127, so pairs never saturate); VNNI multiplies w + 128 (w xor
- * 0x80, unsigned) and takes 128 times x's group sum back off: the same integers either way. */
+ * As the 4-bit layout above, for codes a byte each: per block of 8 rows and group g of 32, chunk
+ * c (0..7) is 32 bytes, byte 4j + b holding row j's weight 32g + 4c + b; scales
+ * [block][group][sub][8], `sub` scales a group (2 for Q6_K's groups of 16: chunks 0-3, then 4-7).
+ * Row j, token t, per scale's part h: isum = its exact integer sum of products; acc =
+ * fma((float)isum, scale * x_scale, acc), part by part, group by group. AVX2 multiplies |w| by x
+ * with w's sign (maddubs takes an unsigned operand; |w| and |x| <= 127, so pairs never
+ * saturate); VNNI multiplies w + 128 (w xor 0x80, unsigned) and takes 128 times x's sum over the
+ * part back off: the same integers either way. */
+
+/* x's integer sum over part h of group g (of `sub`), token r */
+static inline int32_t part_sum(const int8_rows *q, int64_t r, int64_t g, int sub, int h) {
+    const int32_t all = q->isums[r * q->padded + g], low = q->lows[r * q->padded + g];
+    return sub == 1 ? all : h == 0 ? low : all - low;
+}
 
 #if defined(HAVE_VNNI512)
 static inline __attribute__((always_inline)) void int8x8_tile(
-    const uint8_t *codes, const void *scales, int half, const int8_rows *q, int64_t r0,
+    const uint8_t *codes, const void *scales, int half, int sub, const int8_rows *q, int64_t r0,
     int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -951,9 +970,10 @@ static inline __attribute__((always_inline)) void int8x8_tile(
     __m256 acc[4];
     for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        __m512i sums[4];
-        for (int j = 0; j < count; j++) sums[j] = _mm512_setzero_si512();
+        __m512i sums[2][4];
+        for (int j = 0; j < count; j++) sums[0][j] = sums[1][j] = _mm512_setzero_si512();
         for (int c = 0; c < 8; c += 2) {
+            const int h = sub == 2 && c >= 4;
             const __m512i raw = _mm512_loadu_si512((const void *)(codes + (g * 8 + c) * 32));
             const __m512i unsigned_w = _mm512_xor_si512(raw, flip);
             for (int j = 0; j < count; j++) {
@@ -961,90 +981,109 @@ static inline __attribute__((always_inline)) void int8x8_tile(
                 int64_t pair;
                 memcpy(&pair, x, 8);
                 const __m512i xv = _mm512_permutexvar_epi32(spread, _mm512_set1_epi64(pair));
-                sums[j] = _mm512_dpbusd_epi32(sums[j], unsigned_w, xv);
+                sums[h][j] = _mm512_dpbusd_epi32(sums[h][j], unsigned_w, xv);
             }
         }
-        const __m256 scale = lanes8(scales, g * ROWS8, half);
-        for (int j = 0; j < count; j++) {
-            const __m256i shifted = _mm256_add_epi32(_mm512_castsi512_si256(sums[j]),
-                                                     _mm512_extracti64x4_epi64(sums[j], 1));
-            const __m256i isum = _mm256_sub_epi32(
-                shifted, _mm256_set1_epi32(128 * q->isums[(r0 + j) * q->padded + g]));
-            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
+        for (int h = 0; h < sub; h++) {
+            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, half);
+            for (int j = 0; j < count; j++) {
+                const __m256i shifted = _mm256_add_epi32(_mm512_castsi512_si256(sums[h][j]),
+                                                         _mm512_extracti64x4_epi64(sums[h][j], 1));
+                const __m256i isum = _mm256_sub_epi32(
+                    shifted, _mm256_set1_epi32(128 * part_sum(q, r0 + j, g, sub, h)));
+                acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
+            }
         }
     }
     for (int j = 0; j < count; j++) results[j] = acc[j];
 }
 #elif defined(HAVE_AVX2)
 static inline __attribute__((always_inline)) void int8x8_tile(
-    const uint8_t *codes, const void *scales, int half, const int8_rows *q, int64_t r0,
+    const uint8_t *codes, const void *scales, int half, int sub, const int8_rows *q, int64_t r0,
     int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        __m256i sums[4];
-        for (int j = 0; j < count; j++) sums[j] = _mm256_setzero_si256();
+        __m256i sums[2][4];
+        for (int j = 0; j < count; j++) sums[0][j] = sums[1][j] = _mm256_setzero_si256();
         for (int c = 0; c < 8; c++) {
+            const int h = sub == 2 && c >= 4;
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(codes + (g * 8 + c) * 32));
             const __m256i magnitudes = _mm256_sign_epi8(raw, raw);
             for (int j = 0; j < count; j++) {
                 int32_t four;
                 memcpy(&four, q->codes + (r0 + j) * cols + QGROUP * g + 4 * c, 4);
                 const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), raw);
-                sums[j] = _mm256_add_epi32(
-                    sums[j], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed_x), ones));
+                sums[h][j] = _mm256_add_epi32(
+                    sums[h][j],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed_x), ones));
             }
         }
-        const __m256 scale = lanes8(scales, g * ROWS8, half);
-        for (int j = 0; j < count; j++) acc[j] = add_group(acc[j], sums[j], scale, q, r0 + j, g);
+        for (int h = 0; h < sub; h++) {
+            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, half);
+            for (int j = 0; j < count; j++)
+                acc[j] = add_group(acc[j], sums[h][j], scale, q, r0 + j, g);
+        }
     }
     for (int j = 0; j < count; j++) results[j] = acc[j];
 }
 #endif
 
 /* The same sums one row and token at a time, for builds without AVX2. */
-static void int8x8_plain(const uint8_t *codes, const void *scales, int half, const int8_rows *q,
-                         int64_t r, int64_t cols, float results[ROWS8]) {
+static void int8x8_plain(const uint8_t *codes, const void *scales, int half, int sub,
+                         const int8_rows *q, int64_t r, int64_t cols, float results[ROWS8]) {
     const int64_t groups = cols / QGROUP;
     const int8_t *x = q->codes + r * cols;
     for (int j = 0; j < ROWS8; j++) {
         float acc = 0.0f;
         for (int64_t g = 0; g < groups; g++) {
-            int32_t isum = 0;
+            int32_t isum[2] = {0, 0};
             for (int c = 0; c < 8; c++)
                 for (int b = 0; b < 4; b++)
-                    isum += (int8_t)codes[(g * 8 + c) * 32 + 4 * j + b] * x[QGROUP * g + 4 * c + b];
-            const float factor = lane_value(scales, g * ROWS8 + j, half) * q->scales[r * q->padded + g];
-            acc = fmaf((float)isum, factor, acc);
+                    isum[sub == 2 && c >= 4] +=
+                        (int8_t)codes[(g * 8 + c) * 32 + 4 * j + b] * x[QGROUP * g + 4 * c + b];
+            for (int h = 0; h < sub; h++) {
+                const float factor = lane_value(scales, (g * sub + h) * ROWS8 + j, half) *
+                                     q->scales[r * q->padded + g];
+                acc = fmaf((float)isum[h], factor, acc);
+            }
         }
         results[j] = acc;
     }
 }
 
-static void matmul_int8x8(const uint8_t *codes, const void *scales, int half, int64_t rows,
-                          int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
-                          int32_t threads) {
+static void matmul_int8x8(const uint8_t *codes, const void *scales, int half, int sub,
+                          int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
+                          int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
     quantize_rows(xf, m, cols, &q);
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {
         const uint8_t *c = codes + block * groups * 8 * 32;
-        const void *s = (const char *)scales + block * groups * ROWS8 * (half ? 2 : 4);
+        const void *s = (const char *)scales + block * groups * sub * ROWS8 * (half ? 2 : 4);
         const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
         float values[4][ROWS8];
 #if defined(HAVE_AVX2)
         for (int64_t r = 0; r < m; r += 4) {
             const int count = m - r >= 4 ? 4 : (int)(m - r);
             __m256 results[4];
-            switch (count) { /* constant counts: sums stay in registers */
-            case 4: int8x8_tile(c, s, half, &q, r, cols, 4, results); break;
-            case 3: int8x8_tile(c, s, half, &q, r, cols, 3, results); break;
-            case 2: int8x8_tile(c, s, half, &q, r, cols, 2, results); break;
-            default: int8x8_tile(c, s, half, &q, r, cols, 1, results); break;
+            /* constant counts and parts: sums stay in registers */
+#define TILES(SUB)                                                                           \
+    switch (count) {                                                                         \
+    case 4: int8x8_tile(c, s, half, SUB, &q, r, cols, 4, results); break;                   \
+    case 3: int8x8_tile(c, s, half, SUB, &q, r, cols, 3, results); break;                   \
+    case 2: int8x8_tile(c, s, half, SUB, &q, r, cols, 2, results); break;                   \
+    default: int8x8_tile(c, s, half, SUB, &q, r, cols, 1, results); break;                  \
+    }
+            if (sub == 2) {
+                TILES(2)
+            } else {
+                TILES(1)
             }
+#undef TILES
             for (int j = 0; j < count; j++) {
                 _mm256_storeu_ps(values[j], results[j]);
                 store_rows8(out, out_is_bf16, (r + j) * rows + first, kept, values[j]);
@@ -1052,7 +1091,7 @@ static void matmul_int8x8(const uint8_t *codes, const void *scales, int half, in
         }
 #else
         for (int64_t r = 0; r < m; r++) {
-            int8x8_plain(c, s, half, &q, r, cols, values[0]);
+            int8x8_plain(c, s, half, sub, &q, r, cols, values[0]);
             store_rows8(out, out_is_bf16, r * rows + first, kept, values[0]);
         }
 #endif
@@ -1064,7 +1103,7 @@ static void matmul_int8x8(const uint8_t *codes, const void *scales, int half, in
  * own forms: float32 rows (`f32`), int8 codes with a float32 scale (and zero) per `group`
  * weights (the exact form of Q8_0, Q5_x and Q6_K blocks), or 4-bit codes (`code_bits` 4) with a
  * scale and zero per 32 (Q4_0, Q4_1, Q4_K). With `int8_x`, 4-bit codes and int8 codes in groups
- * of 32 without zeros (Q8_0, Q5_0), both then interleaved by eight rows (matmul_nibbles8,
+ * of 32 or 16 without zeros (Q8_0, Q5_0, Q6_K), both then interleaved by eight rows (matmul_nibbles8,
  * matmul_int8x8), meet x rounded to 8 bits (above), their scales and zeros float16 where
  * `half_scales`; everything else meets float32 x. Each
  * weight row is read once for all m rows; every output is the same fixed-order sum whatever m
@@ -1087,8 +1126,10 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
         free(scratch);
         return;
     }
-    if (int8_x && kind == SCALED_CODES && group == QGROUP) { /* interleaved by eight rows */
-        matmul_int8x8(codes, scales, half_scales, rows, cols, xf, m, out, out_is_bf16, threads);
+    if (int8_x && kind == SCALED_CODES && (group == QGROUP || group == QGROUP / 2)) {
+        /* interleaved by eight rows */
+        matmul_int8x8(codes, scales, half_scales, QGROUP / group, rows, cols, xf, m, out,
+                      out_is_bf16, threads);
         free(scratch);
         return;
     }

@@ -203,19 +203,19 @@ class GroupedInt8:
 
     def by_eight(self) -> GroupedInt8:
         """The same codes interleaved by eight rows, as exact_kernels.c's matmul_int8x8 reads
-        them (groups of 32, no zeros; rows padded with zeros to a multiple of 8): per block of 8
-        rows and group, chunk c holds row j's codes 4c..4c+3 at bytes 4j..; scales
-        [block][group][8]."""
+        them (groups of 32 or 16, no zeros; rows padded with zeros to a multiple of 8): per block
+        of 8 rows and group of 32, chunk c holds row j's codes 4c..4c+3 at bytes 4j..; scales
+        [block][group of 32][its groups of `group`][8]."""
         rows, cols = self.shape
-        groups, blocks = cols // 32, -(-rows // 8)
+        groups, blocks, sub = cols // 32, -(-rows // 8), 32 // self.group
         pad = blocks * 8 - rows
         codes = np.pad(self.codes, ((0, pad), (0, 0))).reshape(blocks, 8, groups, 8, 4)
-        scales = np.pad(self.scales, ((0, pad), (0, 0))).reshape(blocks, 8, groups)
+        scales = np.pad(self.scales, ((0, pad), (0, 0))).reshape(blocks, 8, groups, sub)
         return GroupedInt8(
             np.ascontiguousarray(codes.transpose(0, 2, 3, 1, 4)).reshape(blocks * 8, cols),
-            np.ascontiguousarray(scales.transpose(0, 2, 1)).reshape(blocks * 8, groups),
+            np.ascontiguousarray(scales.transpose(0, 2, 3, 1)).reshape(blocks * 8, groups * sub),
             None,
-            32,
+            self.group,
         )
 
     def dequantize(self) -> np.ndarray:

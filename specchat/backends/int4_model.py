@@ -170,7 +170,7 @@ class RowsLinear:
             ):
                 self.zeros = None
         elif isinstance(weight, GroupedInt8):
-            if weight.group == GROUP_SIZE and weight.zeros is None:  # Q8_0, Q5_0
+            if weight.zeros is None:  # Q8_0, Q5_0 (groups of 32), Q6_K (16)
                 weight = weight.by_eight()  # as exact_kernels.c's matmul_int8x8 reads them
             self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
             self.group, self.f32 = weight.group, None

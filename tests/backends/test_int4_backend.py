@@ -131,7 +131,7 @@ def test_other_types_are_carried_as_the_files_weights(quantized, file, kind, lev
         layer = RowsLinear(grouped, library=kernels(level))(torch.eye(cols, dtype=torch.bfloat16))
         dense = RowsLinear(exact, float32_out=True, library=kernels(level))(torch.eye(cols))
     assert torch.equal(dense.T, torch.from_numpy(exact))
-    if linear.int8_x and grouped.group == 32 and grouped.zeros is None:
+    if linear.int8_x and grouped.zeros is None:  # groups of 32 (Q8_0, Q5_0) or 16 (Q6_K)
         # x rounded to 8 bits: a one-hot row is exactly 127 times its scale 1/127, so each
         # weight comes back within a few float32 roundings of the file's
         assert np.allclose(head.T.numpy(), exact, rtol=4e-7, atol=0)
@@ -139,6 +139,31 @@ def test_other_types_are_carried_as_the_files_weights(quantized, file, kind, lev
     else:
         assert torch.equal(head.T, torch.from_numpy(exact))
         assert torch.equal(layer.T, torch.from_numpy(exact).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("kind", ["Q6_K", "Q8_0"])
+def test_int8_groups_of_16_and_32_give_the_same_bits_at_every_level_and_in_any_block(
+    quantized, kind
+) -> None:
+    """Q6_K's groups of 16 run the interleaved int8 kernel as Q8_0's groups of 32 do (two
+    scales a group of 32): every level gives the plain C bits, and a token's row is the same
+    whether it is computed alone or beside five others."""
+    tensors = GGUFTensors(quantized["Q4_K_M" if kind == "Q6_K" else "Q8_0"])
+    name = next(n for n in tensors._tensors if tensors.type_name(n) == kind and "blk." in n)
+    grouped = tensors.grouped_int8(name)
+    x = torch.from_numpy(np.random.default_rng(7).standard_normal((6, grouped.shape[1])))
+    x = x.to(torch.bfloat16)
+    results = {}
+    with torch.inference_mode():
+        for level in LEVELS_HERE:
+            linear = RowsLinear(grouped, library=kernels(level))
+            assert linear.form == "int8"
+            together = linear(x)
+            alone = torch.cat([linear(x[i : i + 1]) for i in range(len(x))])
+            assert torch.equal(together, alone), level
+            results[level] = together
+    for level in LEVELS_HERE[1:]:
+        assert torch.equal(results[level], results["generic"]), level
 
 
 @pytest.mark.parametrize("threads", [1, 2])
