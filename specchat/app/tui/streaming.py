@@ -58,16 +58,14 @@ class AnswerStream:
     threads (deque appends and pops are atomic)."""
 
     def __init__(self, pacer: FlushPacer | None = None) -> None:
-        self._events: deque[tuple[StepEvent, str]] = deque()
+        self._events: deque[StepEvent] = deque()
         self.pacer = pacer or FlushPacer()
 
-    def put(self, event: StepEvent, rejected_text: str = "") -> None:
-        """A step, with its rejected draft tokens as text (the worker turns ids into text, so
-        the UI thread never asks the model)."""
-        self._events.append((event, rejected_text))
+    def put(self, event: StepEvent) -> None:
+        self._events.append(event)
 
-    def take(self) -> list[tuple[StepEvent, str]]:
-        """Everything put since the last take, in order: (step, its rejected text)."""
+    def take(self) -> list[StepEvent]:
+        """Every step put since the last take, in order."""
         taken = []
         while True:
             try:

@@ -150,7 +150,8 @@ async def test_streamed_answer_looks_as_the_finished_one(backend, monkeypatch):
                 size = 3 + step % 7
                 n_tokens = 3 if step % 3 == 0 else 1
                 step_event = StepEvent((7,) * n_tokens, text[at : at + size], 2, 2, "pld", 0)
-                chat._stream.put(step_event, chat._record.add(step_event))  # as the worker does
+                chat._record.add(step_event)  # as the worker does
+                chat._stream.put(step_event)
                 at, step = at + size, step + 1
                 if step % 4 == 0:
                     await chat._flush_steps()

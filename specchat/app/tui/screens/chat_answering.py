@@ -79,10 +79,10 @@ class Answering:
         stream: AnswerStream,
         record: AnswerRecord,
     ) -> None:
-        """A worker: each step is kept in `record` (what the chat stores) and goes into the
-        stream, which this screen drains at its own pace (`streaming.py`: no message per step),
-        with its rejected draft tokens as text; AnswerDone, with the finished record, or
-        AnswerFailed comes after the last step was put."""
+        """A worker: each step is kept in `record` (what the chat stores, its rejected drafts as
+        text: the worker asks the model, never the UI thread) and goes into the stream, which
+        this screen drains at its own pace (`streaming.py`: no message per step); AnswerDone,
+        with the finished record, or AnswerFailed comes after the last step was put."""
         done = None
         try:
             for event in events:
@@ -91,7 +91,8 @@ class Answering:
                 elif isinstance(event, LeftOut):
                     self.post_message(TurnsLeftOut(answer_id, event.left_out, event.n_ctx))
                 else:
-                    stream.put(event, record.add(event))
+                    record.add(event)
+                    stream.put(event)
             record.finish(done)
         except Exception as exc:  # a bug or a runtime failure: show it, keep the app
             self.post_message(AnswerFailed(answer_id, error_text(exc)))
@@ -114,11 +115,10 @@ class Answering:
         one of the status bar, however many steps came (see `streaming.py`)."""
         if self._stream is None or self._answer is None:
             return
-        taken = self._stream.take()
-        if not taken:
+        events = self._stream.take()
+        if not events:
             return
-        events = [event for event, _ in taken]
-        await self._answer.add_steps(events, [rejected for _, rejected in taken])
+        await self._answer.add_steps(events)
         for event in events:
             self.figures.add(event)
         self.figures.elapsed = time.monotonic() - self._answer_started

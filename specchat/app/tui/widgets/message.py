@@ -13,7 +13,6 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, Static
 
-from specchat.answer_steps import DraftStep
 from specchat.app.tui.keys import ANSWER_KEYS, MESSAGE_KEYS, QUESTION_KEYS, bindings
 from specchat.app.tui.widgets.answer_body import AnswerBody
 from specchat.engine.events import StepEvent
@@ -89,7 +88,6 @@ class AssistantMessage(Turn):
         self.streaming = stored is None
         if stored is not None:
             self.runs = RunText(stored.content, list(stored.runs))
-        self.steps: list[DraftStep] = []  # this answer's steps while it streams (drafts view)
 
     def compose(self) -> ComposeResult:
         yield Label(self._header(), classes="role")
@@ -124,13 +122,11 @@ class AssistantMessage(Turn):
     def text(self) -> str:
         return self.runs.text
 
-    async def add_steps(self, events: Sequence[StepEvent], rejected: Sequence[str] = ()) -> None:
-        """A batch of steps: their text added, one repaint of the answer's last block.
-        `rejected`: each step's drafted text the target did not take, for the drafts view."""
-        for i, event in enumerate(events):
+    async def add_steps(self, events: Sequence[StepEvent]) -> None:
+        """A batch of steps: their text added, one repaint of the answer's last block (what
+        the chat keeps of the answer is the worker's `AnswerRecord`, not this)."""
+        for event in events:
             self.runs.add_step(event.text, len(event.tokens), event.source)
-            if not event.tail:  # text held back and released at the end: no step
-                self.steps.append(DraftStep.of(event, rejected[i] if i < len(rejected) else ""))
         decoder = events[-1].decoder if events else self.decoder
         if decoder != self.decoder:
             self.decoder = decoder
