@@ -640,18 +640,19 @@ typedef struct {
     float *scales;  /* [m][padded]: the x scale per group */
     float *sums;    /* [m][padded]: x scale * the group's integer sum */
     int32_t *isums; /* [m][padded]: the group's integer sum */
-    int32_t *lows;  /* [m][padded]: the integer sum of the group's first 16 codes */
+    int32_t *lows;  /* [m][padded]: the integer sum of the group's first 16 codes, where asked */
     int64_t padded; /* groups rounded up to a multiple of 8 (zeros beyond) */
 } int8_rows;
 
-static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q) {
+/* `halves`: also each group's first-half sum (int8 weights in groups of 16 need it). */
+static void quantize_rows(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q) {
     const int64_t groups = cols / QGROUP;
     q->padded = (groups + 7) / 8 * 8;
     q->codes = malloc((size_t)(m * cols));
     q->scales = calloc((size_t)(m * q->padded), sizeof(float));
     q->sums = calloc((size_t)(m * q->padded), sizeof(float));
     q->isums = calloc((size_t)(m * q->padded), sizeof(int32_t));
-    q->lows = calloc((size_t)(m * q->padded), sizeof(int32_t));
+    q->lows = halves ? calloc((size_t)(m * q->padded), sizeof(int32_t)) : NULL;
     for (int64_t r = 0; r < m; r++)
         for (int64_t g = 0; g < groups; g++) {
             const float *xg = x + r * cols + g * QGROUP;
@@ -684,12 +685,14 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
                                             _mm256_extracti128_si256(total, 1));
                 sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4e));
                 sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xb1));
-                const __m256i first = _mm256_add_epi32(codes[0], codes[1]);
-                __m128i low = _mm_add_epi32(_mm256_castsi256_si128(first),
-                                            _mm256_extracti128_si256(first, 1));
-                low = _mm_add_epi32(low, _mm_shuffle_epi32(low, 0x4e));
-                low = _mm_add_epi32(low, _mm_shuffle_epi32(low, 0xb1));
-                q->lows[r * q->padded + g] = _mm_cvtsi128_si32(low);
+                if (halves) {
+                    const __m256i first = _mm256_add_epi32(codes[0], codes[1]);
+                    __m128i low = _mm_add_epi32(_mm256_castsi256_si128(first),
+                                                _mm256_extracti128_si256(first, 1));
+                    low = _mm_add_epi32(low, _mm_shuffle_epi32(low, 0x4e));
+                    low = _mm_add_epi32(low, _mm_shuffle_epi32(low, 0xb1));
+                    q->lows[r * q->padded + g] = _mm_cvtsi128_si32(low);
+                }
                 q->scales[r * q->padded + g] = scale;
                 q->isums[r * q->padded + g] = _mm_cvtsi128_si32(sum);
                 q->sums[r * q->padded + g] = scale * (float)_mm_cvtsi128_si32(sum);
@@ -708,7 +711,7 @@ static void quantize_rows(const float *x, int64_t m, int64_t cols, int8_rows *q)
                 sum += cg[i];
                 low += i < QGROUP / 2 ? cg[i] : 0;
             }
-            q->lows[r * q->padded + g] = low;
+            if (halves) q->lows[r * q->padded + g] = low;
             q->scales[r * q->padded + g] = scale;
             q->isums[r * q->padded + g] = sum;
             q->sums[r * q->padded + g] = scale * (float)sum;
@@ -720,7 +723,7 @@ static void free_int8_rows(int8_rows *q) {
     free(q->scales);
     free(q->sums);
     free(q->isums);
-    free(q->lows);
+    free(q->lows); /* NULL where not asked: free ignores it */
 }
 
 /* -- 4-bit weights, eight rows interleaved ---------------------------------------------------
@@ -909,7 +912,7 @@ static void matmul_nibbles8(const uint8_t *codes, const void *scales, const void
                             int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
                             int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
-    quantize_rows(xf, m, cols, &q);
+    quantize_rows(xf, m, cols, 0, &q);
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {
@@ -1058,7 +1061,7 @@ static void matmul_int8x8(const uint8_t *codes, const void *scales, int half, in
                           int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
                           int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
-    quantize_rows(xf, m, cols, &q);
+    quantize_rows(xf, m, cols, sub == 2, &q);
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {

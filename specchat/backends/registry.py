@@ -45,6 +45,12 @@ class Runtime:
     self_drafts: str = ""  # module:function (backend, layers) -> its first layers as a draft
     bundled_draft: bool = False  # the bundled model has a default draft on it
 
+    @property
+    def own_format(self) -> str | None:
+        """The format it runs as its own (the first it names; None for a server): a model of
+        that format is the chooser's to place on it."""
+        return self.formats[0] if self.formats else None
+
     def load(self, path: Path | None, options, progress: Callable[[str], None] | None):
         return _function(self.loader)(path, options, progress)
 
@@ -112,4 +118,4 @@ def native_runtimes(model_format: str) -> list[Runtime]:
     """The runtimes whose own format `model_format` is, in the registry's order: the chooser's
     candidates for such a model (`runtimes.py`). A runtime may read other formats too (the hf
     runtime reads a GGUF) when the user names it."""
-    return [r for r in RUNTIMES.values() if r.formats[:1] == (model_format,)]
+    return [r for r in RUNTIMES.values() if r.own_format == model_format]

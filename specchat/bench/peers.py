@@ -91,7 +91,7 @@ def _gguf_file(backend: Backend) -> str | None:
     """The GGUF file `backend` runs, when it runs one as its own format (not transformers'
     conversion of it): what llama.cpp's own methods are set beside."""
     made_by = runtime_of(backend)
-    if made_by is None or made_by.formats[:1] != (GGUF,):
+    if made_by is None or made_by.own_format != GGUF:
         return None
     return backend.model_path
 
