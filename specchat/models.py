@@ -266,7 +266,7 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
                 raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
             options = replace(options, speculative=False)  # its runtime, unless named: measured
         options = replace(options, n_ctx=target.n_ctx)
-        _, named = _resolve(spec, options)
+        named = runtime(options.backend) if options.backend else None  # None: the chooser's
         if made_by and made_by.torch_threads and (named is None or named.torch_threads):
             options = replace(options, threads=target.threads)
         draft = _load_shared_draft(spec, options)
