@@ -122,6 +122,25 @@ class StoredMessage:
     # an answer's steps: written with it when given; `HistoryStore.answer_steps` reads them back
     steps: AnswerSteps | None = None
 
+    @property
+    def written_by(self) -> tuple[str, ...]:
+        """Every decoder that wrote this answer, in the order they ran (a switch mid-answer
+        makes two or more); the stored decoder alone for answers kept without them."""
+        names = tuple(self.stats.decoders) if self.stats is not None else ()
+        if self.decoder and self.decoder not in names:
+            names += (self.decoder,)
+        return names
+
+    @property
+    def written_by_label(self) -> str:
+        """`written_by` as one label ("suffix → greedy"); "" when unknown."""
+        return decoders_label(self.written_by)
+
+
+def decoders_label(names: tuple[str, ...]) -> str:
+    """The decoders that wrote an answer, as its header and exports name them."""
+    return " → ".join(names)
+
 
 def _run_span(stored: list) -> RunSpan:
     """A stored span; those saved before sources were kept have three fields."""

@@ -243,15 +243,17 @@ class RunOption:
             optional=self.optional,
         )
 
-    def parse(self, value: object, label: str) -> object:
+    def parse(self, value: object, label: str, *, saved: bool = False) -> object:
         """The checked value of `value` (typed, or text), or a one-line SpecchatError that names
-        it as `label` (a flag, or a settings key)."""
+        it as `label` (a flag, or a settings key). `saved`: read from the settings file, where
+        an older version's "not set" (`legacy_unset`) still means not set; a flag or variable
+        giving that value is checked like any other."""
         if self.repeatable:
             items = [value] if isinstance(value, str) else value
             if not isinstance(items, list | tuple):
                 raise SpecchatError(f"{label} must be a list, not {value!r}")
             return [self._one(item, label) for item in items]
-        if value is not None and value == self.info.legacy_unset and self.optional:
+        if saved and value is not None and value == self.info.legacy_unset and self.optional:
             return None
         if self.kind is str and self.optional and value == "":
             return None

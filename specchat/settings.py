@@ -41,7 +41,7 @@ def _read(option: RunOption, table: dict) -> object:
     if option.name not in table:
         return option.default
     try:
-        return option.parse(table[option.name], option.settings_key)
+        return option.parse(table[option.name], option.settings_key, saved=True)
     except SpecchatError as exc:
         raise ValueError(str(exc)) from None
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 _PADDING = 2  # rich's cell padding, one space each side
@@ -51,22 +52,37 @@ def tables(
 ) -> list[Table]:
     """The rows as one table, or as several when one would not fit `width` columns."""
     made = []
-    groups = split_columns(columns, rows, width)
+    whole = list(range(len(columns)))
+    groups = [whole] if _fits(_table(title, columns, rows, whole), width) else []
+    groups = groups or split_columns(columns, rows, width)
     for number, group in enumerate(groups):
         part = "" if len(groups) == 1 else f" ({number + 1}/{len(groups)})"
-        table = Table(title=title + part, box=box.SIMPLE_HEAD, collapse_padding=True)
-        for index in group:
-            column = columns[index]
-            table.add_column(
-                column.header,
-                justify="right" if column.numeric else "left",
-                no_wrap=True,
-                overflow="fold",
-            )
-        for row in rows:
-            table.add_row(*(row[index] for index in group))
-        made.append(table)
+        made.append(_table(title + part, columns, rows, group))
     return made
+
+
+def _table(
+    title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]], group: Sequence[int]
+) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, collapse_padding=True)
+    for index in group:
+        column = columns[index]
+        table.add_column(
+            column.header,
+            justify="right" if column.numeric else "left",
+            no_wrap=True,
+            overflow="fold",
+        )
+    for row in rows:
+        table.add_row(*(row[index] for index in group))
+    return table
+
+
+def _fits(table: Table, width: int) -> bool:
+    """Whether rich draws `table` within `width` columns without squeezing a cell (measured
+    by rich itself: the split's estimate is kept for tables that do not fit)."""
+    console = Console(width=10_000)  # room for its natural width: a measure never exceeds it
+    return Measurement.get(console, console.options, table).maximum <= width
 
 
 def print_table(

@@ -17,7 +17,9 @@ def chat_markdown(title: str, messages: list[StoredMessage]) -> str:
     """The chat's transcript (its current branch) as a Markdown document."""
     lines = [f"# {title}", ""]
     for message in messages:
-        heading = "You" if message.role == "user" else f"Assistant ({message.decoder or '?'})"
+        heading = (
+            "You" if message.role == "user" else f"Assistant ({message.written_by_label or '?'})"
+        )
         lines += [f"## {heading}", "", message.content.rstrip(), ""]
         if message.finish_reason == "cancelled":
             lines += ["*(stopped)*", ""]

@@ -39,7 +39,7 @@ def list_chats(store: HistoryStore, as_json: bool, limit: int | None = None) -> 
 
 
 def _heading(message: StoredMessage) -> str:
-    who = "you" if message.role == "user" else f"assistant · {message.decoder or '?'}"
+    who = "you" if message.role == "user" else f"assistant · {message.written_by_label or '?'}"
     if message.finish_reason == "cancelled":
         who += " · stopped"
     marker = branch_marker(message)

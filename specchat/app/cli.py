@@ -91,15 +91,17 @@ def main_callback(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version")
     ] = False,
+    param: ParamOpt = [],  # noqa: B006 - typer reads the default
     flags: dict[str, object] | None = None,
 ) -> None:
     """Without a command: open the chat."""
     if ctx.invoked_subcommand is not None:
         return
     from specchat.app.tui import open_chat
+    from specchat.decoding.registry import with_params
 
     settings, config, broken = run_config(CHAT, flags or {})
-    open_chat(settings, config, broken)
+    open_chat(settings, with_params(config, _parse_params(param)), broken)
 
 
 def _parse_params(values: list[str]) -> dict[str, object]:

@@ -21,8 +21,15 @@ NEW_CHAT = "New chat"
 
 
 def chat_title(text: str) -> str:
-    """A new chat's title: its first question, on one line, cut short."""
-    return " ".join(text.split())[:TITLE_LENGTH] or NEW_CHAT
+    """A new chat's title: its first question, on one line, cut short at a word's end with an
+    ellipsis (a single word longer than the title is cut inside it)."""
+    line = " ".join(text.split())
+    if len(line) <= TITLE_LENGTH:
+        return line or NEW_CHAT
+    cut = line[: TITLE_LENGTH - 1]
+    if line[TITLE_LENGTH - 1] != " " and " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:.") + "…"
 
 
 class Conversation:

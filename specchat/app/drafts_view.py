@@ -140,11 +140,12 @@ def summary_lines(figures: DraftFigures, stats: GenerationStats | None) -> list[
     lines.append(
         f"these passes: {figures.modelled_speedup:.2f}× one-token passes (at {figures.costs_from})"
     )
-    realised = (
-        f"{figures.efficiency:.0%} of it realised"
-        if figures.efficiency is not None
-        else "nothing to realise"
-    )
+    if figures.efficiency is None:
+        realised = "nothing to realise"
+    elif figures.efficiency < 0:  # the answer ran below one-token passes
+        realised = "none of it realised (slower than one-token passes)"
+    else:
+        realised = f"{figures.efficiency:.0%} of it realised"
     lines.append(
         f"oracle: {oracle.speedup:.2f}× with perfect draft lengths over these drafts · "
         f"{realised} · {oracle.copyable:.0%} of tokens drafted right"

@@ -4,8 +4,8 @@ The command-line entry points (`ask`, the line-mode chat) load the model in the 
 the model's first passes (pass costs, the exactness probe) run there: torch's OpenMP pool then
 lives on that thread, and parallel ops in any other thread run several times slower for as long
 as it does (docs/benchmarks.md has the measurement). So they generate where
-the model was loaded, not through `AnswerEngine.start`; the chat loads and generates in its own
-workers and never computes in its main thread.
+the model was loaded, not through `AnswerEngine.start`; the chat loads, answers and races on its
+one model thread (`model_thread.py`) and never computes in its main thread.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ adding a decoder is writing its class and one `register` line. No decoder name a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from specchat.backends.base import Backend, is_server
 from specchat.backends.registry import SERVER
@@ -178,6 +179,23 @@ def run_params(
     return result
 
 
+def with_params(config: RunConfig, raw: Mapping[str, object]) -> RunConfig:
+    """The chat's `--param`: a bare `name=value` goes to every decoder that takes it (the chat
+    can switch to any), `decoder.name=value` to that one; checked before the model loads and
+    kept for this run only (never written to settings.toml)."""
+    if not raw:
+        return config
+    names = list(DECODERS)
+    per = scoped_params(names, raw)
+    decoders = {**config.decoders}
+    for name, values in per.items():
+        if values:
+            decoders[name] = {**decoders.get(name, {}), **values}
+    changed = replace(config, decoders=decoders)
+    run_params(names, changed)  # one line for a value a decoder refuses
+    return changed
+
+
 def sampling_for(name: str | None, config: RunConfig) -> SamplingParams:
     """The sampling decoder `name` runs with: its temperature from --temperature or the
     settings, else the decoder's own default; top-k, top-p and seed from the run. With no decoder
@@ -185,6 +203,11 @@ def sampling_for(name: str | None, config: RunConfig) -> SamplingParams:
     cls = decoder_class(name) if name is not None else None
     temperature = config.temperature_for(name) if name is not None else config.temperature
     if cls is not None and temperature and not cls.takes_temperature:
+        if config.temperature is None:  # not a flag: the settings file's [decoders.NAME] table
+            raise SpecchatError(
+                f"{name} never samples, but settings.toml's [decoders.{name}] sets "
+                f"temperature = {temperature}: remove that line"
+            )
         raise SpecchatError(f"{name} never samples: drop --temperature")
     default = cls.default_temperature if cls is not None else 0.0
     chosen = default if temperature is None else temperature

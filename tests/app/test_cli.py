@@ -107,6 +107,9 @@ def test_models_lists_the_bundled_default():
         (("ask", "word " * 300, "--n-ctx", "128", "--raw"), "context window"),
         (("ask", "word " * 300, "--n-ctx", "128", "--raw", "--backend", "hf"), "context window"),
         (("ask", "hi", "--max-tokens", "0"), "--max-tokens"),
+        (("ask", "hi", "--threads", "0"), "--threads"),
+        (("-p", "num_beams=0"), "num_beams"),
+        (("-p", "no_such_param=1"), "no_such_param"),
         (("ask",), "Missing"),
     ],
 )
@@ -240,3 +243,21 @@ def test_ask_explain_shows_the_drafts(tmp_path):
     assert answer_text.strip() == done["text"].strip()
     assert "tokens per step" in explained and "oracle" in explained
     assert "rejected" in explained and "landed" in explained
+
+
+def test_a_temperature_greedy_cannot_take_is_blamed_on_the_settings_file(tmp_path):
+    """Older versions' Ctrl+G saved a temperature for greedy: the error says where it is."""
+    (tmp_path / "settings.toml").write_text("[decoders.greedy]\ntemperature = 0.7\n")
+    result = run_cli("ask", "Hi", "-d", "greedy", env={"SPECCHAT_CONFIG_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert "settings.toml" in result.stderr and "[decoders.greedy]" in result.stderr
+    assert "--temperature" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_chats_param_reaches_every_decoder_that_takes_it():
+    from specchat.decoding.registry import run_params, with_params
+    from specchat.options import RunConfig
+
+    config = with_params(RunConfig(), {"num_beams": "3", "pld.max_ngram": "2"})
+    assert run_params(["beam"], config)["beam"]["num_beams"] == 3
+    assert run_params(["pld"], config)["pld"]["max_ngram"] == 2

@@ -90,6 +90,12 @@ class SpecchatApp(App):
     def on_unmount(self) -> None:
         self.session.close()
 
+    async def action_quit(self) -> None:
+        """Ctrl+Q: an answer still running is stopped and stored first, as Esc would keep it."""
+        if self.chat is not None:
+            await self.chat.stop_answer_and_keep()
+        self.exit()
+
     # -- themes ----------------------------------------------------------------------------------
     @property
     def palette(self) -> RunPalette:

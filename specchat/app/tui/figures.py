@@ -11,7 +11,7 @@ from rich.text import Text
 from specchat.engine.events import StepEvent
 from specchat.engine.stats import GenerationStats
 from specchat.evaluation.figures import not_target_distribution
-from specchat.history import StoredMessage
+from specchat.history import StoredMessage, decoders_label
 
 FINISH_LABELS = {
     "eos": "EOS",
@@ -25,9 +25,14 @@ FINISH_LABELS = {
 
 @dataclass
 class Figures:
+    """The status line's head names the active decoder (what the next step or answer runs) and
+    its parameters; the figures below it are an answer's, named by `answer_by` wherever that
+    answer was written by another decoder (an opened chat's last answer, a switch since)."""
+
     decoder: str = ""
     params: str = ""
     pending: str | None = None  # a decoder that takes over at the next step
+    answer_by: tuple[str, ...] = ()  # the decoders that wrote the answer the figures are of
     stats: GenerationStats = field(default_factory=GenerationStats)
     elapsed: float = 0.0
     finish: str | None = None
@@ -37,12 +42,15 @@ class Figures:
         self.decoder = event.decoder
         if self.pending == event.decoder:
             self.pending = None
+        if event.decoder and event.decoder not in self.answer_by:
+            self.answer_by += (event.decoder,)
         self.stats = self.stats.with_step(event)
 
-    def finished(self, decoder: str, finish: str, elapsed: float) -> None:
-        """The answer ended: its figures stay, the decoder that ran last is shown, no other
-        decoder is pending (a switch that came too late applies to the next answer)."""
-        self.decoder = decoder
+    def finished(self, active: str, params: str, finish: str, elapsed: float) -> None:
+        """The answer ended: its figures stay, the active decoder is shown (a switch that came
+        too late applies to the next answer, and is no longer pending)."""
+        self.decoder = active
+        self.params = params
         self.pending = None
         self.finish = finish
         self.elapsed = elapsed
@@ -65,11 +73,13 @@ class Figures:
         return self.stats.acceptance_rate if self.stats.drafted else None
 
     @classmethod
-    def stored(cls, message: StoredMessage) -> Figures:
-        """Figures of a finished answer, from what the history keeps of it."""
+    def stored(cls, message: StoredMessage, active: str, params: str) -> Figures:
+        """Figures of a finished answer, from what the history keeps of it, under the active
+        decoder `active` with its `params`."""
         return cls(
-            decoder=message.decoder or "?",
-            params=message.params,
+            decoder=active,
+            params=params,
+            answer_by=message.written_by,
             stats=message.stats or GenerationStats(),
             elapsed=message.elapsed_seconds,
             finish=message.finish_reason,
@@ -95,6 +105,8 @@ def status_text(figures: Figures, model: str) -> Text:
     inexact = not_target_distribution(figures.stats.distance_per_token)
     if inexact:
         text.append(f"  {inexact}", style="bold reverse")
+    if figures.answer_by and figures.answer_by != (figures.decoder,):
+        text.append(f"  by {decoders_label(figures.answer_by)}", style="italic")
     if figures.streaming:
         text.append("  ● generating", style="bold")
     elif figures.finish:

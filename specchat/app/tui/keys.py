@@ -52,7 +52,14 @@ def _spell(key: str) -> str:
 # typed into the prompt
 PROMPT_KEYS = (
     Key("enter", "submit", "send", "send", priority=False, bound=False),
-    Key("ctrl+j,shift+enter", "newline", "newline", "new line in the message", priority=False),
+    Key(
+        "ctrl+j,shift+enter",
+        "newline",
+        "newline",
+        "new line in the message",
+        priority=False,
+        bound=False,  # handled with the key itself, in order with the typed characters
+    ),
     Key(
         "up",
         "edit_last",

@@ -12,7 +12,15 @@ import pytest
 
 from specchat.decoding.registry import default_decoder
 
-from .tmux import ask, needs_tmux, quit_and_close, start_specchat, wait_for, wait_until_usable
+from .tmux import (
+    ask,
+    keys,
+    needs_tmux,
+    quit_and_close,
+    start_specchat,
+    wait_for,
+    wait_until_usable,
+)
 
 pytestmark = needs_tmux
 
@@ -36,5 +44,26 @@ def test_specchat_in_tmux(private_dirs):
         )
         assert lines[header + 1].strip(" █"), "the answer's first line is on screen"
         assert "ended: " in screen
+    finally:
+        quit_and_close(session)
+
+
+@pytest.mark.slow
+def test_ctrl_j_in_a_burst_of_keys_breaks_the_line_where_it_was_typed(private_dirs):
+    """A paste or a laggy link delivers keys in one read: each Ctrl+J lands between the words
+    typed around it, not after all of them."""
+    session = start_specchat(private_dirs, "threads = 1\nmax_tokens = 8\n", name="burst")
+    try:
+        wait_until_usable(session)
+        time.sleep(3)  # settled: the start-up notifications gone, the prompt idle
+        for _ in range(3):
+            keys(session, "first", "C-j", "second", "C-j", "third", "C-j")
+            time.sleep(0.3)
+        keys(session, "ant", "C-j", "bee", "C-j", "cat")
+        screen = wait_for(session, lambda s: "cat" in s)
+        # the prompt's lines, each its first word (a notification may sit beside them)
+        lines = [line[1:].split()[0] for line in screen.splitlines() if line[:2] == "▊ "]
+        assert lines[-3:] == ["ant", "bee", "cat"], screen
+        assert "firstsecond" not in screen and "antbee" not in screen
     finally:
         quit_and_close(session)

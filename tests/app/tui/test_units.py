@@ -187,3 +187,60 @@ def test_flushes_slow_down_where_repaints_are_dear_and_not_where_they_are_cheap(
     # a terminal so slow that even the slowest pace costs more still shows text 4 times a second
     dear_clock.now += 1.0
     assert dear.next_interval() == SLOWEST_FLUSH
+
+
+def test_a_long_first_question_makes_a_title_cut_at_a_word_end():
+    from specchat.app.conversation import TITLE_LENGTH, chat_title
+
+    title = chat_title("Explain how a refrigerator keeps food cold using the vapour cycle")
+    assert title == "Explain how a refrigerator keeps food cold…"
+    assert len(title) <= TITLE_LENGTH
+    assert chat_title("  Short   question ") == "Short question"
+    assert len(chat_title("x" * 100)) == TITLE_LENGTH  # one long word is cut inside it
+
+
+def test_the_drafts_view_never_claims_a_negative_share_realised():
+    from specchat.answer_steps import DraftFigures
+    from specchat.app.drafts_view import summary_lines
+    from specchat.evaluation.oracle import OracleFigures
+
+    slower = DraftFigures(
+        tokens=50, steps=50, drafted=40, accepted=2, rejected=38, pass_seconds=0.2,
+        costs_from="measured pass costs", modelled_speedup=0.98,
+        oracle=OracleFigures(seconds=0.9, plain_seconds=1.0, copyable=0.1),
+    )  # fmt: skip
+    assert slower.efficiency is not None and slower.efficiency < 0
+    text = "\n".join(summary_lines(slower, None))
+    assert "%" not in text.split("oracle:")[1].split("·")[1]
+    assert "none of it realised" in text
+
+
+def test_a_table_that_fits_80_columns_is_printed_whole():
+    """`compare | cat` (80 columns): the compare table fits, so it stays one table."""
+    import io
+
+    from rich.console import Console
+
+    from specchat.app.compare import COLUMNS
+    from specchat.tables import print_table
+
+    rows = [
+        ["greedy", "251.3", "1.00×", "—", "—", "1.00", "0%", "128", "—"],
+        ["suffix", "402.9", "1.60×", "1.91×", "0.66", "1.73", "58%", "128", "yes"],
+    ]
+    out = io.StringIO()
+    print_table(Console(file=out, width=80), "compare · SmolLM2 · int4 cpu avx512", COLUMNS, rows)
+    text = out.getvalue()
+    assert "(1/2)" not in text and "exact" in text and "yes" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    narrow = io.StringIO()  # where it does not fit, it is split, every cell whole
+    print_table(Console(file=narrow, width=50), "compare", COLUMNS, rows)
+    assert "(1/" in narrow.getvalue() and "402.9" in narrow.getvalue()
+
+
+def test_the_status_line_says_whose_figures_it_shows():
+    figures = Figures(decoder="suffix", answer_by=("beam",))
+    assert "by beam" in str(status_text(figures, "model"))
+    figures = Figures(decoder="suffix")
+    figures.add(StepEvent((1,), "a", 0, 0, "suffix", 0.01))
+    assert " by " not in str(status_text(figures, "model"))

@@ -22,6 +22,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header
 
 from specchat.app.conversation import Conversation
+from specchat.app.model_thread import run_in_passing_thread, run_on_model_thread
 from specchat.app.session import AnswerRecord, ChatSession
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.keys import (
@@ -139,7 +140,9 @@ class ChatScreen(Answering, Branches, Copying, Screen):
     def _load(self) -> None:
         """A worker: the session loads the model; this screen hears how it went."""
         try:
-            seconds, warning = self.session.load(lambda text: self.post_message(LoadProgress(text)))
+            seconds, warning = run_on_model_thread(
+                self.session.load, lambda text: self.post_message(LoadProgress(text))
+            )
         except Exception as exc:  # a runtime failing to load is shown, not a crash
             self.post_message(ModelFailed(error_text(exc)))
             return
@@ -182,8 +185,8 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         self.run_worker(work, name=f"switch to {name}", group="switch", thread=True)
 
     def _build_and_switch(self, name: str, ticket: int, mid_answer: bool) -> None:
-        try:
-            applied = self.session.switch_to(name, ticket)
+        try:  # never on the model thread: an answer may hold it
+            applied = run_in_passing_thread(self.session.switch_to, name, ticket)
         except Exception as exc:
             self.post_message(DecoderFailed(name, error_text(exc)))
             return
@@ -282,13 +285,16 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         if target is not None:
             transcript.anchor(False)
             target.focus()
+        else:  # the focused message may be gone with the old chat: typing goes to the prompt
+            self.query_one(PromptInput).focus()
         self.sub_title = self.conversation.title if self.chat_id is not None else "new chat"
         last = self.conversation.last("assistant")
+        name = self.session.decoder_name
+        params = self.session.params_label(name)
         if last is not None:
-            self.figures = Figures.stored(last)
+            self.figures = Figures.stored(last, name, params)
         else:
-            name = self.session.decoder_name
-            self.figures = Figures(decoder=name, params=self.session.params_label(name))
+            self.figures = Figures(decoder=name, params=params)
         if self.session.ready:
             self._show_status()
 

@@ -4,6 +4,7 @@ uses the screen's session, conversation and widgets)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from functools import partial
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from specchat.app.model_thread import run_on_model_thread
 from specchat.app.session import AnswerEvent, AnswerRecord
 from specchat.app.session import TurnsLeftOut as LeftOut
 from specchat.app.tui.figures import Figures
@@ -57,7 +59,7 @@ class Answering:
         self._answer = AssistantMessage(
             palette=self.app.palette, colour=session.colour_runs, colour_by=session.colour_by
         )
-        self._answer.decoder = name
+        self._answer.decoders = (name,)
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.mount(self._answer)
         self.figures = Figures(decoder=name, params=session.params_label(name), streaming=True)
@@ -65,7 +67,7 @@ class Answering:
         self._stream = stream = AnswerStream()
         events = session.answer(self.conversation.prompt(), cancel, previous_answer)
         self._record = record = session.record()  # what the worker keeps of the answer
-        work = partial(self._generate, self._answer_id, events, stream, record)
+        work = partial(run_on_model_thread, self._generate, self._answer_id, events, stream, record)
         self.run_worker(work, name="answer", group="answer", exclusive=True, thread=True)
         self._flush_timer = self.set_timer(
             stream.pacer.interval, partial(self._paced_flush, self._answer_id)
@@ -139,15 +141,17 @@ class Answering:
         answer = self._answer
         await answer.finish(event.text, event.finish_reason)
         elapsed = round(time.monotonic() - self._answer_started, 3)
-        decoder = message.record.decoder
-        self.figures.finished(decoder, event.finish_reason, elapsed)
+        active = self.session.decoder_name
+        self.figures.finished(
+            active, self.session.params_label(active), event.finish_reason, elapsed
+        )
         # the engine's own figures: equal to the steps' for a local model, a remote server's
         # totals where it reports only those
         self.figures.stats = event.stats
-        self.figures.params = self.session.params_label(decoder)
         if event.error:
             self.notify(event.error, title="answer broke off", severity="error", timeout=15)
-        stored = message.record.stored(elapsed_seconds=elapsed, params=self.figures.params)
+        params = self.session.params_label(message.record.decoder)
+        stored = message.record.stored(elapsed_seconds=elapsed, params=params)
         error = self.conversation.record_answer(stored)
         if error:
             self.notify(error, title="answer not saved", severity="error", timeout=15)
@@ -207,6 +211,16 @@ class Answering:
             self.query_one(PromptInput).clear()
         elif isinstance(self.focused, Turn):
             self.query_one(PromptInput).focus()
+
+    async def stop_answer_and_keep(self, wait_seconds: float = 10.0) -> None:
+        """Stop a running answer and wait (at most `wait_seconds`) until what it generated is
+        stored: the engine stops at its next step boundary and the answer ends as Esc ends it."""
+        if self._answer is None:
+            return
+        self.action_cancel()
+        deadline = time.monotonic() + wait_seconds
+        while self._answer is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
     async def action_regenerate(self) -> None:
         if not self.session.ready or self.session.busy or self._answer is not None:

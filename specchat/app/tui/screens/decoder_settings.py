@@ -59,6 +59,8 @@ class DecoderSettingsScreen(ModalScreen):
         rows = [(f"p-{p.name}", p.name, params.get(p.name), p.help) for p in info.params]
         options = run_options()
         for field in SAMPLING_FIELDS:
+            if field == "temperature" and not info.takes_temperature:
+                continue  # greedy and beam never sample: nothing to set
             if field == "temperature":
                 value = config.temperature_for(name)
                 text = (
@@ -104,7 +106,8 @@ class DecoderSettingsScreen(ModalScreen):
             sampling = {}
             for field in SAMPLING_FIELDS:
                 option = run_options()[field]
-                text = self.query_one(f"#s-{field}", Input).value
+                shown = list(self.query(f"#s-{field}").results(Input))
+                text = shown[0].value if shown else ""
                 empty = text.strip() == ""
                 sampling[field] = option.default if empty else option.parse(text, field)
         except SpecchatError as exc:

@@ -48,7 +48,7 @@ class DraftsScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with Vertical(id="drafts"):
             steps = len(self.answer.steps)
-            title = f"drafts · {self.message.decoder or 'answer'} · {steps} steps"
+            title = f"drafts · {self.message.written_by_label or 'answer'} · {steps} steps"
             yield Label(title, id="drafts-title")
             yield Static(
                 "\n".join(summary_lines(self.figures, self.message.stats)), id="drafts-figures"

@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, SelectionList, Static
 
+from specchat.app.model_thread import run_on_model_thread
 from specchat.app.session import ChatSession, RaceJudged
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.messages import (
@@ -293,7 +294,7 @@ class RaceScreen(Screen):
         self.running = True
         max_tokens = self.max_tokens or min(session.config.max_tokens, 256)
         events = session.race(prompt, variants, max_tokens)
-        work = partial(self._race, events)
+        work = partial(run_on_model_thread, self._race, events)
         self.run_worker(work, name="race", group="race", exclusive=True, thread=True)
 
     def _race(self, events: Iterator[RaceEvent | RaceJudged]) -> None:

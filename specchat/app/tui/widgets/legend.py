@@ -12,7 +12,8 @@ def legend_text(palette: RunPalette, colour: bool, key: str = "ctrl+t", by: str 
     """What the colours mean: tokens per step, or (`by` "source") where the drafts came from."""
     text = Text(no_wrap=True, overflow="ellipsis", end="")
     if not colour:
-        text.append(f"run colours off ({key} shows tokens per step)", style="dim")
+        shows = "where drafts came from" if by == "source" else "tokens per step"
+        text.append(f"run colours off ({key} shows {shows})", style="dim")
         return text
     if by == "source":
         text.append("from: ", style="dim")

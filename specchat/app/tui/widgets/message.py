@@ -16,7 +16,7 @@ from textual.widgets import Label, Static
 from specchat.app.tui.keys import ANSWER_KEYS, MESSAGE_KEYS, QUESTION_KEYS, bindings
 from specchat.app.tui.widgets.answer_body import AnswerBody
 from specchat.engine.events import StepEvent
-from specchat.history import StoredMessage
+from specchat.history import StoredMessage, decoders_label
 from specchat.run_spans import RunText
 from specchat.themes.palette import RunPalette
 
@@ -83,7 +83,7 @@ class AssistantMessage(Turn):
         self.colour_by = colour_by
         self.runs = RunText()
         self.stored = stored
-        self.decoder = stored.decoder if stored else None
+        self.decoders: tuple[str, ...] = stored.written_by if stored else ()
         self.finish_reason = stored.finish_reason if stored else None
         self.streaming = stored is None
         if stored is not None:
@@ -98,8 +98,8 @@ class AssistantMessage(Turn):
 
     def _header(self) -> str:
         parts = ["assistant"]
-        if self.decoder:
-            parts.append(self.decoder)
+        if self.decoders:
+            parts.append(decoders_label(self.decoders))
         if self.finish_reason == "cancelled":
             parts.append("■ stopped")
         elif self.streaming:
@@ -125,11 +125,13 @@ class AssistantMessage(Turn):
     async def add_steps(self, events: Sequence[StepEvent]) -> None:
         """A batch of steps: their text added, one repaint of the answer's last block (what
         the chat keeps of the answer is the worker's `AnswerRecord`, not this)."""
+        if not self.runs.text:  # the decoder chosen at the start may have written nothing
+            self.decoders = ()
         for event in events:
             self.runs.add_step(event.text, len(event.tokens), event.source)
-        decoder = events[-1].decoder if events else self.decoder
-        if decoder != self.decoder:
-            self.decoder = decoder
+        new = [e.decoder for e in events if e.decoder and e.decoder not in self.decoders]
+        if new:
+            self.decoders += tuple(dict.fromkeys(new))
             self.query_one(".role", Label).update(self._header())
         await self.body.show(self.runs.text, self.runs.runs)
 

@@ -11,7 +11,7 @@ from textual.widgets import TextArea
 
 from specchat.app.tui.keys import PROMPT_KEYS, bindings
 
-SEND, _, EDIT_LAST = PROMPT_KEYS
+SEND, NEWLINE, EDIT_LAST = PROMPT_KEYS
 
 
 class PromptInput(TextArea):
@@ -39,12 +39,16 @@ class PromptInput(TextArea):
             if text.strip():
                 self.post_message(self.Submitted(text))
             return
+        if NEWLINE.matches(event.key):
+            # at once, not as a binding's action (run later): in a burst of keys — a paste, a
+            # laggy link — the line break lands between the characters typed around it
+            event.prevent_default()
+            event.stop()
+            self.insert("\n")
+            return
         if EDIT_LAST.matches(event.key) and not self.text:
             event.prevent_default()
             event.stop()
             self.post_message(self.EditLast())
             return
         await super()._on_key(event)
-
-    def action_newline(self) -> None:
-        self.insert("\n")
