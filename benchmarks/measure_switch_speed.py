@@ -9,8 +9,13 @@ every later answer 3-5x slower; 1.0 means the switch left nothing behind.
 
     .venv/bin/python benchmarks/measure_switch_speed.py                    # F3 F4 F5, int4
     .venv/bin/python benchmarks/measure_switch_speed.py --keys F3 --backend llama --repeats 3
+    .venv/bin/python benchmarks/measure_switch_speed.py --threads-only     # the cause, headless
 
-Run it alone on the machine. Needs tmux.
+`--threads-only` measures the cause without a terminal: the model loaded and answering in one
+worker thread, then answering in a second (what a switch mid-answer led to), then in the first
+again — each worker a plain thread, as the chat's were, against the same on the model thread.
+
+Run it alone on the machine. Needs tmux (not for --threads-only).
 """
 
 from __future__ import annotations
@@ -94,12 +99,65 @@ def session(key: str, backend: str, env: dict[str, str]) -> tuple[list[float], l
     return before, after
 
 
+def threads_only(backend: str, repeats: int) -> None:
+    """Greedy tokens/s answering from worker thread A, then B, then A again: plain threads (one
+    OpenMP pool each) against the model thread (one pool)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from specchat.answers import make_decoder
+    from specchat.app.model_thread import run_on_model_thread
+    from specchat.backends.base import ChatMessage
+    from specchat.decoding.sampling import SamplingParams
+    from specchat.engine.events import DoneEvent
+    from specchat.engine.local import Engine
+    from specchat.models import LoadOptions, load_model
+
+    held: dict[str, Engine] = {}
+
+    def load() -> None:
+        model = load_model(None, LoadOptions(backend=backend, threads=2, n_ctx=2048))
+        held["engine"] = Engine(model, make_decoder("greedy", {}, model))
+
+    def answer() -> float:
+        engine = held["engine"]
+        request = engine.request(
+            [ChatMessage("user", QUESTION)], max_tokens=256, sampling=SamplingParams()
+        )
+        done = [e for e in engine.generate(request) if isinstance(e, DoneEvent)][0]
+        return done.stats.tokens_per_second
+
+    first, second = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    plain = {"A": first, "B": second}
+    first.submit(load).result()
+    speeds: dict[str, list[float]] = {"A": [], "B": [], "A again": []}
+    for phase in speeds:
+        pool = plain[phase[0]]
+        speeds[phase] = [pool.submit(answer).result() for _ in range(repeats)]
+    ratio = statistics.median(speeds["A again"]) / statistics.median(speeds["A"])
+    print(f"plain worker threads on {backend}: " + ", ".join(
+        f"{k} {statistics.median(v):.1f}" for k, v in speeds.items()
+    ) + f" tok/s; A again ÷ A {ratio:.2f}")  # fmt: skip
+    held.clear()
+    first.shutdown()  # their threads end, and their OpenMP pools with them
+    second.shutdown()
+    run_on_model_thread(load)
+    model = {k: [run_on_model_thread(answer) for _ in range(repeats)] for k in speeds}
+    ratio = statistics.median(model["A again"]) / statistics.median(model["A"])
+    print(f"the model thread on {backend}: " + ", ".join(
+        f"{k} {statistics.median(v):.1f}" for k, v in model.items()
+    ) + f" tok/s (every phase on one thread); last ÷ first {ratio:.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", nargs="+", default=["F3", "F4", "F5"])
     parser.add_argument("--backend", default="int4")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads-only", action="store_true", help=threads_only.__doc__)
     args = parser.parse_args()
+    if args.threads_only:
+        threads_only(args.backend, max(3, args.repeats))
+        return
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is not installed (apt-get install tmux)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECCHAT_")}

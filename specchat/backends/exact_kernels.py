@@ -55,6 +55,7 @@ _SIGNATURES = {
         _p, _p, _p, _p, _i32, _i32, _i32, _i32,  # float32 rows, or codes, scales (and zeros): group, bits, half scales, int8 x
         _i64, _i64, _p, _i32, _i64, _p, _i32, _i32,  # rows, cols, x, x_is_bf16, m, out, out_is_bf16, threads
     ],
+    "top_k_rows": [_p, _i64, _i64, _i32, _p],  # logits, rows, vocab, k, out (int32 [rows, k])
     "forward": [
         _p, _p, _i32, _p, _i32,  # model, x, rows, positions, n_prefix
         _p, _i32, _p, _p, _i32,  # seen, seen_stride, n_seen, logits, threads

@@ -18,6 +18,7 @@ SAVED = "saved"  # the saved chats (the chat store)
 PREVIOUS = "previous"  # the answer being regenerated
 LOOKAHEAD = "lookahead"  # n-grams lookahead's Jacobi window guessed
 DRAFT = "draft"  # a draft model
+RECYCLED = "recycled"  # the model's own likeliest successors, from earlier passes' logits
 
 # In legend order, with what the legend says (short: the legend is one line).
 SOURCE_LABELS: dict[str, str] = {
@@ -27,6 +28,7 @@ SOURCE_LABELS: dict[str, str] = {
     PREVIOUS: "old answer",
     LOOKAHEAD: "lookahead",
     DRAFT: "draft model",
+    RECYCLED: "recycled",
 }
 
 

@@ -52,6 +52,7 @@ class Draft:
     node_sources: dict[int, str] | None = None
     soft: float = 0.0
     sized: int | None = None
+    reached: int = 0  # the block node verification ended at (set before `observe`)
 
     @classmethod
     def chain(
@@ -220,6 +221,7 @@ class SpeculativeDecoder(Decoder):
         verdict = verify_tree(logits, draft.children, sampler, draft.q, draft.soft)
         accepted, node = verdict.accepted, verdict.node
         target.commit(block.path_to(node))
+        draft.reached = node
         sized = draft.drafted if draft.sized is None else draft.sized
         if sized:
             self.policy.update(target, plan, sized, min(len(accepted), sized))

@@ -20,16 +20,18 @@ from collections.abc import Mapping
 import numpy as np
 
 from specchat.backends.base import Backend
-from specchat.decoding.draft_policy import Plan
+from specchat.decoding.draft_policy import DraftLengthPolicy, Plan
 from specchat.decoding.ngram_index import Match, NgramIndex
 from specchat.decoding.params import Param
 from specchat.decoding.prompt_lookup import CopyRegime, copy_prior, match_bucket
+from specchat.decoding.recycled import WIDTH, RecycledCandidates
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import (
     CHAT,
     NO_SOURCES,
     PREVIOUS,
     PROMPT,
+    RECYCLED,
     SAVED,
     Continuation,
     DraftSources,
@@ -67,14 +69,41 @@ def confidence_bucket(first_prob: float) -> int:
 _CONFIDENCE_SCALE = (0.6, 0.85, 1.0)
 
 
+# Recycled drafts: the longest chain offered, the acceptance assumed of its first token before
+# any evidence (measured: the first candidate was the next greedy token 27% of the time), and the
+# most of a token's other candidates that may join the pass as alternatives at each depth.
+_RECYCLED_CHAIN = 8
+_RECYCLED_PRIOR = 0.27
+_RECYCLED_SIBLINGS = (WIDTH - 1, 3)
+
+
 class SuffixDrafter:
-    replayable = True
+    replayable = True  # its copies; recycled drafts are not replayed (they follow the logits)
     undrafted_is_plain = True
 
-    def __init__(self, num_pred_tokens: int, candidates: int, factor: float, min_prob: float):
+    def __init__(
+        self,
+        num_pred_tokens: int,
+        candidates: int,
+        factor: float,
+        min_prob: float,
+        policy: DraftLengthPolicy | None = None,
+        recycle: bool = False,
+    ):
+        # the decoder's policy: it prices a copy against the recycled chain
+        self.policy = policy or DraftLengthPolicy()
+        self._target: Backend | None = None
         self.num_pred_tokens = num_pred_tokens
         self.max_candidates = candidates
         self.factor, self.min_prob = factor, min_prob
+        self.recycle = recycle
+        # recycling learns from every pass's logits, an undrafted pass's too
+        self.undrafted_is_plain = not recycle
+        self._recycled: RecycledCandidates | None = None
+        self._chain: list[int] = []  # the recycled chain planned for this step
+        # how often the pending token's candidate of each rank was the target's next token
+        self._rank_hits = np.zeros(WIDTH)
+        self._rank_trials = 0.0
         self._sources: DraftSources = NO_SOURCES
         self._conversation = NgramIndex(1, 3)  # this conversation: a recent occurrence
         self._trees = SequenceTrees()  # the regenerated answer
@@ -86,6 +115,13 @@ class SuffixDrafter:
 
     def prepare(self, target: Backend) -> None:
         self._ends = target.eos_ids
+        self._target = target
+        if self.recycle and self._recycled is None:
+            self._recycled = RecycledCandidates.of(target)
+
+    def finish(self) -> None:
+        if self._recycled is not None:
+            self._recycled.save()
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
         """An n-gram index of this conversation (it grows with the answer) and a tree of the
@@ -121,10 +157,28 @@ class SuffixDrafter:
         return found
 
     def plan(self, context: list[int], room: int) -> Plan:
+        """The best copy's plan, or the recycled chain's where the policy expects it to yield
+        more tokens a second (a short copy the policy would not draft, or no copy at all)."""
         limit = max(0, min(self.num_pred_tokens, room - 1))
         self._proposals = self.proposals(context, limit) if limit else []
-        if not self._proposals:
-            return Plan(available=0, key=("suffix",))
+        copied = self._copy_plan(context) if self._proposals else Plan(0, key=("suffix",))
+        self._chain = []
+        if self._recycled is not None and limit:
+            self._chain = self._recycled.chain(context[-1], min(limit, _RECYCLED_CHAIN))
+        if not self._chain:
+            return copied
+        recycled = Plan(available=len(self._chain), key=(RECYCLED,), prior=self._first_rate(0))
+        target = self._target
+        if (
+            copied.available
+            and target is not None
+            and self.policy.value(target, copied, room) >= self.policy.value(target, recycled, room)
+        ):
+            self._chain = []
+            return copied
+        return recycled
+
+    def _copy_plan(self, context: list[int]) -> Plan:
         best, source = self._proposals[0]
         bucket = match_bucket(best.match_length)
         if source in (PROMPT, CHAT):  # a copy, as prompt lookup's: its learned acceptance too
@@ -146,6 +200,8 @@ class SuffixDrafter:
     def draft(
         self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
     ) -> Draft:
+        if depth and self._chain:
+            return self._recycled_tree(target, context[-1], self._chain[:depth])
         if not depth or not self._proposals:
             return Draft.chain(context[-1], [])
         best, source = self._proposals[0]
@@ -164,7 +220,50 @@ class SuffixDrafter:
         return Draft(tokens, parents, children, longest, source=source, node_sources=node_sources)
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
-        self._copies.observe(draft.drafted, accepted)
+        if draft.source != RECYCLED:
+            self._copies.observe(draft.drafted, accepted)
+        if self._recycled is None or logits is None:
+            return
+        path = draft.block.path_to(draft.reached)
+        pending = draft.tokens[0]
+        before = self._recycled.successors(pending).copy()
+        self._recycled.learn([draft.tokens[node] for node in path], logits[path])
+        if before[0] >= 0:  # which rank the target's next token had among the old candidates
+            chosen = self._recycled.successors(pending)[0]
+            self._rank_hits *= 0.995  # recent text counts most
+            self._rank_trials = self._rank_trials * 0.995 + 1.0
+            self._rank_hits[before == chosen] += 1.0
+
+    def _first_rate(self, rank: int) -> float:
+        """How often the pending token's candidate of `rank` was the next token (a prior of 2
+        trials until there is evidence)."""
+        prior = _RECYCLED_PRIOR if rank == 0 else _RECYCLED_PRIOR / (4 * rank)
+        return (self._rank_hits[rank] + 2 * prior) / (self._rank_trials + 2)
+
+    def _recycled_tree(self, target: Backend, pending: int, chain: list[int]) -> Draft:
+        """The chain the policy sized, and other candidates beside its first two tokens while
+        each adds more expected tokens than its share of the pass's cost: a sibling at depth d
+        is right with about (first-rank rate)^(d-1) × its own rank's rate."""
+        draft = Draft.chain(pending, chain, source=RECYCLED)
+        rates = [self._first_rate(rank) for rank in range(WIDTH)]
+        expected = sum(rates[0] ** (d + 1) for d in range(len(chain))) + 1.0
+        parents = [(0, pending, 1.0)]
+        if len(chain) > 1:
+            parents.append((1, chain[0], rates[0]))
+        for (node, token, reach), most in zip(parents, _RECYCLED_SIBLINGS):
+            taken = set(draft.children.get(node, {}))
+            offered = [int(t) for t in self._recycled.successors(token)[1:] if t >= 0]
+            for rank, candidate in enumerate(offered[:most], start=1):
+                if candidate in taken:
+                    continue
+                gain = reach * rates[rank]
+                size = len(draft.tokens)
+                extra = target.block_cost(size + 1) / target.block_cost(size) - 1.0
+                if gain <= expected * extra:
+                    break
+                draft.add_child(node, candidate)
+                expected += gain
+        return draft
 
 
 def _recency_continuation(latest: Match) -> Continuation:
@@ -219,6 +318,14 @@ class SuffixDecoder(SpeculativeDecoder):
             0.0,
             1.0,
         ),
+        # off by default: on held-out first turns at this session's pass costs it lost to the
+        # copies alone at both CPU levels (docs/benchmarks.md, "Recycled candidates")
+        Param(
+            "recycle",
+            bool,
+            False,
+            "draft the model's own likeliest successors (from earlier passes) where nothing copies",
+        ),
     ) + SPECULATIVE_PARAMS
     reads_saved_chats = True
 
@@ -237,4 +344,10 @@ class SuffixDecoder(SpeculativeDecoder):
             int(values["candidates"]),
             float(values["max_spec_factor"]),
             float(values["min_token_prob"]),
+            self.policy,
+            bool(values["recycle"]),
         )
+
+    def finish(self) -> None:
+        super().finish()
+        self.drafter.finish()

@@ -56,19 +56,19 @@ COLOUR_BLIND_SAFE = RunPalette(
     short="#56B4E9",
     medium="#E69F00",
     long="#CC79A7",
-    sources=("#56B4E9", "#009E73", "#E69F00", "#CC79A7", "#F0E442", "#D55E00"),
+    sources=("#56B4E9", "#009E73", "#E69F00", "#CC79A7", "#F0E442", "#D55E00", "#0072B2"),
 )
 DARK = RunPalette(
     short="#7aa2f7",
     medium="#e0af68",
     long="#f7768e",
-    sources=("#7dcfff", "#9ece6a", "#e0af68", "#bb9af7", "#f7768e", "#ff9e64"),
+    sources=("#7dcfff", "#9ece6a", "#e0af68", "#bb9af7", "#f7768e", "#ff9e64", "#2ac3de"),
 )
 LIGHT = RunPalette(
     short="#005f87",
     medium="#875f00",
     long="#af005f",
-    sources=("#005f87", "#005f00", "#875f00", "#af005f", "#5f00af", "#af0000"),
+    sources=("#005f87", "#005f00", "#875f00", "#af005f", "#5f00af", "#af0000", "#0000af"),
 )
 
 
