@@ -24,7 +24,7 @@ RECYCLED = "recycled"  # the model's own likeliest successors, from earlier pass
 SOURCE_LABELS: dict[str, str] = {
     PROMPT: "this turn",
     CHAT: "this chat",
-    SAVED: "saved chats",
+    SAVED: "saved",
     PREVIOUS: "old answer",
     LOOKAHEAD: "lookahead",
     DRAFT: "draft model",

@@ -534,7 +534,7 @@ async def test_colour_by_source_key_switches_the_legend_and_persists(backend, fi
         await pilot.press("ctrl+f")
         await pilot.pause()
         assert app.session.settings.colour_by == "source"
-        assert "saved chats" in str(legend.render())
+        assert "saved" in str(legend.render()) and "recycled" in str(legend.render())
         first = app.screen.query(AssistantMessage).first()
         assert first.colour_by == "source"
     from specchat.settings import load_settings

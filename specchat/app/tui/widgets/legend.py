@@ -17,9 +17,9 @@ def legend_text(palette: RunPalette, colour: bool, key: str = "ctrl+t", by: str 
         return text
     if by == "source":
         text.append("from: ", style="dim")
-        for label, colour_hex in palette.source_legend():
+        for label, colour_hex in palette.source_legend():  # seven sources: one space apart
             text.append("██", style=colour_hex)
-            text.append(f" {label}  ", style=colour_hex)
+            text.append(f" {label} ", style=colour_hex)
         return text
     text.append("tokens per step: ", style="dim")
     text.append("1 plain  ", style="dim")
