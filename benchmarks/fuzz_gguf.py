@@ -1,6 +1,6 @@
 """Crafted GGUFs against every runtime: what `specchat ask --model FILE` does with a mutated file.
 
-A small random-weight Llama GGUF (`specchat.backends.random_gguf`, the bundled tokenizer) is
+A small random-weight Llama GGUF (`benchmarks/random_gguf.py`, the bundled tokenizer) is
 mutated where parsers go wrong — counts, lengths, dims, offsets and types in the header and the
 tensor table set to edge values, value types swapped, bytes flipped, the file truncated — and each
 file is run through the CLI's own entry point (`specchat ask --model F --backend RT`), in a child
@@ -28,7 +28,7 @@ import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from specchat.backends.random_gguf import SPOT_BYTES
+from benchmarks.random_gguf import SPOT_BYTES
 
 EDGES = (0, 1, 2, 3, 7, 255, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1)
 TIMEOUT = 120.0  # seconds for one file on one runtime
@@ -189,7 +189,7 @@ def main() -> None:
     if args.child:
         child(runtimes)
         return
-    from specchat.backends.random_gguf import RandomShape, field_spots, write_random_gguf
+    from benchmarks.random_gguf import RandomShape, field_spots, write_random_gguf
 
     work = Path(tempfile.mkdtemp(prefix="specchat-fuzz-"))
     env = dict(os.environ)

@@ -37,7 +37,7 @@ def say(message: str) -> None:
 def load(threads: int):
     import torch
 
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
     from specchat.backends.llama import LlamaBackend
     from specchat.models import bundled_gguf
 

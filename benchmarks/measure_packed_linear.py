@@ -1,5 +1,5 @@
 """What the bundled model's linear layers cost per pass, stock `nn.Linear` against oneDNN-prepacked
-weights (specchat/backends/hf_packed.py), for 1…16 rows (the tokens of one pass).
+weights (specchat/backends/hf/packed.py), for 1…16 rows (the tokens of one pass).
 
 The matrices are the bundled SmolLM2-135M's shapes (30 layers of q, k, v, o, gate, up, down and
 the 49152-row head) with random float32 values, so the figures need no model load. Medians of

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 from benchmarks.measure_int4 import CONTEXT, SIZES, pass_costs, say
+from benchmarks.random_gguf import RandomShape, quantize, write_block_gguf
 from benchmarks.replay_policy import greedy_answers, replay
 from specchat import cpu, locations
 from specchat.backends.base import ChatMessage
 from specchat.backends.block_cost import interpolate
-from specchat.backends.random_gguf import RandomShape, quantize, write_block_gguf
 from specchat.backends.registry import INT4, LLAMA_CPP
 from specchat.decoding.draft_policy import DraftLengthPolicy
 from specchat.decoding.registry import build_decoder
@@ -111,7 +111,7 @@ def main() -> None:
 
     import torch
 
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
     from specchat.backends.llama import LlamaBackend
     from specchat.models import LoadOptions, load_model
 

@@ -22,7 +22,7 @@ def _cache_key() -> str:
 
     root = Path(__file__).parents[1]
     made_by = [root / "specchat" / "backends" / name for name in (
-        "hf_loading.py", "block_cost.py"
+        "hf/loading.py", "block_cost.py"
     )] + [root / "tests" / "pass_costs.py"]  # fmt: skip
     text = "|".join(p.read_text() for p in made_by)
     text += "|".join(version(p) for p in ("transformers", "torch", "llama-cpp-python"))
@@ -97,7 +97,7 @@ def int4_backend(bundled_gguf):
     """The bundled model on the int4 runtime, on one thread (as the hf fixture, for steadiness)."""
     import torch
 
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
 
     threads = torch.get_num_threads()
     backend = Int4Backend(bundled_gguf, n_ctx=2048, threads=1)
@@ -110,7 +110,7 @@ def int4_backend(bundled_gguf):
 def int4_at_level(bundled_gguf):
     """The bundled model on the int4 runtime at an instruction-set level (SPECCHAT_CPU's caps),
     loaded when first asked for, on one thread."""
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
 
     loaded = {}
 
@@ -141,7 +141,7 @@ FAMILY_SHAPES = {
 def family_gguf(tmp_path_factory: pytest.TempPathFactory):
     """`family_gguf(name, quant="Q4_0")`: that family's file (FAMILY_SHAPES), written once per
     worker and quantized by llama.cpp's own quantizer."""
-    from specchat.backends.random_gguf import RandomShape, write_random_gguf
+    from benchmarks.random_gguf import RandomShape, write_random_gguf
 
     folder = tmp_path_factory.mktemp("families")
     made: dict[tuple[str, str], Path] = {}
@@ -180,7 +180,7 @@ def hf_bundled(session_cache: Path, bundled_gguf: Path):
     within the hour leaves one until a later conversion sweeps it) are kept on the backend."""
     import torch
 
-    from specchat.backends.hf_loading import GGUF_CACHE_FOLDER, conversion_dir, load_hf_backend
+    from specchat.backends.hf.loading import GGUF_CACHE_FOLDER, conversion_dir, load_hf_backend
 
     threads = torch.get_num_threads()
     messages: list[str] = []

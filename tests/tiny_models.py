@@ -10,7 +10,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specchat.backends.hf import HFBackend
+from specchat.backends.hf.backend import HFBackend
 
 
 def tiny_tokenizer(vocab_size: int = 128, eos: int = 2) -> PreTrainedTokenizerFast:

@@ -21,8 +21,8 @@ import numpy as np
 from specchat import cpu
 from specchat.backends.base import Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
-from specchat.backends.gguf_header import GGUFHeader
-from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
+from specchat.backends.gguf.header import GGUFHeader
+from specchat.backends.gguf.vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
 from specchat.backends.registry import LLAMA_CPP
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores

@@ -73,9 +73,9 @@ RUNTIMES: dict[str, Runtime] = {
         Runtime(
             INT4,
             (GGUF,),
-            "specchat.backends.int4:load",
-            checks="specchat.backends.int4:unavailable_reason",
-            costs="specchat.backends.int4:cost_key",
+            "specchat.backends.int4.backend:load",
+            checks="specchat.backends.int4.backend:unavailable_reason",
+            costs="specchat.backends.int4.backend:cost_key",
             torch_threads=True,
         ),
         Runtime(
@@ -88,10 +88,10 @@ RUNTIMES: dict[str, Runtime] = {
         Runtime(
             TRANSFORMERS,
             (HF_FOLDER, GGUF),
-            "specchat.backends.hf_loading:load",
+            "specchat.backends.hf.loading:load",
             library=TRANSFORMERS_LIBRARY,
             torch_threads=True,
-            self_drafts="specchat.backends.hf:early_exit_draft",
+            self_drafts="specchat.backends.hf.backend:early_exit_draft",
             bundled_draft=True,
         ),
         Runtime(OPENAI_SERVER, (), "specchat.backends.remote:connect", local=False),

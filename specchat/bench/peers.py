@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from specchat.backends.base import Backend
-from specchat.backends.hf_packed import stock_linears
+from specchat.backends.hf.packed import stock_linears
 from specchat.backends.registry import (
     GGUF,
     LLAMA_CPP,
@@ -175,7 +175,7 @@ class TransformersPeer(Peer):
         model = self._backend.model
         input_ids = torch.tensor([prompt], device=model.device)
         clock = _FirstTokenClock()
-        # transformers as it ships: its own nn.Linear, not our prepacked weights (hf_packed)
+        # transformers as it ships: its own nn.Linear, not our prepacked weights (backends/hf/packed.py)
         with torch.no_grad(), stock_linears(model):
             out = model.generate(
                 input_ids,

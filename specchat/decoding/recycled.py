@@ -62,7 +62,7 @@ def _as_numpy(logits: object) -> np.ndarray:
 def _kernels():
     """The int4 runtime's C kernels (a one-pass top-k), or None where they cannot be built;
     looked up once (finding the compiler on every pass would cost more than the top-k)."""
-    from specchat.backends.exact_kernels import kernels
+    from specchat.backends.int4.kernels import kernels
     from specchat.errors import SpecchatError
 
     try:

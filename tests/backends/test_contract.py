@@ -50,7 +50,7 @@ def _small_llama(bundled_gguf) -> Callable[[int], Backend]:
 
 def _small_hf(backend) -> Callable[[int], Backend]:
     def make(n_ctx: int) -> Backend:
-        from specchat.backends.hf import HFBackend
+        from specchat.backends.hf.backend import HFBackend
 
         return HFBackend(
             backend.model, backend.tokenizer, model_name="small", device="cpu", n_ctx=n_ctx
@@ -61,7 +61,7 @@ def _small_hf(backend) -> Callable[[int], Backend]:
 
 def _small_int4(path, level: str | None = None) -> Callable[[int], Backend]:
     def make(n_ctx: int) -> Backend:
-        from specchat.backends.int4 import Int4Backend
+        from specchat.backends.int4.backend import Int4Backend
 
         return Int4Backend(path, n_ctx=n_ctx, threads=1, level=level)
 

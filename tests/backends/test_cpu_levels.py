@@ -70,7 +70,7 @@ def test_every_level_computes_the_plain_c_bits(int4_at_level, int4_backend) -> N
 
 @pytest.mark.parametrize("level", HERE)
 def test_each_level_is_its_own_cached_build(level: str) -> None:
-    from specchat.backends.exact_kernels import kernels, level_flags
+    from specchat.backends.int4.kernels import kernels, level_flags
 
     library = kernels(level)
     assert library.level == level
@@ -100,7 +100,7 @@ def test_a_compiler_that_fails_leaves_llama_cpp(
 ) -> None:
     """The int4 runtime says why it cannot run, the chooser runs llama.cpp, and asking for int4
     by name is one line and exit code 2."""
-    from specchat.backends.int4 import unavailable_reason
+    from specchat.backends.int4.backend import unavailable_reason
     from specchat.backends.registry import GGUF
     from specchat.backends.runtimes import candidates
 
@@ -128,8 +128,8 @@ def test_without_openmp_the_kernels_run_on_one_thread(
     tmp_path: Path, own_cache: Path, bundled_gguf, int4_backend
 ) -> None:
     """A compiler without OpenMP builds the kernels serially: the same model, the same bits."""
-    from specchat.backends.exact_kernels import kernels
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
+    from specchat.backends.int4.kernels import kernels
 
     no_openmp = _compiler(
         tmp_path,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.random_gguf import SPOT_BYTES, field_spots, write_random_gguf
 from specchat.backends.base import Block
-from specchat.backends.random_gguf import SPOT_BYTES, field_spots, write_random_gguf
 from specchat.errors import SpecchatError
 
 EDGES = [0, 1, 3, 255, 2**31 - 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1]
@@ -29,7 +29,7 @@ def seed_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def load_and_answer(path: Path, runtime: str) -> str:
     """'answered' or the one-line refusal; anything else raises."""
     if runtime == "int4":
-        from specchat.backends.int4 import Int4Backend as Runtime
+        from specchat.backends.int4.backend import Int4Backend as Runtime
     else:
         from specchat.backends.llama import LlamaBackend as Runtime
     try:

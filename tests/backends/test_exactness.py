@@ -22,7 +22,7 @@ from tests.cli import run_cli
 
 def _requantized(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path, name: str) -> Path:
     """The bundled model requantized to `name` (Q4_K_M, Q8_0) by llama.cpp's own quantizer."""
-    from specchat.backends.random_gguf import quantize
+    from benchmarks.random_gguf import quantize
 
     target = tmp_path_factory.mktemp("quants") / f"SmolLM2-135M-Instruct.{name}.gguf"
     quantize(bundled_gguf, target, name)

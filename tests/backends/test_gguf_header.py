@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.backends.gguf_header import GGUFHeader
+from specchat.backends.gguf.header import GGUFHeader
 from specchat.errors import SpecchatError
 
 

@@ -16,11 +16,12 @@ import pytest
 import torch
 
 from specchat import hardware
-from specchat.backends import hf_loading, hf_packed
 from specchat.backends.base import Backend, Block, ChatMessage
-from specchat.backends.hf import HFBackend
-from specchat.backends.hf_loading import load_hf_backend
-from specchat.backends.hf_packed import stock_linears
+from specchat.backends.hf import loading as hf_loading
+from specchat.backends.hf import packed as hf_packed
+from specchat.backends.hf.backend import HFBackend
+from specchat.backends.hf.loading import load_hf_backend
+from specchat.backends.hf.packed import stock_linears
 from specchat.backends.token_bytes import byte_level_bytes, sentencepiece_bytes
 from specchat.errors import SpecchatError
 from tests.tiny_models import tiny_model, tiny_tokenizer

@@ -16,9 +16,9 @@ import torch
 
 from specchat import cpu
 from specchat.backends.base import Block, ChatMessage
-from specchat.backends.exact_kernels import kernels
-from specchat.backends.gguf_tensors import GGUFTensors, Nibbles
-from specchat.backends.int4_model import RowsLinear
+from specchat.backends.gguf.tensors import GGUFTensors, Nibbles
+from specchat.backends.int4.kernels import kernels
+from specchat.backends.int4.model import RowsLinear
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
 
@@ -35,7 +35,7 @@ def quantized(tmp_path_factory: pytest.TempPathFactory, bundled_gguf: Path) -> d
     """The bundled model requantized by llama.cpp: Q4_0, Q4_K_M (mostly Q5_0, Q6_K and Q8_0 on
     this model, whose rows of 576 are no multiple of 256), Q5_1, Q5_K_M, Q8_0, and Q2_K (which
     brings Q3_K)."""
-    from specchat.backends.random_gguf import quantize
+    from benchmarks.random_gguf import quantize
 
     folder = tmp_path_factory.mktemp("quantized")
     paths = {}
@@ -219,7 +219,7 @@ def test_greedy_agrees_with_llama_cpp_outside_near_ties(
     bundled_gguf, quantized, int4_backend, file, carriers
 ) -> None:
     """At the machine's own level, each file's weights in the forms it stores them."""
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
     from specchat.backends.llama import LlamaBackend
 
     path = model_file(file, bundled_gguf, quantized)
@@ -278,7 +278,7 @@ def test_rows_are_exact_whatever_shares_the_pass(int4_backend) -> None:
 def test_another_architecture_is_one_line(tmp_path: Path) -> None:
     import gguf
 
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
 
     path = tmp_path / "gpt2.gguf"
     writer = gguf.GGUFWriter(str(path), "gpt2")
@@ -295,7 +295,7 @@ def test_another_architecture_is_one_line(tmp_path: Path) -> None:
 
 
 def test_an_unsupported_quant_type_is_one_line(quantized) -> None:
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
 
     with pytest.raises(SpecchatError) as error:
         Int4Backend(quantized["Q2_K"], threads=1)
@@ -304,7 +304,7 @@ def test_an_unsupported_quant_type_is_one_line(quantized) -> None:
 
 
 def test_cpu_only(bundled_gguf) -> None:
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
 
     with pytest.raises(SpecchatError, match="CPU"):
         Int4Backend(bundled_gguf, device="cuda")

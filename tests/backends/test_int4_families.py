@@ -46,7 +46,7 @@ def _greedy_chain(llama, prompt: list[int], tokens: int) -> tuple[list[int], np.
     [(name, "Q4_0") for name in FAMILY_SHAPES] + [("qwen3", "Q4_K_M"), ("phi3", "Q8_0")],
 )
 def test_each_family_agrees_with_llama_cpp(family_gguf, family, quant, level) -> None:
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
     from specchat.backends.llama import LlamaBackend
 
     path = family_gguf(family, quant)
@@ -75,7 +75,7 @@ def test_each_family_agrees_with_llama_cpp(family_gguf, family, quant, level) ->
 def test_a_tree_block_is_its_paths_evaluated_alone(family_gguf, family, level) -> None:
     """At every level (below AVX-512 the whole forward is one C call): each row of a tree equals
     its root-to-node path evaluated one token at a time, bit for bit."""
-    from specchat.backends.int4 import Int4Backend
+    from specchat.backends.int4.backend import Int4Backend
 
     int4 = Int4Backend(family_gguf(family), n_ctx=256, threads=1, level=level)
     try:
@@ -114,8 +114,8 @@ def test_each_family_answers_on_the_int4_runtime_and_is_offered_to_the_chooser(
 def test_a_sliding_window_holds_the_context_within_it(tmp_path) -> None:
     """Within a declared window every key is in sight, so attention is the full one there: the
     context is capped at the window instead of computing a different attention."""
-    from specchat.backends.int4 import Int4Backend
-    from specchat.backends.random_gguf import RandomShape, write_random_gguf
+    from benchmarks.random_gguf import RandomShape, write_random_gguf
+    from specchat.backends.int4.backend import Int4Backend
 
     path = write_random_gguf(tmp_path / "w.gguf", RandomShape(arch="phi3", window=96))
     backend = Int4Backend(path, n_ctx=512, threads=1)
@@ -130,8 +130,8 @@ def test_a_tensor_the_forward_would_skip_is_refused_in_one_line(tmp_path) -> Non
     other logits, so the runtime refuses the file and the chooser leaves it to llama.cpp."""
     import gguf
 
-    from specchat.backends.int4 import Int4Backend, unavailable_reason
-    from specchat.backends.random_gguf import RandomShape, write_random_gguf
+    from benchmarks.random_gguf import RandomShape, write_random_gguf
+    from specchat.backends.int4.backend import Int4Backend, unavailable_reason
 
     plain = write_random_gguf(tmp_path / "plain.gguf", RandomShape(arch="phi3"), "F32")
     reader = gguf.GGUFReader(plain)
@@ -159,9 +159,9 @@ def test_a_tensor_the_forward_would_skip_is_refused_in_one_line(tmp_path) -> Non
 def test_a_file_written_straight_in_blocks_runs_alike_on_both_runtimes(tmp_path) -> None:
     """benchmarks/scale.py's files (Q4_0 layers, a Q8_0 embedding, written without a float copy)
     are models both runtimes read, the head on int4's 8-bit path, not a float32 fallback."""
-    from specchat.backends.int4 import Int4Backend
+    from benchmarks.random_gguf import RandomShape, write_block_gguf
+    from specchat.backends.int4.backend import Int4Backend
     from specchat.backends.llama import LlamaBackend
-    from specchat.backends.random_gguf import RandomShape, write_block_gguf
 
     path = write_block_gguf(tmp_path / "blocks.gguf", RandomShape(layers=2, dim=128, ffn=256))
     llama = LlamaBackend(path, n_ctx=256, max_branches=1, threads=1)

@@ -15,7 +15,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from specchat.backends.hf import HFBackend
+from specchat.backends.hf.backend import HFBackend
 from specchat.decoding.plain import GreedyDecoder
 from specchat.engine.events import DoneEvent
 from specchat.engine.local import Engine

@@ -23,9 +23,9 @@ from specchat.models import LoadOptions
 ROOT = Path(specchat.__file__).parent
 # files where "llama" is a GGUF file's architecture (general.architecture), not the runtime
 GGUF_ARCHITECTURES = {
-    "backends/int4_families.py",
-    "backends/gguf_header.py",
-    "backends/random_gguf.py",
+    "backends/int4/families.py",
+    "backends/gguf/header.py",
+    "benchmarks/random_gguf.py",
 }
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from specchat.backends.base import Backend, ChatMessage
-from specchat.backends.hf import HFBackend
+from specchat.backends.hf.backend import HFBackend
 from specchat.decoding.base import Decoder
 from specchat.decoding.draft_model import DraftModelDecoder
 from specchat.decoding.registry import DECODERS

@@ -1,11 +1,11 @@
-"""The int4 backend: a GGUF model (`int4_families`) on specchat's own C kernels, where a drafted
+"""The int4 backend: a GGUF model (`families.py`) on specchat's own C kernels, where a drafted
 token costs little.
 
 On this runtime a k-token block costs little more than one token (each 4-bit weight is unpacked
 once for every token of the block), and every row of a block (chain or tree) is bitwise
 the logits of that token evaluated alone behind the same prefix, so greedy-family decoders stay
-exactly greedy. The forward is `int4_model.Int4Model`; the tokenizer and chat template are
-llama.cpp's for the same file (`llama_vocab`), so prompts tokenize as on the llama backend.
+exactly greedy. The forward is `model.Int4Model`; the tokenizer and chat template are
+llama.cpp's for the same file (`gguf/vocab.py`), so prompts tokenize as on the llama backend.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import numpy as np
 
 from specchat.backends.base import Block
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
-from specchat.backends.exact_kernels import kernels
-from specchat.backends.gguf_header import GGUFHeader
-from specchat.backends.gguf_tensors import (
+from specchat.backends.gguf.header import GGUFHeader
+from specchat.backends.gguf.tensors import (
     GGUFTensors,
     dense_types,
     int4_types,
 )
-from specchat.backends.int4_families import FAMILIES, ROPE_SCALINGS
-from specchat.backends.llama_vocab import LlamaVocabulary, VocabularyOf
+from specchat.backends.gguf.vocab import LlamaVocabulary, VocabularyOf
+from specchat.backends.int4.families import FAMILIES, ROPE_SCALINGS
+from specchat.backends.int4.kernels import kernels
 from specchat.backends.registry import INT4
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
@@ -55,7 +55,7 @@ def cost_key(path: Path, level: str | None = None) -> str:
 
 def unavailable_reason(path: Path, device: str) -> str | None:
     """Why the int4 runtime cannot run the GGUF at `path` on `device` (None: it can), from the
-    file's header and the kernels' build: a model of a family it runs (`int4_families`), with a
+    file's header and the kernels' build: a model of a family it runs (`families.py`), with a
     RoPE scaling it implements, whose tensors are all of types it carries, on a CPU where its
     kernels build."""
     if device != "cpu":
@@ -130,7 +130,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         """The model, its vocabulary and hyper-parameters, every check on the file first."""
         import torch
 
-        from specchat.backends.int4_model import Int4Model, ModelShape
+        from specchat.backends.int4.model import Int4Model, ModelShape
 
         tensors = GGUFTensors(path)
         tensors.header.check_llama()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specchat import locations
-from specchat.backends.hf import HFBackend
+from specchat.backends.hf.backend import HFBackend
 from specchat.errors import SpecchatError, first_line
 from specchat.hardware import physical_cores
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from specchat.backends.gguf_header import GGUFHeader
+from specchat.backends.gguf.header import GGUFHeader
 from specchat.errors import SpecchatError
 
 GROUP_SIZE = 32  # weights per int4 group: Q4_0/Q4_1 blocks and Q4_K sub-blocks alike

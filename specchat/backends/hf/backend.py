@@ -8,7 +8,7 @@ because a mask is present, so the tree structure really reaches attention. The K
 `DynamicCache` whose per-layer tensors we crop and gather ourselves, so committing any root-to-node
 path of a tree is one `index_select` per layer.
 
-Loading a model from disk (and converting a GGUF file) is `hf_loading`'s job; this module only
+Loading a model from disk (and converting a GGUF file) is `hf/loading.py`'s job; this module only
 needs a model and a tokenizer.
 """
 
@@ -23,7 +23,7 @@ from specchat import cpu
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.chat_template import CHATML_TEMPLATE
-from specchat.backends.hf_packed import pack_linears
+from specchat.backends.hf.packed import pack_linears
 from specchat.backends.registry import TRANSFORMERS
 from specchat.backends.token_bytes import token_bytes_table
 from specchat.errors import SpecchatError, first_line
@@ -86,7 +86,7 @@ class HFBackend(MeasuredCosts):
         self._pending: Block | None = None
         self.threads = torch.get_num_threads()
         self.level = "" if device.startswith("cuda") else cpu.torch_level()
-        # float32 on the CPU: weights prepacked once, so drafted tokens cost little (hf_packed)
+        # float32 on the CPU: weights prepacked once, so drafted tokens cost little (hf/packed.py)
         self.packed = pack_linears(model)
         layout = "|packed" if self.packed else ""
         self._costs = BlockCostTable(

@@ -138,7 +138,7 @@ def _started(path: Path, shape: RandomShape, file_type):
     size; each layer's tensors and their shapes (`int4_families.layer_tensors`)."""
     import gguf
 
-    from specchat.backends.int4_families import FAMILIES, layer_tensors
+    from specchat.backends.int4.families import FAMILIES, layer_tensors
     from specchat.bundled import bundled_gguf
 
     if shape.arch not in FAMILIES:

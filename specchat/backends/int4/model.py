@@ -1,4 +1,4 @@
-"""A lean transformer forward (Llama and the families `int4_families` declares) over a GGUF file's
+"""A lean transformer forward (Llama and the families `families.py` declares) over a GGUF file's
 own 4-bit weights, with a static KV cache.
 
 Why it is shaped this way: on a CPU a speculative block is cheap only if the k-row matmuls cost
@@ -27,15 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specchat.backends.exact_kernels import Kernels, kernels
-from specchat.backends.gguf_tensors import (
+from specchat.backends.gguf.tensors import (
     GROUP_SIZE,
     GGUFTensors,
     GroupedInt8,
     Int4Blocks,
     Nibbles,
 )
-from specchat.backends.int4_families import (
+from specchat.backends.int4.families import (
     FAMILIES,
     ROPE_SCALINGS,
     Family,
@@ -43,6 +42,7 @@ from specchat.backends.int4_families import (
     layer_tensors,
     qkv_names,
 )
+from specchat.backends.int4.kernels import Kernels, kernels
 from specchat.errors import SpecchatError
 
 

@@ -1,0 +1,1 @@
+"""Reading GGUF files: the header, the tensors without dequantizing, the vocabulary."""

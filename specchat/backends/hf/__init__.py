@@ -1,0 +1,1 @@
+"""transformers (torch) as a runtime: loading, prepacked linears, the backend."""
