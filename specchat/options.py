@@ -126,7 +126,7 @@ class RunConfig:
     )
     decoder: str | None = option(
         None,
-        "the decoder (default: the registry's baseline; a remote server's own method)",
+        "the decoder (default: suffix; draft where a default draft exists, pld where suffix cannot run; on a remote server its own method)",
         flags=("--decoder", "-d"),
         commands=frozenset({CHAT, ASK}),
     )

@@ -119,7 +119,7 @@ def run_ask(
 ) -> int:
     """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 2 when a remote server
     broke the answer off (what arrived is printed first). No decoder in `config`: the backend's
-    default (the baseline; a remote server's own method); `raw_params` as `--param` gave them."""
+    default (`default_decoder`: suffix where it runs; a remote server's own method); `raw_params` as `--param` gave them."""
     decoder = config.decoder
     if decoder is not None:  # bad parameters fail before the model loads
         run_params([decoder], config, raw_params)

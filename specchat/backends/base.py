@@ -111,7 +111,7 @@ class ChatMessage:
 @runtime_checkable
 class Backend(Protocol):
     """What a decoder may ask of a model runtime specchat decodes on (a *local* runtime: it
-    evaluates blocks and returns their logits). See DESIGN.md, "Backend"."""
+    evaluates blocks and returns their logits). docs/architecture.md shows where it sits."""
 
     name: str  # its runtime's, in `backends/registry.py`
     device: str

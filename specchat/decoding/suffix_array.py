@@ -1,10 +1,10 @@
 """A compact, static suffix index over many token sequences: what every saved chat is drafted from.
 
-A suffix tree (ArcticInference's, used for the per-request sources) costs about 300 bytes per
-indexed token: a store of 10,000 messages (~2M tokens) would take ~600 MB and 12 s to build. This
+A suffix tree (ArcticInference's, used for the per-request sources) costs hundreds of bytes per
+indexed token, too much for a store of thousands of messages (docs/benchmarks.md). This
 index keeps three int32 arrays — the text, its suffix array sorted on the first `DEPTH` tokens, and
 the suffix-array positions grouped by the token before each suffix (an FM-index's occurrence lists)
-— 12 bytes per token, built with numpy sorts in about a second, and saved to disk as plain .npy files.
+— 12 bytes per token, built with numpy sorts, and saved to disk as plain .npy files.
 
 Finding the longest tail of the context that occurs is a backward search (one token at a time from
 the end, two binary searches per token), which also yields the range of suffixes for every shorter

@@ -8,8 +8,8 @@ headers they compile in about a second with the C compiler the llama.cpp build a
 the shared object is cached under the cache dir, keyed by source, compiler and instruction-set
 level (`specchat.cpu`): each level is its own build, so a machine can run the lower ones too.
 
-A ctypes call costs about a microsecond, less than a torch op, so they also keep the per-layer
-overhead down.
+The whole forward is one call (`forward`); `matmul_rows` and `top_k_rows` are also called alone
+(a weight's rows for checks, the recycled candidates).
 """
 
 from __future__ import annotations
@@ -41,16 +41,6 @@ _i64 = ctypes.c_int64
 _i32 = ctypes.c_int32
 _f32 = ctypes.c_float
 _SIGNATURES = {
-    "residual_rms_norm": [_p, _p, _i64, _p, _p, ctypes.c_int, _i64, _i64, _f32],
-    "silu_mul": [_p, _p, _i64, _p, _i64, _i64],
-    "attention": [
-        _p, _i64, _p, _i64, _p, _i64,  # q, k, v and their row strides
-        _p, _p, _p,  # cos, sin, positions
-        _p, _p, _i64,  # k cache, v cache, slots
-        _i32, _i32, _p, _i32, _p,  # n_prefix, rows, seen, seen_stride, n_seen
-        _p, _i32, _i32, _i32, _f32,  # out, heads, kv_heads, head_dim, scale
-        _p, _i32,  # head_ops (bias, q/k norms, RoPE pairs), threads
-    ],
     "matmul_rows": [
         _p, _p, _p, _p, _i32, _i32, _i32, _i32,  # float32 rows, or codes, scales (and zeros): group, bits, half scales, int8 x
         _i64, _i64, _p, _i32, _i64, _p, _i32, _i32,  # rows, cols, x, x_is_bf16, m, out, out_is_bf16, threads

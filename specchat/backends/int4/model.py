@@ -4,10 +4,9 @@ own 4-bit weights, with a static KV cache.
 Why it is shaped this way: on a CPU a speculative block is cheap only if the k-row matmuls cost
 little more than 1-row ones, and a decoder stays exactly greedy only if a block's rows equal
 one-token passes. Every kernel on the path computes an output row by one fixed sum whatever the
-number of rows, so a layer is four matmuls and three C calls: little per-op overhead, and a block
-row that equals the same token evaluated alone.
+number of rows, so a block row equals the same token evaluated alone.
 
-The whole forward is one C call (exact_kernels.c's `forward`) at every instruction-set level
+The whole forward (per layer four matmuls, attention, norms and the activation) is one C call (exact_kernels.c's `forward`) at every instruction-set level
 (`specchat.cpu`): the file's nibbles (and Q8_0 codes) meet x rounded to 8 bits per 32 values,
 summed in integers as llama.cpp does, each weight row read once for every token of the block
 (AVX-512 VNNI, AVX2 and plain C compute the same bits). torch's int4 kernel carried the 4-bit
@@ -16,7 +15,7 @@ weights on AVX-512 until the VNNI kernel cost less at one token and much less at
 
 Numbers: the residual stream is float32; matmul inputs and outputs are bf16 (the kernel's only
 fast type); keys are cached after RoPE in float32 and values in bf16 (what the projection gave);
-the LM head runs in float32, so logits are float32 too.
+the LM head's output is float32, so logits are float32 too.
 """
 
 from __future__ import annotations

@@ -10,8 +10,6 @@ as its character, a tab the parser expanded) gets UNKNOWN and is never coloured.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 UNKNOWN = -1
 
 
@@ -42,10 +40,6 @@ class SourceLines:
     def offset_of_line(self, number: int) -> int:
         """The text offset where line `number` starts (the text's end past its last line)."""
         return self.starts[number] if number < len(self.starts) else self.limit
-
-    def line_at(self, offset: int) -> int:
-        """The number of the line holding text offset `offset`."""
-        return bisect_right(self.starts, offset) - 1
 
     def locate(self, content: str, first_line: int, *, suffix: bool = False) -> list[int]:
         """The text offset of every character of `content`, whose lines are pieces of the source

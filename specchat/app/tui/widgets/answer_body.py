@@ -26,7 +26,7 @@ from textual.geometry import Size
 from textual.markup import parse_style
 from textual.widgets import Static
 
-from specchat.app.tui.markdown.blocks import ParsedText, parse_blocks
+from specchat.app.tui.markdown.blocks import parse_blocks
 from specchat.app.tui.markdown.paint import RunIndex, RunPaint
 from specchat.app.tui.markdown.render import MarkdownLook, render_blocks
 from specchat.history import RunSpan
@@ -125,9 +125,6 @@ class AnswerBody(Vertical):
                 piece.update(render_blocks(parsed, parsed.blocks, index, self.look, True))
             parsed = parse_blocks(self.text, self._settled)
             self._draw_tail(render_blocks(parsed, parsed.blocks, index, self.look))
-
-    def parsed_tail(self) -> ParsedText:
-        return parse_blocks(self.text, self._settled)
 
     # -- the look -------------------------------------------------------------------------------
     @property
