@@ -40,8 +40,8 @@ from specchat.decoding.prompt_lookup import MATCH_EDGES
 from specchat.decoding.registry import build_decoder, scoped_params
 from specchat.decoding.sampling import Sampler, SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
-from specchat.evaluation.oracle import accepted_lengths, oracle_passes, oracle_speedup
 from specchat.evaluation.race import run_decoder
+from specchat.metrics.oracle import accepted_lengths, oracle_passes, oracle_speedup
 from specchat.models import LoadOptions, load_model
 from specchat.prompting import chat_prompt_ids, turn_start
 

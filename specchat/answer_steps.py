@@ -7,7 +7,7 @@ Rejected tokens are kept as text, made at record time from the backend's token b
 backend's measured pass costs (`block_cost`) are kept beside the steps: the oracle of a stored
 answer then needs no model. Without them (a remote server) the steps' own pass times stand in.
 
-The oracle here is the one of `evaluation/oracle.py` over the drafts the answer actually made:
+The oracle here is the one of `metrics/oracle.py` over the drafts the answer actually made:
 at each step's position the draft had `accepted` right tokens, and inside that accepted run what
 remains of the same draft stays right. Perfect draft lengths over those — the least total pass
 cost — against one single-token pass per token is what these drafts would have allowed.
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specchat.engine.events import StepEvent
-from specchat.evaluation import figures
-from specchat.evaluation.oracle import OracleFigures, efficiency, oracle_speedup
+from specchat.metrics import figures
+from specchat.metrics.oracle import OracleFigures, efficiency, oracle_speedup
 
 TIME_DIGITS = 7  # seconds are kept to a tenth of a microsecond
 

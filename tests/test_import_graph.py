@@ -1,5 +1,5 @@
 """No import cycle among specchat's modules (imports inside functions count: they hide cycles),
-and the layers point one way: decoding and backends never import the app."""
+and the layers point one way: a module imports only from its own layer or the ones below it."""
 
 from __future__ import annotations
 
@@ -64,6 +64,47 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_cycle():
     cycle = _cycle(_graph())
     assert cycle is None, " -> ".join(cycle)
+
+
+# specchat's layers, lowest first: each may import from itself and those before it, never after.
+LAYERS = (
+    # what everything may use: errors, where files live, the CPU, figures computed one way
+    ("specchat.errors", "specchat.locations", "specchat.cpu", "specchat.hardware",
+     "specchat.tables", "specchat.metrics"),
+    ("specchat.backends", "specchat.bundled", "specchat.prompting"),  # models and their runtimes
+    ("specchat.decoding",),  # the algorithms
+    ("specchat.engine", "specchat.answer_steps"),  # the loop and what a step keeps
+    # a run's options and settings, resolved for its decoders; the colours
+    ("specchat.options", "specchat.settings", "specchat.run_config", "specchat.themes"),
+    # opening a model, the store, the one answer path
+    ("specchat.models", "specchat.history", "specchat.saved_chats", "specchat.run_spans",
+     "specchat.answers"),
+    ("specchat.evaluation", "specchat.bench"),  # races and Spec-Bench
+    ("specchat.app", "specchat.__main__"),  # the CLI and the chat
+)  # fmt: skip
+
+
+def _layer(module: str) -> int | None:
+    for index, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    return None
+
+
+def test_every_module_has_a_layer():
+    unplaced = [name for name in _graph() if name != "specchat" and _layer(name) is None]
+    assert not unplaced, f"add these to LAYERS: {unplaced}"
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = [
+        f"{name} -> {target}"
+        for name, targets in _graph().items()
+        for target in targets
+        if target != "specchat" and _layer(name) is not None
+        and (_layer(target) or 0) > _layer(name)
+    ]  # fmt: skip
+    assert not upward, "\n".join(upward)
 
 
 def test_decoding_and_backends_never_import_the_app():

@@ -16,13 +16,14 @@ from specchat.answers import AnswerRecord, build_engine, open_model
 from specchat.app.drafts_view import explanation
 from specchat.app.foreground import generating
 from specchat.backends.base import Backend, Exactness
-from specchat.decoding.registry import decoder_class, default_decoder, run_params, sampling_for
+from specchat.decoding.registry import decoder_class, default_decoder
 from specchat.engine.events import DoneEvent, StepEvent
-from specchat.evaluation.figures import not_target_distribution
 from specchat.history import DB_FILE, HistoryStore, StoredMessage
 from specchat.locations import data_dir
+from specchat.metrics.figures import not_target_distribution
 from specchat.options import RunConfig
 from specchat.prompting import messages_for
+from specchat.run_config import run_params, sampling_for
 from specchat.saved_chats import SavedChatsIndex, open_saved_chats
 from specchat.themes.palette import COLOUR_BLIND_SAFE, ansi
 

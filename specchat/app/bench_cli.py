@@ -22,16 +22,12 @@ from specchat.bench.peers import peers_for
 from specchat.bench.report import markdown, print_report
 from specchat.bench.runner import run_benchmark
 from specchat.bench.summary import summarize
-from specchat.decoding.registry import (
-    baseline_name,
-    default_race,
-    run_params,
-    sampling_for,
-)
+from specchat.decoding.registry import baseline_name, default_race
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import DecoderEntrant
 from specchat.evaluation.variants import line_up, parse_variant
 from specchat.options import RunConfig
+from specchat.run_config import run_params, sampling_for
 
 
 def _versions() -> dict[str, str]:

@@ -98,7 +98,7 @@ def main_callback(
     if ctx.invoked_subcommand is not None:
         return
     from specchat.app.tui import open_chat
-    from specchat.decoding.registry import with_params
+    from specchat.run_config import with_params
 
     settings, config, broken = run_config(CHAT, flags or {})
     open_chat(settings, with_params(config, _parse_params(param)), broken)

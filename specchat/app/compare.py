@@ -8,22 +8,17 @@ import sys
 from rich.console import Console
 
 from specchat.answers import open_model
-from specchat.decoding.registry import (
-    baseline_name,
-    default_race,
-    run_params,
-    sampling_for,
-    unavailable_reason,
-)
+from specchat.decoding.registry import baseline_name, default_race, unavailable_reason
 from specchat.engine.choice import exactness_of, prompt_ids
 from specchat.errors import SpecchatError
-from specchat.evaluation.figures import RaceRow, race_rows
-from specchat.evaluation.oracle import efficiency
 from specchat.evaluation.race import DecoderEntrant, Lane, RaceTurn, RunFailed, RunFinished, race
 from specchat.evaluation.variants import line_up, parse_variant, server_name
+from specchat.metrics.figures import RaceRow, race_rows
+from specchat.metrics.oracle import efficiency
 from specchat.models import LoadOptions, load_model, server_options
 from specchat.options import RunConfig
 from specchat.prompting import messages_for
+from specchat.run_config import run_params, sampling_for
 from specchat.tables import Column, print_table
 
 

@@ -7,11 +7,12 @@ import sys
 from specchat.answers import build_engine, open_model
 from specchat.app.foreground import generating
 from specchat.backends.base import ChatMessage
-from specchat.decoding.registry import default_decoder, run_params, sampling_for
+from specchat.decoding.registry import default_decoder
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.errors import SpecchatError
 from specchat.options import RunConfig
 from specchat.prompting import checked_prompt
+from specchat.run_config import run_params, sampling_for
 
 
 def _read_line() -> str | None:

@@ -22,8 +22,6 @@ from specchat.decoding.registry import (
     DECODERS,
     baseline_name,
     default_decoder,
-    run_params,
-    sampling_for,
     speculates,
     unavailable_reason,
 )
@@ -47,6 +45,7 @@ from specchat.hardware import physical_cores
 from specchat.history import HistoryStore
 from specchat.models import LoadOptions, load_model, server_options
 from specchat.options import COLOUR_MODES, RunConfig
+from specchat.run_config import run_params, sampling_for
 from specchat.saved_chats import SavedChatsIndex, open_saved_chats
 from specchat.settings import save_settings
 

@@ -327,9 +327,10 @@ def other_runtime_peers(backend: Backend, decoders: list[str]) -> list[DecoderEn
     its greedy and the first of `decoders` that drafts, named NAME@RUNTIME. Their answers are
     that runtime's, so they are not judged against this one's greedy."""
     from specchat.backends.runtimes import candidates
-    from specchat.decoding.registry import DECODERS, run_params
+    from specchat.decoding.registry import DECODERS
     from specchat.models import LoadOptions, load_model
     from specchat.options import RunConfig
+    from specchat.run_config import run_params
 
     others = [
         r for r in candidates(GGUF, Path(backend.model_path), backend.device) if r != backend.name

@@ -8,8 +8,8 @@ from rich.text import Text
 from specchat.bench.peers import MATCHING_PEER, REFERENCE_PEERS
 from specchat.bench.summary import OVERALL, QuestionRow
 from specchat.errors import SpecchatError
-from specchat.evaluation import figures
 from specchat.evaluation.variants import DecoderVariant, parse_variant
+from specchat.metrics import figures
 from specchat.tables import Column, print_table
 
 _BAR = 30  # characters for the longest bar

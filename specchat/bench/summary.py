@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specchat.evaluation import figures
-from specchat.evaluation.oracle import efficiency
+from specchat.metrics import figures
+from specchat.metrics.oracle import efficiency
 
 OVERALL = "overall"
 

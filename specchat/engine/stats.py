@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from specchat.evaluation import figures
+from specchat.metrics import figures
 
 
 class CountedStep(Protocol):

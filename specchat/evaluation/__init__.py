@@ -1,1 +1,1 @@
-"""Judging decoders: races, the oracle over a drafter's proposals, speed figures, variants."""
+"""Judging decoders: races (one orchestrator for compare, the race screen and bench) and variants."""

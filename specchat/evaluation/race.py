@@ -29,7 +29,7 @@ from specchat.decoding.speculative import SpeculativeDecoder
 from specchat.engine.events import DoneEvent, Event, StepEvent
 from specchat.engine.protocol import Cancel, GenerationRequest
 from specchat.errors import SpecchatError
-from specchat.evaluation.oracle import OracleFigures, accepted_lengths, oracle_speedup
+from specchat.metrics.oracle import OracleFigures, accepted_lengths, oracle_speedup
 
 PROGRESS_SECONDS = 0.25  # how often a run's token count is reported while it is measured
 IDS, TEXT = "ids", "text"  # how an entrant's answer is compared with the baseline's

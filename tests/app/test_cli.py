@@ -255,8 +255,8 @@ def test_a_temperature_greedy_cannot_take_is_blamed_on_the_settings_file(tmp_pat
 
 
 def test_the_chats_param_reaches_every_decoder_that_takes_it():
-    from specchat.decoding.registry import run_params, with_params
     from specchat.options import RunConfig
+    from specchat.run_config import run_params, with_params
 
     config = with_params(RunConfig(), {"num_beams": "3", "pld.max_ngram": "2"})
     assert run_params(["beam"], config)["beam"]["num_beams"] == 3

@@ -11,7 +11,7 @@ from specchat.decoding.draft_policy import DraftLengthPolicy, Plan, expected_fro
 from specchat.decoding.ngram_index import RECENT, NgramIndex
 from specchat.decoding.prompt_lookup import PromptLookupDrafter, copy_prior, match_bucket
 from specchat.decoding.suffix import SuffixDrafter
-from specchat.evaluation.oracle import accepted_lengths, efficiency, oracle_speedup
+from specchat.metrics.oracle import accepted_lengths, efficiency, oracle_speedup
 from tests.decoding.ngram_oracle import agreement
 
 

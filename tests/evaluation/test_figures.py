@@ -7,7 +7,7 @@ import pytest
 from specchat.decoding.registry import baseline_name
 from specchat.engine.events import StepEvent
 from specchat.engine.stats import GenerationStats
-from specchat.evaluation.figures import race_rows, speedup
+from specchat.metrics.figures import race_rows, speedup
 
 
 def _stats(tokens: int, steps: int, seconds: float, drafted: int = 0, accepted: int = 0):

@@ -10,8 +10,8 @@ from rich.text import Text
 
 from specchat.engine.events import StepEvent
 from specchat.engine.stats import GenerationStats
-from specchat.evaluation.figures import not_target_distribution
 from specchat.history import StoredMessage, decoders_label
+from specchat.metrics.figures import not_target_distribution
 
 FINISH_LABELS = {
     "eos": "EOS",

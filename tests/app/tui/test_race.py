@@ -14,7 +14,7 @@ import pytest
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.bench.llama_server import free_port
-from specchat.evaluation.figures import speedup, tokens_per_second
+from specchat.metrics.figures import speedup, tokens_per_second
 from specchat.options import RunConfig
 from tests.servers import REPEATING_PROMPT, server_metrics
 

@@ -202,7 +202,7 @@ def test_a_long_first_question_makes_a_title_cut_at_a_word_end():
 def test_the_drafts_view_never_claims_a_negative_share_realised():
     from specchat.answer_steps import DraftFigures
     from specchat.app.drafts_view import summary_lines
-    from specchat.evaluation.oracle import OracleFigures
+    from specchat.metrics.oracle import OracleFigures
 
     slower = DraftFigures(
         tokens=50, steps=50, drafted=40, accepted=2, rejected=38, pass_seconds=0.2,

@@ -37,7 +37,6 @@ from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.decoding.registry import DECODERS, baseline_name
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.errors import SpecchatError
-from specchat.evaluation.figures import race_rows
 from specchat.evaluation.race import (
     Lane,
     RaceEvent,
@@ -53,6 +52,7 @@ from specchat.evaluation.variants import (
     fixed_draft_variants,
     parse_variant,
 )
+from specchat.metrics.figures import race_rows
 from specchat.run_spans import RunText, coloured
 from specchat.themes.palette import RunPalette
 
