@@ -215,6 +215,13 @@ def server_options(options: LoadOptions, url: str) -> LoadOptions:
     return replace(options, backend=SERVER.name, base_url=url, api_key_env=key_env)
 
 
+def open_race_server(options: LoadOptions, url: str, model: str | None = None) -> Backend:
+    """A server raced beside a run (`compare`, the chat's race screen), connected as
+    `server_options` says: asked for `model` only where `url` is the run's own server (it serves
+    what the run asked for), elsewhere for the first model it lists."""
+    return load_model(model if url == options.base_url else None, server_options(options, url))
+
+
 def _resolve(spec: str | None, options: LoadOptions) -> tuple[ModelRef, Runtime | None]:
     """The model's weights and the runtime the user named for them (None: the chooser's), or a
     one-line error."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from specchat.decoding.registry import DECODERS, decoder_class, scoped_params
+from specchat.backends.base import Backend
+from specchat.decoding.registry import DECODERS, decoder_class, default_decoder, scoped_params
 from specchat.decoding.sampling import SamplingParams
 from specchat.errors import SpecchatError
 from specchat.options import RunConfig
@@ -68,3 +69,11 @@ def sampling_for(name: str | None, config: RunConfig) -> SamplingParams:
     return SamplingParams(
         temperature=chosen, top_k=config.top_k, top_p=config.top_p, seed=config.seed
     )
+
+
+def chosen_decoder(config: RunConfig, backend: Backend | None = None) -> str:
+    """The decoder a run answers with: the one the flag or the settings chose, else `backend`'s
+    default (`registry.default_decoder`: suffix where its trees are built, a draft model's where
+    a default draft exists, a remote server's own method). One rule for `ask`, the line-mode
+    chat and the chat."""
+    return config.decoder or default_decoder(backend)

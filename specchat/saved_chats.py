@@ -22,10 +22,11 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from specchat.backends.base import Backend, ChatMessage
+from specchat.decoding.registry import decoder_class
 from specchat.decoding.sources import Continuation
 from specchat.decoding.suffix_array import DEPTH as ARRAY_DEPTH
 from specchat.decoding.suffix_array import TokenSuffixArray
@@ -33,6 +34,7 @@ from specchat.decoding.suffix_tree import DEPTH, SharedTree
 from specchat.errors import SpecchatError
 from specchat.history import HistoryStore, StoredMessage
 from specchat.locations import cache_dir
+from specchat.options import RunConfig
 from specchat.prompting import chat_prompt_ids
 
 _VERSION = 1
@@ -290,3 +292,17 @@ def open_saved_chats(store: HistoryStore, backend: Backend) -> SavedChatsIndex:
     index = SavedChatsIndex(store.path, backend).start()
     store.add_listener(index.chat_changed)
     return index
+
+
+def saved_chats_for(
+    store: HistoryStore | None, backend: Backend, config: RunConfig, decoders: Iterable[str]
+) -> SavedChatsIndex | None:
+    """The saved chats' index for a run, or None: opened where the settings allow drafting from
+    saved chats and one of `decoders` (`ask`'s one; every decoder the chat can switch to) reads
+    them and can run on this machine. One rule for `ask` and the chat."""
+    if store is None or not config.draft_from_saved_chats:
+        return None
+    readers = [decoder_class(name) for name in decoders]
+    if not any(c.reads_saved_chats and c.unavailable_anywhere() is None for c in readers):
+        return None
+    return open_saved_chats(store, backend)

@@ -16,15 +16,15 @@ from specchat.answers import AnswerRecord, build_engine, open_model
 from specchat.app.drafts_view import explanation
 from specchat.app.foreground import generating
 from specchat.backends.base import Backend, Exactness
-from specchat.decoding.registry import decoder_class, default_decoder
+from specchat.decoding.registry import decoder_class
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.history import DB_FILE, HistoryStore, StoredMessage
 from specchat.locations import data_dir
 from specchat.metrics.figures import not_target_distribution
 from specchat.options import RunConfig
 from specchat.prompting import messages_for
-from specchat.run_config import run_params, sampling_for
-from specchat.saved_chats import SavedChatsIndex, open_saved_chats
+from specchat.run_config import chosen_decoder, run_params, sampling_for
+from specchat.saved_chats import saved_chats_for
 from specchat.themes.palette import COLOUR_BLIND_SAFE, ansi
 
 
@@ -93,17 +93,6 @@ def _record(store: HistoryStore, prompt: str, answer: AnswerRecord) -> None:
     store.add_message(chat_id, answer.stored())
 
 
-def _saved_chats(
-    loaded: Backend, decoder: str, config: RunConfig, store: HistoryStore | None
-) -> SavedChatsIndex | None:
-    """The saved chats' index, when the decoder drafts from them and the settings allow it."""
-    if store is None or not (
-        decoder_class(decoder).reads_saved_chats and config.draft_from_saved_chats
-    ):
-        return None
-    return open_saved_chats(store, loaded)
-
-
 def run_ask(
     prompt: str,
     config: RunConfig,
@@ -120,19 +109,19 @@ def run_ask(
 ) -> int:
     """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 2 when a remote server
     broke the answer off (what arrived is printed first). No decoder in `config`: the backend's
-    default (`default_decoder`: suffix where it runs; a remote server's own method); `raw_params` as `--param` gave them."""
+    default (`run_config.chosen_decoder`); `raw_params` as `--param` gave them."""
     decoder = config.decoder
     if decoder is not None:  # bad parameters fail before the model loads
         run_params([decoder], config, raw_params)
         sampling_for(decoder, config)
     loaded = open_model(config, progress=progress)
     progress_done()
-    decoder = decoder or default_decoder(loaded)
+    decoder = chosen_decoder(config, loaded)
     engine = build_engine(loaded, decoder, run_params([decoder], config, raw_params)[decoder])
     # --no-log writes nothing: the saved chats are read only where a store already exists
     reads = decoder_class(decoder).reads_saved_chats and (data_dir() / DB_FILE).exists()
     store = HistoryStore() if log or reads else None
-    saved = _saved_chats(loaded, decoder, config, store)
+    saved = saved_chats_for(store, loaded, config, [decoder])
     request = engine.request(
         messages_for(prompt, system),
         max_tokens=config.max_tokens,

@@ -15,7 +15,7 @@ from specchat.evaluation.race import DecoderEntrant, Lane, RaceTurn, RunFailed, 
 from specchat.evaluation.variants import line_up, parse_variant, server_name
 from specchat.metrics.figures import RaceRow, race_rows
 from specchat.metrics.oracle import efficiency
-from specchat.models import LoadOptions, load_model, server_options
+from specchat.models import LoadOptions, open_race_server
 from specchat.options import RunConfig
 from specchat.prompting import messages_for
 from specchat.run_config import run_params, sampling_for
@@ -116,10 +116,7 @@ def run_compare(
         run_params(list(dict.fromkeys(v.name for v in requested)), config, params)
     options = LoadOptions.of(config)
     loaded = open_model(config, speculative=True, progress=progress)
-    servers = [
-        load_model(config.model if options.base_url else None, server_options(options, url))
-        for url in dict.fromkeys(server_urls)
-    ]
+    servers = [open_race_server(options, url, config.model) for url in dict.fromkeys(server_urls)]
     base = baseline_name()
     variants = line_up(
         requested or [parse_variant(n) for n in default_race(loaded)],

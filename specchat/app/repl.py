@@ -7,12 +7,11 @@ import sys
 from specchat.answers import build_engine, open_model
 from specchat.app.foreground import generating
 from specchat.backends.base import ChatMessage
-from specchat.decoding.registry import default_decoder
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.errors import SpecchatError
 from specchat.options import RunConfig
 from specchat.prompting import checked_prompt
-from specchat.run_config import run_params, sampling_for
+from specchat.run_config import chosen_decoder, run_params, sampling_for
 
 
 def _read_line() -> str | None:
@@ -34,7 +33,7 @@ def _read_line() -> str | None:
 def run_repl(config: RunConfig) -> None:
     """The chat, a line at a time, with the run's model, decoder, sampling and answer length."""
     loaded = open_model(config)
-    name = config.decoder or default_decoder(loaded)
+    name = chosen_decoder(config, loaded)
     engine = build_engine(loaded, name, run_params([name], config)[name])
     sampling = sampling_for(name, config)
     history: list[ChatMessage] = []

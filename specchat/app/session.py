@@ -26,7 +26,6 @@ from specchat.decoding.registry import (
     unavailable_reason,
 )
 from specchat.decoding.sampling import SamplingParams
-from specchat.decoding.suffix_tree import unavailable_reason as suffix_trees_missing
 from specchat.engine.choice import prompt_ids
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.protocol import AnswerEngine
@@ -43,10 +42,10 @@ from specchat.evaluation.race import (
 from specchat.evaluation.variants import DecoderVariant
 from specchat.hardware import physical_cores
 from specchat.history import HistoryStore
-from specchat.models import LoadOptions, load_model, server_options
+from specchat.models import LoadOptions, open_race_server
 from specchat.options import COLOUR_MODES, RunConfig
-from specchat.run_config import run_params, sampling_for
-from specchat.saved_chats import SavedChatsIndex, open_saved_chats
+from specchat.run_config import chosen_decoder, run_params, sampling_for
+from specchat.saved_chats import SavedChatsIndex, saved_chats_for
 from specchat.settings import save_settings
 
 
@@ -147,7 +146,7 @@ class ChatSession:
         if not self.config.decoder and (
             self.decoder_name == default_decoder() or self.unavailable_reason(self.decoder_name)
         ):  # none chosen: the backend's own default (a draft model's on transformers)
-            self.decoder_name = default_decoder(backend)
+            self.decoder_name = chosen_decoder(self.config, backend)
         for fallback in (False, True):
             try:
                 name = self.decoder_name
@@ -161,9 +160,8 @@ class ChatSession:
         # what greedy-family decoders are here: bitwise greedy, or greedy to near-ties
         self.exactness = self.engine.exactness()
         self.ready_seconds = time.perf_counter() - self._started
-        if self.config.draft_from_saved_chats and suffix_trees_missing() is None:
-            # loads (or builds) in its own thread: neither start-up nor the first token waits
-            self.saved_chats = open_saved_chats(self.history, backend)
+        # loads (or builds) in its own thread: neither start-up nor the first token waits
+        self.saved_chats = saved_chats_for(self.history, backend, self.config, DECODERS)
         return warning
 
     def close(self) -> None:
@@ -320,8 +318,7 @@ class ChatSession:
         if url is None:
             return self.backend
         if url not in self._race_servers:
-            options = server_options(LoadOptions.of(self.config), url)
-            self._race_servers[url] = load_model(None, options)
+            self._race_servers[url] = open_race_server(LoadOptions.of(self.config), url)
         return self._race_servers[url]
 
     def race(
