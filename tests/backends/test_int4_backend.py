@@ -18,7 +18,7 @@ from specchat import cpu
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.gguf.tensors import GGUFTensors, Nibbles
 from specchat.backends.int4.kernels import kernels
-from specchat.backends.int4.model import RowsLinear
+from specchat.backends.int4.linear import RowsLinear
 from specchat.errors import SpecchatError
 from specchat.prompting import chat_prompt_ids
 

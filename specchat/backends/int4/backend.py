@@ -130,7 +130,8 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         """The model, its vocabulary and hyper-parameters, every check on the file first."""
         import torch
 
-        from specchat.backends.int4.model import Int4Model, ModelShape
+        from specchat.backends.int4.model import Int4Model
+        from specchat.backends.int4.shape import ModelShape
 
         tensors = GGUFTensors(path)
         tensors.header.check_llama()

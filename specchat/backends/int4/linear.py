@@ -1,0 +1,132 @@
+"""The int4 runtime's linear layers: a GGUF weight laid out once, at load, as exact_kernels.c
+reads it, and called alone or from the whole forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specchat.backends.gguf.tensors import (
+    GROUP_SIZE,
+    GGUFTensors,
+    GroupedInt8,
+    Int4Blocks,
+    Nibbles,
+)
+from specchat.backends.int4.kernels import Kernels, kernels
+from specchat.errors import SpecchatError
+
+# -- linear layers -------------------------------------------------------------------------------
+
+
+class RowsLinear:
+    """y = x W^T in exact_kernels.c: 4-bit blocks as nibbles with a scale and zero per 32 (read
+    eight rows at a time), Q8_0, Q5_x and Q6_K as int8 codes with their blocks' scales (exactly the file's
+    weights, a byte each), anything else dequantized once to float32. Float32 sums whose order
+    does not depend on how many rows share the call; bf16 in and out in the layers, float32 for
+    the LM head.
+
+    (oneDNN's prepacked bf16 linear was tried first: at 1536 inputs a row's bits changed with the
+    number of rows in the call, and its bf16 weights rounded the file's.)"""
+
+    def __init__(
+        self,
+        weight: GroupedInt8 | Nibbles | np.ndarray,
+        *,
+        float32_out: bool = False,
+        library: Kernels | None = None,
+    ) -> None:
+        self._kernels = library or kernels()
+        # x rounded to 8 bits for the 4-bit weights and Q8_0 / Q5_0: integer dot products, as
+        # llama.cpp's
+        self.int8_x = True
+        self.code_bits = 8
+        self.half_scales = False
+        self.out_features, self.in_features = weight.shape
+        if isinstance(weight, Nibbles):
+            weight = weight.by_eight()  # as exact_kernels.c's matmul_nibbles8 reads them
+            self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
+            self.group, self.f32, self.code_bits = GROUP_SIZE, None, 4
+            self._halve()
+            # Q4_0's zeros (-8 * scale) are computed, not read
+            if np.array_equal(
+                np.float32(-8.0) * self.scales.astype(np.float32), self.zeros.astype(np.float32)
+            ):
+                self.zeros = None
+        elif isinstance(weight, GroupedInt8):
+            if weight.zeros is None:  # Q8_0, Q5_0 (groups of 32), Q6_K (16)
+                weight = weight.by_eight()  # as exact_kernels.c's matmul_int8x8 reads them
+            self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
+            self.group, self.f32 = weight.group, None
+            if weight.group == GROUP_SIZE and weight.zeros is None:
+                self._halve()
+        else:
+            self.f32 = np.ascontiguousarray(weight, dtype=np.float32)
+            self.codes = self.scales = self.zeros = None
+            self.group = 0
+        if self.in_features % 32 or self.group not in (0, 16, 32):
+            raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
+        self.float32_out = float32_out
+        self.threads = 1
+
+    def _halve(self) -> None:
+        """Scales and zeros as float16 where that is exactly the file's (Q4_0, Q4_1, Q8_0,
+        Q5_0 store float16): fewer bytes to read a token."""
+        kept = [v for v in (self.scales, self.zeros) if v is not None]
+        halves = [v.astype(np.float16) for v in kept]
+        if all(np.array_equal(h.astype(np.float32), v) for h, v in zip(halves, kept)):
+            self.scales = halves[0]
+            self.zeros = halves[1] if len(halves) > 1 else None
+            self.half_scales = True
+
+    @property
+    def form(self) -> str:
+        """How the weights are held: "4-bit" nibbles, "int8" codes or "float32"."""
+        return "float32" if self.f32 is not None else "4-bit" if self.code_bits == 4 else "int8"
+
+    @staticmethod
+    def _pointer(array: np.ndarray | None) -> int | None:
+        return None if array is None else array.ctypes.data
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out_type = torch.float32 if self.float32_out else torch.bfloat16
+        out = torch.empty((x.shape[0], self.out_features), dtype=out_type)
+        self._kernels.matmul_rows(
+            self._pointer(self.f32), self._pointer(self.codes), self._pointer(self.scales),
+            self._pointer(self.zeros), self.group, self.code_bits, self.half_scales, self.int8_x,
+            self.out_features, self.in_features,
+            x.data_ptr(), x.dtype == torch.bfloat16, x.shape[0], out.data_ptr(),
+            out_type == torch.bfloat16, self.threads,
+        )  # fmt: skip
+        return out
+
+
+def four_bit_linear(blocks: Int4Blocks, library: Kernels) -> RowsLinear:
+    return RowsLinear(blocks.nibbles(), library=library)
+
+
+def rows_linear(
+    tensors: GGUFTensors, name: str, library: Kernels, *, float32_out: bool = False
+) -> RowsLinear:
+    grouped = tensors.grouped_int8(name)
+    weight = grouped if grouped is not None else tensors.dense(name)
+    return RowsLinear(weight, float32_out=float32_out, library=library)
+
+
+class Projection:
+    """Several weights that read the same input (q, k, v; gate, up): one call when they share a
+    carrier (4-bit blocks concatenated), one call each otherwise."""
+
+    def __init__(self, tensors: GGUFTensors, names: list[str], library: Kernels) -> None:
+        if all(tensors.is_int4(name) for name in names):
+            blocks = Int4Blocks.concat([tensors.int4_blocks(n) for n in names])
+            self.linears = [four_bit_linear(blocks, library)]
+        else:
+            self.linears = [linear_for(tensors, name, library) for name in names]
+
+
+def linear_for(tensors: GGUFTensors, name: str, library: Kernels) -> RowsLinear:
+    if tensors.is_int4(name):
+        return four_bit_linear(tensors.int4_blocks(name), library)
+    return rows_linear(tensors, name, library)
