@@ -183,3 +183,28 @@ def _refusal_on_llama_cpp(data: bytes, tmp_path: Path) -> str:
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr[-500:]
     return lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["llama", "int4"])
+def test_a_token_that_a_nul_byte_makes_another_is_refused_in_one_line(
+    seed_file: Path, tmp_path: Path, runtime: str
+) -> None:
+    """llama.cpp reads token strings as C strings: "Ġthe" rewritten as "Ġt\\0x" is "Ġt" to it, a
+    token spelled twice, and its vocabulary loader aborts the process (exit 134, found by
+    benchmarks/fuzz_gguf.py). The file is refused in one line before llama.cpp reads it."""
+    data = bytearray(seed_file.read_bytes())
+    spelled = (5).to_bytes(8, "little") + "Ġthe".encode()
+    at = data.index(spelled) + 8
+    assert (3).to_bytes(8, "little") + "Ġt".encode() in data  # "Ġt" is a token of its own
+    data[at : at + 5] = "Ġt".encode() + b"\0x"
+    crafted = tmp_path / "nul.gguf"
+    crafted.write_bytes(bytes(data))
+    run = subprocess.run(
+        [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
+         runtime, "--threads", "1", "--max-tokens", "2"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr[-2000:]
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "spelled as another" in lines[0], run.stderr[-2000:]

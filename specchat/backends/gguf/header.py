@@ -94,7 +94,8 @@ class _Cursor:
         return self.data[self.at - length : self.at]
 
     def string(self) -> str:
-        return bytes(self.raw_string()).decode("utf-8", "replace")
+        """A key, a name or a value as llama.cpp reads it: as a C string (`as_c_string`)."""
+        return as_c_string(self.raw_string()).decode("utf-8", "replace")
 
     def value(self, kind: int) -> Any:
         if kind in _SCALARS:
@@ -123,6 +124,11 @@ class _Cursor:
                 self.value(kind)
 
 
+def as_c_string(raw: memoryview | bytes) -> bytes:
+    """A GGUF string as llama.cpp reads it where it takes a C string: up to its first NUL byte."""
+    return bytes(raw).split(b"\0", 1)[0]
+
+
 class GGUFHeader:
     """The metadata and tensor table of one GGUF file (`SpecchatError` if it is not one)."""
 
@@ -145,6 +151,9 @@ class GGUFHeader:
             for _ in range(n_fields):
                 key = cursor.string()
                 kind = cursor.u32()
+                if key in self.metadata:  # llama.cpp finds the first of keys alike as C strings
+                    cursor.value(kind)
+                    continue
                 if kind == _ARRAY:
                     item, count = struct.unpack_from("<IQ", cursor.data, cursor.at)
                     self._arrays[key] = (item, count, cursor.at + 12)
@@ -231,7 +240,8 @@ class GGUFHeader:
 
     def _check_vocabulary(self) -> None:
         """llama.cpp indexes the scores and token types by token id, unchecked, and asserts
-        that no two tokens are spelled alike."""
+        that no two tokens are spelled alike — spelled as it reads them: a token string is a C
+        string to it, so a NUL byte ends it ("Ġc\\0author" is "Ġc")."""
         if "tokenizer.ggml.tokens" not in self._arrays:
             return
         item, count, at = self._arrays["tokenizer.ggml.tokens"]
@@ -242,9 +252,12 @@ class GGUFHeader:
                 raise self._invalid(f"{self._arrays[key][1]} {key} for {count} tokens")
         cursor = _Cursor(memoryview(self._map))
         cursor.at = at
-        spellings = {bytes(cursor.raw_string()) for _ in range(count)}
+        spellings = {as_c_string(cursor.raw_string()) for _ in range(count)}
         if len(spellings) != count:
-            raise self._invalid(f"{count - len(spellings)} tokens spelled as another is")
+            raise self._invalid(
+                f"{count - len(spellings)} tokens spelled as another is, as llama.cpp reads "
+                "them (a NUL byte ends a token)"
+            )
 
     def _invalid(self, why: str) -> SpecchatError:
         return SpecchatError(f"cannot load {self.path.name}: not a valid GGUF model ({why})")
