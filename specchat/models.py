@@ -26,6 +26,7 @@ from specchat.backends.registry import (
 )
 from specchat.bundled import DEFAULT_SPEC, bundled_gguf, default_draft_reason
 from specchat.errors import SpecchatError
+from specchat.model_stores import find_stored, stored_models
 from specchat.options import RunConfig
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class ModelRef:
     kind: str  # registry.GGUF or registry.HF_FOLDER
     path: Path  # the .gguf file, or the HF model directory
     label: str
+    model_name: str | None = None  # what the model is called where the file's name says nothing
 
 
 def offline() -> None:
@@ -85,6 +87,9 @@ def resolve_model(spec: str | None) -> ModelRef:
         if ggufs:
             return ModelRef(GGUF, ggufs[0], ggufs[0].name)
         raise SpecchatError(f"{path} holds neither config.json nor a .gguf file")
+    stored = find_stored(spec)
+    if stored is not None:  # ollama's store, LM Studio's folder
+        return ModelRef(GGUF, stored.path, f"{stored.name} ({stored.store})", stored.name)
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
         snapshot = _hf_cache_snapshot(spec)
         if snapshot is not None:
@@ -98,19 +103,22 @@ def resolve_model(spec: str | None) -> ModelRef:
 
 @dataclass(frozen=True)
 class ModelListing:
-    spec: str
+    spec: str  # what --model takes
     kind: str
     path: Path
     is_default: bool
+    store: str = ""  # where it was found: "bundled", "Hugging Face", "ollama", "LM Studio"
 
 
 def list_models() -> list[ModelListing]:
-    """What `specchat models` shows: the bundled model and whatever the HF cache holds."""
+    """What `specchat models` shows: the bundled model, whatever the HF cache holds, and the
+    models ollama and LM Studio keep (`model_stores`)."""
     offline()
     found: list[ModelListing] = []
     bundled = bundled_gguf()
     if bundled is not None:
-        found.append(ModelListing(DEFAULT_SPEC, GGUF, bundled, True))
+        found.append(ModelListing(DEFAULT_SPEC, GGUF, bundled, True, "bundled"))
+    found += [ModelListing(m.name, GGUF, m.path, False, m.store) for m in stored_models()]
     try:
         from huggingface_hub import scan_cache_dir
 
@@ -127,7 +135,11 @@ def list_models() -> list[ModelListing]:
                     else None
                 )
                 if kind:
-                    found.append(ModelListing(repo.repo_id, kind, revision.snapshot_path, False))
+                    found.append(
+                        ModelListing(
+                            repo.repo_id, kind, revision.snapshot_path, False, "Hugging Face"
+                        )
+                    )
                     break
     except Exception:  # no cache folder, or an unreadable one: nothing to list
         pass
@@ -202,6 +214,8 @@ def load_model(
         forced = runtime(name)
     if loaded is None:
         loaded = forced.load(ref.path, options, progress)
+    if ref.model_name:  # an ollama blob's file name is its digest
+        loaded.model_name = ref.model_name
     # what the decoders need to know of the runtime, measured now if never before: no answer
     # waits for a measurement
     loaded.calibrate(progress)
@@ -300,3 +314,42 @@ def check_same_vocabulary(target: Backend, draft: Backend) -> None:
             raise SpecchatError(
                 f"the draft's vocabulary does not match the target's (token {token_id} differs)"
             )
+
+
+@dataclass(frozen=True)
+class ModelDetails:
+    """What `specchat models` says of a GGUF: its family, quantization, size, and the runtimes
+    that run it at this CPU's level (why not int4, where it cannot)."""
+
+    family: str
+    quant: str
+    size: int
+    runtimes: str
+
+
+def gguf_details(path: Path) -> ModelDetails:
+    """A GGUF's header read (milliseconds, nothing loaded); a file that is not one says so."""
+    from specchat.backends.gguf.header import GGUFHeader
+    from specchat.backends.registry import INT4, LLAMA_CPP
+
+    size = path.stat().st_size
+    try:
+        header = GGUFHeader(path)
+    except SpecchatError:
+        return ModelDetails("?", "?", size, "not a valid GGUF")
+    family = str(header.metadata.get("general.architecture", "?"))
+    reason = runtime(INT4).unavailable(path, "cpu")
+    runs = f"{INT4}, {LLAMA_CPP}" if reason is None else f"{LLAMA_CPP} (not int4: {reason})"
+    return ModelDetails(family, _quant_name(header), size, runs)
+
+
+def _quant_name(header) -> str:
+    """general.file_type as llama.cpp names it (Q4_K_M), else the type most weights have."""
+    file_type = header.metadata.get("general.file_type")
+    try:
+        import gguf
+
+        return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+    except (ImportError, ValueError, TypeError):
+        names = [header.type_name(name) for name in header.tensors]
+        return max(set(names), key=names.count) if names else "?"

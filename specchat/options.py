@@ -75,7 +75,10 @@ class RunConfig:
     applied by `resolve`. Also what the settings file holds (its saved fields, and `decoders`)."""
 
     model: str | None = option(
-        None, "bundled (default), a .gguf path, an HF dir or id", flags=("--model", "-m")
+        None,
+        "bundled (default), a .gguf path, an HF dir or id, or a name `specchat models` lists "
+        "(ollama's qwen2.5:1.5b, an LM Studio file)",
+        flags=("--model", "-m"),
     )
     backend: str | None = option(
         None,

@@ -246,12 +246,22 @@ run_command(BENCH)(bench)
 
 @app.command()
 def models() -> None:
-    """List the models specchat can open here; the default is marked."""
-    from specchat.models import list_models
+    """List the models specchat can open here (the bundled one, the Hugging Face cache, ollama's
+    store, LM Studio's folder): the name --model takes, family, quantization, size, where it was
+    found, and the runtimes that run it at this CPU's level. The default is marked."""
+    from specchat.backends.registry import HF_FOLDER
+    from specchat.models import gguf_details, list_models
 
     for listing in list_models():
         mark = "*" if listing.is_default else " "
-        typer.echo(f"{mark} {listing.spec:<40} {listing.kind:<5} {listing.path}")
+        if listing.kind == HF_FOLDER:
+            family, quant, size, runs = "", "", "", "transformers (hf)"
+        else:
+            details = gguf_details(listing.path)
+            family, quant, runs = details.family, details.quant, details.runtimes
+            size = f"{details.size / 2**20:,.0f} MiB"
+        typer.echo(f"{mark} {listing.spec:<36} {family:<8} {quant:<7} {size:>9}  {listing.store}")
+        typer.echo(f"    runs on {runs} · {listing.path}")
     typer.echo("(* = default; any .gguf path or Hugging Face model directory works too)")
 
 

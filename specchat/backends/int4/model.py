@@ -29,7 +29,7 @@ import torch
 from specchat.backends.gguf.tensors import (
     GGUFTensors,
 )
-from specchat.backends.int4.c_structs import HeadOps, whole_model
+from specchat.backends.int4.c_structs import CLayer, CModel, HeadOps, linear_weights
 from specchat.backends.int4.families import (
     gate_up_names,
     qkv_names,
@@ -204,3 +204,28 @@ class Int4Model:
         target = slice(n_prefix, n_prefix + len(block_rows))
         self.k_cache[..., target] = self.k_cache[..., source]
         self.v_cache[:, :, target] = self.v_cache[:, :, source]
+
+
+def whole_model(model: Int4Model) -> CModel:
+    """The model as exact_kernels.c's `forward` reads it. The structure points into the model's
+    own arrays, which live as long as it does."""
+    shape = model.shape
+    layers = (CLayer * shape.layers)()
+    for index, layer in enumerate(model.layers):
+        target = layers[index]
+        target.attn_norm, target.ffn_norm = layer.attn_norm.data_ptr(), layer.ffn_norm.data_ptr()
+        target.qkv_parts, target.gate_up_parts = len(layer.qkv.linears), len(layer.gate_up.linears)
+        for part, linear in enumerate(layer.qkv.linears):
+            target.qkv[part] = linear_weights(linear)
+        for part, linear in enumerate(layer.gate_up.linears):
+            target.gate_up[part] = linear_weights(linear)
+        target.output, target.down = linear_weights(layer.output), linear_weights(layer.down)
+        target.ops = layer.ops
+    whole = CModel(
+        shape.layers, shape.dim, shape.ffn, shape.heads, shape.kv_heads, shape.head_dim,
+        shape.norm_eps, model._scale, layers, model.final_norm.data_ptr(),
+        linear_weights(model.head), model.cos.data_ptr(), model.sin.data_ptr(),
+        model.k_cache.data_ptr(), model.v_cache.data_ptr(), model.slots,
+    )  # fmt: skip
+    whole._keep = layers  # the array the pointer points into
+    return whole
