@@ -26,6 +26,14 @@ from specchat.backends.registry import (
 )
 from specchat.bundled import DEFAULT_SPEC, bundled_gguf, default_draft_reason
 from specchat.errors import SpecchatError
+from specchat.hf_files import (
+    ModelName,
+    choose_files,
+    hf_cache_dir,
+    later_part,
+    model_ggufs,
+    quant_of,
+)
 from specchat.model_stores import find_stored, stored_models
 from specchat.options import RunConfig
 
@@ -59,7 +67,7 @@ def _hf_cache_snapshot(repo_id: str) -> Path | None:
     except ImportError:  # pragma: no cover
         return None
     try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
+        return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=hf_cache_dir()))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
     except Exception:  # huggingface_hub raises several kinds for a malformed id
@@ -91,14 +99,25 @@ def resolve_model(spec: str | None) -> ModelRef:
     if stored is not None:  # ollama's store, LM Studio's folder
         return ModelRef(GGUF, stored.path, f"{stored.name} ({stored.store})", stored.name)
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
-        snapshot = _hf_cache_snapshot(spec)
+        name = ModelName.parse(spec)
+        snapshot = _hf_cache_snapshot(name.repo)
         if snapshot is not None:
-            return ModelRef(HF_FOLDER, snapshot, spec)
+            return _from_snapshot(snapshot, name, spec)
         raise SpecchatError(
-            f"{spec} is not in the local Hugging Face cache and specchat never downloads: "
-            "fetch it with huggingface-cli on a connected machine, or pass a path"
+            f"{name.repo} is not in the local Hugging Face cache and specchat never downloads "
+            f"while it runs: `specchat pull {spec}` fetches it (or pass a path)"
         )
     raise SpecchatError(f"model not found: {spec}")
+
+
+def _from_snapshot(snapshot: Path, name: ModelName, spec: str) -> ModelRef:
+    """A cached repo as the model `name` says: its transformers folder, or the GGUF file its
+    quantization (or file name) picks (`hf_files.choose_files`, as `pull` chose it)."""
+    files = sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+    if "config.json" in files and name.selector is None:
+        return ModelRef(HF_FOLDER, snapshot, spec)
+    chosen = choose_files(files, name)[0]
+    return ModelRef(GGUF, snapshot / chosen, spec, spec)
 
 
 @dataclass(frozen=True)
@@ -122,25 +141,27 @@ def list_models() -> list[ModelListing]:
     try:
         from huggingface_hub import scan_cache_dir
 
-        for repo in scan_cache_dir().repos:
+        for repo in scan_cache_dir(hf_cache_dir()).repos:
             if repo.repo_type != "model":
                 continue
             for revision in repo.revisions:
-                files = {f.file_name for f in revision.files}
-                kind = (
-                    HF_FOLDER
-                    if "config.json" in files
-                    else GGUF
-                    if any(f.endswith(".gguf") for f in files)
-                    else None
+                files = sorted(
+                    f.file_path.relative_to(revision.snapshot_path).as_posix()
+                    for f in revision.files
                 )
-                if kind:
+                if "config.json" in files:
                     found.append(
                         ModelListing(
-                            repo.repo_id, kind, revision.snapshot_path, False, "Hugging Face"
+                            repo.repo_id, HF_FOLDER, revision.snapshot_path, False, "Hugging Face"
                         )
                     )
-                    break
+                for file in model_ggufs(files):  # each quantization by the name --model takes
+                    if later_part(file):
+                        continue
+                    spec = f"{repo.repo_id}:{quant_of(file) or file}"
+                    path = revision.snapshot_path / file
+                    found.append(ModelListing(spec, GGUF, path, False, "Hugging Face"))
+                break
     except Exception:  # no cache folder, or an unreadable one: nothing to list
         pass
     return found

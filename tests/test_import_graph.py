@@ -77,7 +77,7 @@ LAYERS = (
     # a run's options and settings, resolved for its decoders; the colours
     ("specchat.options", "specchat.settings", "specchat.run_config", "specchat.themes"),
     # opening a model, the store, the one answer path
-    ("specchat.models", "specchat.model_stores", "specchat.history", "specchat.saved_chats", "specchat.run_spans",
+    ("specchat.models", "specchat.model_stores", "specchat.hf_files", "specchat.history", "specchat.saved_chats", "specchat.run_spans",
      "specchat.answers"),
     ("specchat.evaluation", "specchat.bench"),  # races and Spec-Bench
     ("specchat.app", "specchat.__main__"),  # the CLI and the chat

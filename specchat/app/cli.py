@@ -265,6 +265,22 @@ def models() -> None:
     typer.echo("(* = default; any .gguf path or Hugging Face model directory works too)")
 
 
+@app.command()
+def pull(
+    model: Annotated[
+        str, typer.Argument(help="ORG/NAME[:QUANT|:FILE.gguf]; no QUANT: Q4_K_M, or the closest")
+    ],
+) -> None:
+    """Download a model from the Hugging Face Hub into its cache (progress shown, resumable);
+    then --model ORG/NAME[:QUANT] opens it. The only command that uses the network itself."""
+    from specchat.app.pull import pull as pull_model
+
+    paths = pull_model(model, lambda text: typer.echo(text, err=True))
+    for path in paths:
+        typer.echo(str(path))
+    typer.echo(f"open it with: specchat --model {model}", err=True)
+
+
 chats_app = typer.Typer(
     help="The stored chats: list, show, search, export, delete (--json for scripts).",
     invoke_without_command=True,
