@@ -54,9 +54,11 @@ def run_process(
     timeout: float = 300,
 ) -> subprocess.CompletedProcess:
     """`python -m specchat ARGS` as its own process (bytes out, for tests of encodings)."""
+    # no stdin given: /dev/null, as a user's shell gives a command nothing is piped to
+    given = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
     return subprocess.run(
         [sys.executable, "-m", "specchat", *args],
-        input=stdin,
+        **given,
         capture_output=True,
         timeout=timeout,
         env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},

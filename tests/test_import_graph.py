@@ -71,7 +71,8 @@ LAYERS = (
     # what everything may use: errors, where files live, the CPU, figures computed one way
     ("specchat.errors", "specchat.locations", "specchat.cpu", "specchat.hardware",
      "specchat.tables", "specchat.metrics"),
-    ("specchat.backends", "specchat.bundled", "specchat.prompting"),  # models and their runtimes
+    # models and their runtimes; prompts and what a user attaches to them
+    ("specchat.backends", "specchat.bundled", "specchat.prompting", "specchat.attachments"),
     ("specchat.decoding",),  # the algorithms
     ("specchat.engine", "specchat.answer_steps"),  # the loop and what a step keeps
     # a run's options and settings, resolved for its decoders; the colours

@@ -86,10 +86,10 @@ def _drafts_json(answer: AnswerSteps) -> str:
     )
 
 
-def _record(store: HistoryStore, prompt: str, answer: AnswerRecord) -> None:
-    """The exchange as a chat of its own, titled like the TUI titles a new chat; its steps kept
-    with the answer (the chat's drafts view opens them)."""
-    chat_id = store.new_chat(" ".join(prompt.split())[:48] or "ask")
+def _record(store: HistoryStore, prompt: str, answer: AnswerRecord, title: str) -> None:
+    """The exchange as a chat of its own, titled by the question like the TUI titles a new chat
+    (not by the files before it); its steps kept with the answer (the drafts view opens them)."""
+    chat_id = store.new_chat(" ".join(title.split())[:48] or "ask")
     store.add_message(chat_id, StoredMessage("user", prompt))
     store.add_message(chat_id, answer.stored())
 
@@ -107,6 +107,7 @@ def run_ask(
     progress_done: Callable[[], None],
     log: bool = True,
     explain: bool = False,
+    title: str | None = None,
 ) -> int:
     """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 2 when a remote server
     broke the answer off (what arrived is printed first). No decoder in `config`: the backend's
@@ -178,7 +179,7 @@ def run_ask(
                         sys.stderr.write(f"specchat: error: {event.error}\n")
                         failed = True
                     if log and store is not None:
-                        _record(store, prompt, answer)
+                        _record(store, prompt, answer, title or prompt)
         finally:
             if saved is not None:
                 if not interrupted.is_set():

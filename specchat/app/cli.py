@@ -122,6 +122,15 @@ def _parse_params(values: list[str]) -> dict[str, object]:
 def ask(
     prompt: Annotated[str, typer.Argument(help="the question (or text to continue with --raw)")],
     param: ParamOpt = [],  # noqa: B006 - typer reads the default
+    files: Annotated[
+        list[str],
+        typer.Option(
+            "--file",
+            "-f",
+            help="a file whose text joins the prompt under its name (repeatable; - is stdin); "
+            "text piped to ask joins it too",
+        ),
+    ] = [],  # noqa: B006
     system: Annotated[str | None, typer.Option("--system", help="system prompt")] = None,
     stop: Annotated[list[str], typer.Option("--stop", help="stop string (repeatable)")] = [],  # noqa: B006
     raw: Annotated[bool, typer.Option("--raw", help="no chat template: continue the text")] = False,
@@ -140,18 +149,21 @@ def ask(
     ] = False,
     flags: dict[str, object] | None = None,
 ) -> None:
-    """Stream one answer to stdout; multi-token speculative steps are coloured. The exchange is
-    recorded in the chat store (a draft source for later answers) unless --no-log; --explain
-    shows its drafts."""
+    """Stream one answer to stdout; multi-token speculative steps are coloured. Files (-f) and
+    piped text join the prompt under their names. The exchange is recorded in the chat store (a
+    draft source for later answers) unless --no-log; --explain shows its drafts."""
     from specchat.app.ask import run_ask
+    from specchat.attachments import gather, piped, with_attachments
     from specchat.prompting import checked_prompt
 
     checked_prompt(prompt)
+    attached = gather(files, piped())  # before the model loads: a bad file is one line
     settings, config, broken = run_config(ASK, flags or {})
     _warn(broken)
     code = run_ask(
-        prompt,
+        with_attachments(prompt, attached),
         config,
+        title=prompt,
         raw_params=_parse_params(param),
         system=system,
         stop=tuple(stop),

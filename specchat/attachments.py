@@ -1,0 +1,114 @@
+"""A user's own text in the prompt: files (`ask -f FILE`) and what was piped to `ask`.
+
+Copying drafts pay most when the answer reuses text the user brought ("rename this function",
+"fix this file"), so that text must reach the prompt whole: each file under its name in a fence
+the text cannot close, then the question, as `llm` joins piped text and a prompt (its content
+first). A file that is not UTF-8 text (a binary, an image) or cannot be read is one line and
+nothing is sent.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from specchat.errors import SpecchatError
+
+STDIN = "-"
+# bytes read at most from one file: far beyond any context window, never a whole disk image
+_MAX_BYTES = 8 * 2**20
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """Text the user brought: its name ("stdin" for piped text) and the text."""
+
+    name: str
+    text: str
+
+    def block(self) -> str:
+        """The text under its name, fenced by more backticks than any run inside it."""
+        longest, run = 0, 0
+        for char in self.text:
+            run = run + 1 if char == "`" else 0
+            longest = max(longest, run)
+        fence = "`" * max(3, longest + 1)
+        body = self.text if self.text.endswith("\n") else self.text + "\n"
+        return f"{self.name}:\n{fence}\n{body}{fence}"
+
+
+def decoded(data: bytes, name: str) -> str:
+    """`data` as text, or one line: binary (a NUL byte) or not UTF-8."""
+    if b"\0" in data:
+        raise SpecchatError(f"{name} is a binary file, not text: nothing was sent")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecchatError(
+            f"{name} is not UTF-8 text (byte {exc.start} is not valid): nothing was sent"
+        ) from None
+
+
+def read_file(path: str) -> Attachment:
+    """A file's text under the name the user gave it."""
+    try:
+        with open(Path(path).expanduser(), "rb") as handle:
+            data = handle.read(_MAX_BYTES + 1)
+    except IsADirectoryError:
+        raise SpecchatError(f"{path} is a folder, not a file: nothing was sent") from None
+    except OSError as exc:
+        raise SpecchatError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > _MAX_BYTES:
+        raise SpecchatError(f"{path} is over {_MAX_BYTES // 2**20} MiB: nothing was sent")
+    return Attachment(path, decoded(data, path))
+
+
+def piped(stream: TextIO | None = None) -> bool:
+    """Whether stdin is a pipe or a file (`cmd | specchat ask`, `< file`), not a terminal or
+    /dev/null: only then does it join the prompt unasked."""
+    stream = stream or sys.stdin
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):  # no descriptor: a test's StringIO
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+def read_stdin(stream: TextIO | None = None) -> Attachment | None:
+    """Piped text (None where nothing came)."""
+    stream = stream or sys.stdin
+    buffer = getattr(stream, "buffer", None)
+    data = buffer.read(_MAX_BYTES + 1) if buffer is not None else stream.read().encode()
+    if len(data) > _MAX_BYTES:
+        raise SpecchatError(f"stdin is over {_MAX_BYTES // 2**20} MiB: nothing was sent")
+    text = decoded(data, "stdin")
+    return Attachment("stdin", text) if text.strip() else None
+
+
+def gather(files: list[str], stdin_piped: bool) -> list[Attachment]:
+    """The files in order (`-` is stdin), and piped stdin where no `-f -` took it."""
+    found = []
+    for name in files:
+        if name == STDIN:
+            text = read_stdin()
+            if text is None:
+                raise SpecchatError("-f -: nothing came on stdin")
+            found.append(text)
+        else:
+            found.append(read_file(name))
+    if stdin_piped and STDIN not in files:
+        text = read_stdin()
+        if text is not None:
+            found.append(text)
+    return found
+
+
+def with_attachments(question: str, attachments: list[Attachment]) -> str:
+    """The prompt: each attachment under its name, then the question."""
+    if not attachments:
+        return question
+    return "\n\n".join([*(a.block() for a in attachments), question])

@@ -1,0 +1,91 @@
+"""A user's own text in `ask`: files (-f) and piped stdin join the prompt under their names and
+are stored with the question; what is not text is one line and nothing is sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specchat.attachments import Attachment, with_attachments
+from tests.cli import run_cli, run_process
+
+
+def stored_chats(data_dir: Path) -> list[dict]:
+    listed = run_cli("chats", "list", "--json", env={"SPECCHAT_DATA_DIR": str(data_dir)})
+    assert listed.returncode == 0, listed.stderr
+    return json.loads(listed.stdout)
+
+
+def first_question(data_dir: Path) -> tuple[str, str]:
+    """The stored chat's title and its question's text."""
+    shown = run_cli("chats", "show", "1", "--json", env={"SPECCHAT_DATA_DIR": str(data_dir)})
+    chat = json.loads(shown.stdout)
+    return chat["title"], chat["messages"][0]["content"]
+
+
+def test_a_fence_is_longer_than_any_run_of_backticks_in_the_text():
+    text = "a code block:\n```python\nx = 1\n```\nand ````four````"
+    block = Attachment("notes.md", text).block()
+    assert block.startswith("notes.md:\n`````\n") and block.endswith("\n`````")
+    prompt = with_attachments("Summarise.", [Attachment("a.txt", "one"), Attachment("b", "two")])
+    assert prompt == "a.txt:\n```\none\n```\n\nb:\n```\ntwo\n```\n\nSummarise."
+
+
+@pytest.mark.slow
+def test_piped_text_reaches_the_prompt_and_the_store(tmp_path: Path):
+    """`echo CODE | specchat ask "Rename …"` in a real pipe: the question stored holds the code
+    under "stdin", the chat is titled by the question."""
+    code = "def add(a, b): return a + b"
+    ran = run_process(
+        "ask", "Rename add to plus in this code.", "-d", "greedy", "--max-tokens", "4",
+        stdin=(code + "\n").encode(), env={"SPECCHAT_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr.decode()
+    title, question = first_question(tmp_path)
+    assert title == "Rename add to plus in this code."
+    assert question == f"stdin:\n```\n{code}\n```\n\nRename add to plus in this code."
+
+
+@pytest.mark.slow
+def test_files_join_the_prompt_under_their_names(tmp_path: Path):
+    first, second = tmp_path / "add.py", tmp_path / "notes.txt"
+    first.write_text("def add(a, b):\n    return a + b\n")
+    second.write_text("keep the signature")
+    data = tmp_path / "data"
+    ran = run_cli(
+        "ask", "Rename add to plus.", "-f", str(first), "--file", str(second), "-d", "greedy",
+        "--max-tokens", "2", env={"SPECCHAT_DATA_DIR": str(data)},
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    _, question = first_question(data)
+    assert question == (
+        f"{first}:\n```\ndef add(a, b):\n    return a + b\n```\n\n"
+        f"{second}:\n```\nkeep the signature\n```\n\nRename add to plus."
+    )
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "is a binary file, not text: nothing was sent"),
+        ("caf\u00e9".encode("latin-1"), "is not UTF-8 text (byte 3 is not valid)"),
+        (None, "cannot read"),
+    ],
+)
+def test_a_file_that_is_not_text_is_one_line_and_nothing_is_sent(tmp_path, content, message):
+    path = tmp_path / "file.bin"
+    if content is not None:
+        path.write_bytes(content)
+    data = tmp_path / "data"
+    ran = run_cli("ask", "What is this?", "-f", str(path), env={"SPECCHAT_DATA_DIR": str(data)})
+    assert ran.returncode == 2
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], ran.stderr
+    assert not (data / "history.sqlite3").exists() or stored_chats(data) == []
+
+
+def test_dash_f_dash_with_nothing_on_stdin_says_so():
+    ran = run_cli("ask", "Summarise.", "-f", "-")
+    assert ran.returncode == 2 and "-f -: nothing came on stdin" in ran.stderr
