@@ -41,6 +41,7 @@ class DraftStep:
     pass_seconds: float = 0.0  # the target pass's cost
     seconds: float = 0.0  # the whole step's
     decoder: str = ""
+    ending: int = 0  # the end-of-sequence token its pass produced (StepEvent.ending)
 
     @classmethod
     def of(cls, event: StepEvent, rejected_text: str = "") -> DraftStep:
@@ -58,6 +59,7 @@ class DraftStep:
             pass_seconds=round(event.pass_seconds, TIME_DIGITS),
             seconds=round(event.seconds, TIME_DIGITS),
             decoder=event.decoder,
+            ending=event.ending,
         )
 
     def as_list(self) -> list:
@@ -74,12 +76,14 @@ class DraftStep:
             round(self.pass_seconds, TIME_DIGITS),
             round(self.seconds, TIME_DIGITS),
             self.decoder,
+            self.ending,
         ]
 
     @classmethod
     def from_list(cls, stored: Sequence) -> DraftStep:
         text, tokens, drafted, accepted, rejected, rejected_tokens, source, depth = stored[:8]
         pass_seconds, seconds, decoder = stored[8:11]
+        ending = stored[11] if len(stored) > 11 else 0  # stored before it was kept: none
         return cls(
             str(text),
             int(tokens),
@@ -92,6 +96,7 @@ class DraftStep:
             float(pass_seconds),
             float(seconds),
             str(decoder),
+            int(ending),
         )
 
 
@@ -175,7 +180,7 @@ def _from_table(costs: tuple[float, ...]) -> Callable[[int], float]:
 class DraftFigures:
     """An answer's figures from its steps, and its oracle."""
 
-    tokens: int
+    tokens: int  # shown (without the end-of-sequence token)
     steps: int
     drafted: int
     accepted: int
@@ -184,10 +189,11 @@ class DraftFigures:
     costs_from: str  # "measured pass costs" or "the steps' pass times" ("" none)
     modelled_speedup: float | None  # these steps' passes against one-token passes, same costs
     oracle: OracleFigures | None
+    ending: int = 0  # end-of-sequence tokens the steps produced: tokens of their steps
 
     @property
     def tokens_per_step(self) -> float:
-        return figures.tokens_per_step(self.tokens, self.steps)
+        return figures.tokens_per_step(self.tokens + self.ending, self.steps)
 
     @property
     def acceptance_rate(self) -> float:
@@ -207,6 +213,7 @@ class DraftFigures:
         return {
             "tokens": self.tokens,
             "steps": self.steps,
+            "tokens_per_step": rounded(self.tokens_per_step),
             "drafted": self.drafted,
             "accepted": self.accepted,
             "rejected": self.rejected,
@@ -222,6 +229,7 @@ class DraftFigures:
 def draft_figures(answer: AnswerSteps) -> DraftFigures:
     steps = answer.steps
     tokens = sum(step.tokens for step in steps)
+    ending = sum(step.ending for step in steps)
     if answer.pass_costs:
         cost, costs_from = _from_table(answer.pass_costs), "measured pass costs"
     else:
@@ -230,7 +238,7 @@ def draft_figures(answer: AnswerSteps) -> DraftFigures:
     modelled = oracle = None
     if cost is not None and tokens:
         spent = sum(cost(step.drafted + 1) for step in steps)
-        modelled = tokens * cost(1) / spent if spent > 0 else None
+        modelled = (tokens + ending) * cost(1) / spent if spent > 0 else None
         oracle = oracle_speedup(accepted_lengths(steps), cost)
     return DraftFigures(
         tokens=tokens,
@@ -242,6 +250,7 @@ def draft_figures(answer: AnswerSteps) -> DraftFigures:
         costs_from=costs_from,
         modelled_speedup=modelled,
         oracle=oracle,
+        ending=ending,
     )
 
 

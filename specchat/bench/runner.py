@@ -41,6 +41,7 @@ class MethodTotals:
     divergence: dict | None = None  # the question's first difference from greedy
     inexact_steps: int = 0  # soft matching's (not the target's distribution)
     distance: float = 0.0
+    ending_tokens: int = 0  # GenerationStats.ending_tokens
 
     def add(self, lane: Lane, turn_index: int) -> None:
         last = lane.last.stats
@@ -51,6 +52,7 @@ class MethodTotals:
         self.accepted += last.accepted
         self.inexact_steps += last.inexact_steps
         self.distance += last.distance
+        self.ending_tokens += last.ending_tokens
         if lane.oracle is not None:
             self.oracle_seconds += lane.oracle.seconds
             self.plain_seconds += lane.oracle.plain_seconds
@@ -119,6 +121,7 @@ def run_benchmark(
                     total.plain_seconds or None,
                     total.inexact_steps,
                     total.distance,
+                    total.ending_tokens,
                 )
             )
     return rows

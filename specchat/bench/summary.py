@@ -34,6 +34,7 @@ class QuestionRow:
     # variation from it (GenerationStats.inexact_steps / distance)
     inexact_steps: int = 0
     distance: float = 0.0
+    ending_tokens: int = 0  # end-of-sequence tokens: tokens of their steps, not generated
 
     @property
     def tokens_per_second(self) -> float:
@@ -66,7 +67,7 @@ def summarize(rows: list[QuestionRow], baseline: str) -> dict[str, dict[str, dic
                 "speedup": None if ratio is None else round(ratio, 4),
                 # None where a method reports no steps (a library's own generate)
                 "mean_accepted_tokens": round(
-                    figures.tokens_per_step(sum(r.tokens for r in mine), steps), 4
+                    figures.tokens_per_step(sum(r.tokens + r.ending_tokens for r in mine), steps), 4
                 )
                 if steps
                 else None,

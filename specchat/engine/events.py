@@ -30,6 +30,9 @@ class StepEvent:
     depth: int = 0  # the draft length the policy chose
     pass_seconds: float = 0.0  # what the target pass cost
     distance: float | None = None  # not drawn from the target's distribution (Step.distance)
+    # an end-of-sequence token the step's pass produced: a token of the step (never shown), so
+    # that a one-token-a-step method reads 1.00 tokens a step on an answer that ended
+    ending: int = 0
 
 
 @dataclass(frozen=True)

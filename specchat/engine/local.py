@@ -134,9 +134,10 @@ class Engine(AnswerEngine):
             seconds = time.perf_counter() - t0
             kept: list[int] = []
             text = ""
+            ending = 0
             for token in step.tokens[:room]:
                 if token in backend.eos_ids:
-                    finish = "eos"
+                    finish, ending = "eos", 1
                     break
                 kept.append(token)
                 text += detok.add(token)
@@ -163,6 +164,7 @@ class Engine(AnswerEngine):
                 depth=step.depth,
                 pass_seconds=step.pass_seconds,
                 distance=step.distance,
+                ending=ending,
             )
             stats = stats.with_step(event).with_decoder(self.decoder.name, self.decoder.values)
             yield event

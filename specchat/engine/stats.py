@@ -25,6 +25,7 @@ class CountedStep(Protocol):
     seconds: float
     tail: bool
     distance: float | None
+    ending: int
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class GenerationStats:
     # total variation from it summed over their positions
     inexact_steps: int = 0
     distance: float = 0.0
+    # end-of-sequence tokens steps produced (StepEvent.ending): counted per step, not generated
+    ending_tokens: int = 0
 
     def with_step(self, event: CountedStep) -> GenerationStats:
         """These stats plus one step event; a tail (text released at the end) is no step."""
@@ -56,6 +59,7 @@ class GenerationStats:
             decode_seconds=self.decode_seconds + event.seconds,
             inexact_steps=self.inexact_steps + (event.distance is not None),
             distance=self.distance + (event.distance or 0.0),
+            ending_tokens=self.ending_tokens + event.ending,
         )
 
     def with_decoder(self, name: str, values: Mapping[str, object]) -> GenerationStats:
@@ -70,7 +74,7 @@ class GenerationStats:
 
     @property
     def tokens_per_step(self) -> float:
-        return figures.tokens_per_step(self.generated_tokens, self.steps)
+        return figures.tokens_per_step(self.generated_tokens + self.ending_tokens, self.steps)
 
     @property
     def acceptance_rate(self) -> float:
@@ -114,6 +118,7 @@ class GenerationStats:
             else round(self.distance_per_token, 6),
             "inexact_steps": self.inexact_steps,
             "distance": round(self.distance, 6),
+            "ending_tokens": self.ending_tokens,
         }
 
     @classmethod
@@ -135,4 +140,5 @@ class GenerationStats:
             },
             inexact_steps=int(data.get("inexact_steps", 0)),
             distance=float(data.get("distance", 0.0)),
+            ending_tokens=int(data.get("ending_tokens", 0)),
         )

@@ -261,3 +261,21 @@ def test_the_chats_param_reaches_every_decoder_that_takes_it():
     config = with_params(RunConfig(), {"num_beams": "3", "pld.max_ngram": "2"})
     assert run_params(["beam"], config)["beam"]["num_beams"] == 3
     assert run_params(["pld"], config)["pld"]["max_ngram"] == 2
+
+
+def test_greedy_reads_one_token_a_step_on_an_answer_that_ended():
+    """The step whose pass produced the end-of-sequence token is a step, and so is that token:
+    greedy reads 1.00 tokens a step, in the done event and in its drafts' figures (whose modelled
+    speedup over one-token passes is then 1.00, not n/(n+1))."""
+    result = run(
+        "ask", "Say hi.", "-d", "greedy", "--json", "--explain", "--no-log", "--max-tokens", "64"
+    )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    done, drafts = events[-1], events[-2]
+    assert done["finish_reason"] == "eos", "the prompt must end on EOS within 64 tokens"
+    stats = done["stats"]
+    assert stats["steps"] == stats["generated_tokens"] + 1 and stats["ending_tokens"] == 1
+    assert stats["tokens_per_step"] == 1.0
+    assert drafts["type"] == "drafts" and drafts["figures"]["tokens_per_step"] == 1.0
+    assert drafts["figures"]["modelled_speedup"] == 1.0
