@@ -182,6 +182,12 @@ class RunConfig:
     )
     colour_runs: bool = option(True, "colour multi-token runs", commands=frozenset())
     theme: str = option(DEFAULT_THEME, "the chat's theme", commands=frozenset())
+    end_loops: bool = option(
+        True,
+        "end an answer that repeats one span over and over, keeping its text (finish: repeating)",
+        flags=("--end-loops/--no-end-loops",),
+        commands=frozenset({CHAT, ASK}),
+    )
     draft_from_saved_chats: bool = option(
         True, "the saved chats are a draft source (suffix)", commands=frozenset()
     )

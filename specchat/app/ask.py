@@ -131,6 +131,7 @@ def run_ask(
         stop=stop,
         raw=raw,
         saved=saved,
+        end_loops=config.end_loops,
     )
     colour_by = config.colour_by
     exactness = engine.exactness()  # --json says how exact greedy-family decoders are here

@@ -46,7 +46,9 @@ def run_repl(config: RunConfig) -> None:
             continue
         history.append(ChatMessage("user", line))
         # the engine prompts: a template here, the messages themselves on a server
-        request = engine.request(history, max_tokens=config.max_tokens, sampling=sampling)
+        request = engine.request(
+            history, max_tokens=config.max_tokens, sampling=sampling, end_loops=config.end_loops
+        )
         answer = ""
         # in this thread, where the model was loaded (foreground.py); Ctrl+C ends the answer
         with generating(engine, request) as (events, _):

@@ -287,6 +287,7 @@ class ChatSession:
                 sampling=self.sampling(self.decoder_name),
                 previous_answer=previous_answer,
                 saved=self.saved_chats,
+                end_loops=self.config.end_loops,
             )
             yield from engine.generate(request, cancel=cancel)
         finally:

@@ -39,7 +39,7 @@ class StepEvent:
 class DoneEvent:
     """The answer ended. `token_ids` excludes the prompt and the EOS that ended it."""
 
-    finish_reason: str  # eos | max_tokens | stop | context_full | cancelled | error
+    finish_reason: str  # eos | max_tokens | stop | context_full | repeating | cancelled | error
     prompt_token_ids: tuple[int, ...]
     token_ids: tuple[int, ...]
     text: str

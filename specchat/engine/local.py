@@ -20,6 +20,7 @@ from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import DraftSources
 from specchat.engine.detokenizer import Detokenizer
 from specchat.engine.events import DoneEvent, Event, StepEvent
+from specchat.engine.loops import repeating_span
 from specchat.engine.protocol import AnswerEngine, Cancel, GenerationRequest
 from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
@@ -148,6 +149,8 @@ class Engine(AnswerEngine):
                 finish = "max_tokens" if len(generated) + len(kept) >= request.max_tokens else "eos"
             context.extend(kept)
             generated.extend(kept)
+            if request.end_loops and kept and finish is None and repeating_span(generated):
+                finish = "repeating"
             if stats.time_to_first_token is None and kept:
                 stats = replace(stats, time_to_first_token=time.perf_counter() - start)
             # one event per step, also one that only produced EOS: the figures summed from the

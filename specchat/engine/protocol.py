@@ -35,6 +35,7 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     sources: DraftSources = NO_SOURCES  # what drafters may copy from besides the context
     messages: tuple[ChatMessage, ...] = ()
+    end_loops: bool = False  # end an answer that repeats one span (finish reason "repeating")
 
 
 class AnswerEngine:
@@ -102,12 +103,14 @@ class AnswerEngine:
         raw: bool = False,
         previous_answer: str | None = None,
         saved: object | None = None,
+        end_loops: bool = False,
     ) -> GenerationRequest:
         """A request answering `messages` (with `raw`: continuing the last one's text, no chat
         template); `previous_answer` (an answer being regenerated) and `saved` (the saved chats'
-        index) are offered to the drafters where the engine drafts."""
+        index) are offered to the drafters where the engine drafts; `end_loops` ends an answer
+        that loops (`engine.loops`)."""
         ids, sources, sent = self._prompt(list(messages), raw, previous_answer, saved)
-        return GenerationRequest(ids, max_tokens, stop, sampling, sources, sent)
+        return GenerationRequest(ids, max_tokens, stop, sampling, sources, sent, end_loops)
 
     def start(self, request: GenerationRequest) -> GenerationHandle:
         """Run `generate` in a background thread; iterate the handle for events."""

@@ -18,6 +18,7 @@ FINISH_LABELS = {
     "max_tokens": "max tokens",
     "stop": "stop string",
     "context_full": "context full",
+    "repeating": "repeating (a loop)",
     "cancelled": "cancelled (stopped)",
     "error": "server error",
 }

@@ -55,7 +55,8 @@ async def test_an_answer_of_thousands_of_tokens_keeps_the_ui_responsive(char_ngr
 
     endless = NumpyBackend(char_ngram_model, n_ctx=10_000)
     endless.eos_ids = frozenset()
-    app = SpecchatApp(settings=RunConfig(max_tokens=5_000), backend=endless)
+    # the model loops: the chat would end its answer as repeating (the next test)
+    app = SpecchatApp(settings=RunConfig(max_tokens=5_000, end_loops=False), backend=endless)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Row, row, row your boat. Merrily, merrily,")
         chat = app.screen
@@ -67,6 +68,24 @@ async def test_an_answer_of_thousands_of_tokens_keeps_the_ui_responsive(char_ngr
         await pilot.pause()
         answer = chat.messages[-1]
         assert answer.finish_reason == "max_tokens" and answer.stats.generated_tokens == 5_000
+        shown_equals_stored(app)
+
+
+async def test_an_answer_that_loops_ends_as_repeating_and_is_kept(char_ngram_model):
+    """The same endless model in the chat as it opens (loops ended by default): the answer ends
+    long before its 5,000 tokens, as "repeating", and what was streamed is shown and stored."""
+    from tests.numpy_backend import NumpyBackend
+
+    endless = NumpyBackend(char_ngram_model, n_ctx=10_000)
+    endless.eos_ids = frozenset()
+    app = SpecchatApp(settings=RunConfig(max_tokens=5_000), backend=endless)
+    async with app.run_test(size=SIZE) as pilot:
+        await type_and_send(pilot, "Row, row, row your boat. Merrily, merrily,")
+        await wait_until(pilot, lambda: not app.session.busy)
+        await pilot.pause()
+        answer = app.screen.messages[-1]
+        assert answer.finish_reason == "repeating"
+        assert 0 < answer.stats.generated_tokens < 1_000
         shown_equals_stored(app)
 
 
