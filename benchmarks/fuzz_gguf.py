@@ -83,7 +83,9 @@ def child(runtimes: list[str]) -> None:
     # the outcomes go out on a copy of stdout; what C code prints there lands in the log
     outcomes = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    for line in sys.stdin:
+    # the paths come on stdin; `ask` would take piped text into its prompt: it gets none
+    control, sys.stdin = sys.stdin, io.StringIO()
+    for line in control:
         path = line.strip()
         for runtime in runtimes:
             print(json.dumps({"start": runtime}), file=outcomes, flush=True)

@@ -42,7 +42,9 @@ def headless_run(args: argparse.Namespace, env: dict[str, str]) -> dict:
     command += ["--decoder", args.decoder]
     if args.backend:
         command += ["--backend", args.backend]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL
+    )
     if result.returncode != 0:
         raise SystemExit(f"specchat ask failed: {result.stderr.strip()}")
     done = json.loads(result.stdout.strip().splitlines()[-1])

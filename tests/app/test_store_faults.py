@@ -57,7 +57,12 @@ def ask_command(prompt: str, max_tokens: int) -> list[str]:
 
 def ask(env: dict[str, str], prompt: str, max_tokens: int = 8) -> None:
     result = subprocess.run(
-        ask_command(prompt, max_tokens), capture_output=True, text=True, timeout=300, env=env
+        ask_command(prompt, max_tokens),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1])["type"] == "done"

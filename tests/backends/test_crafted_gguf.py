@@ -93,7 +93,7 @@ def test_the_cli_refuses_a_crafted_file_in_one_line(seed_file: Path, tmp_path: P
     run = subprocess.run(
         [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
          runtime, "--threads", "1", "--max-tokens", "2"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
@@ -177,7 +177,7 @@ def _refusal_on_llama_cpp(data: bytes, tmp_path: Path) -> str:
     run = subprocess.run(
         [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
          "llama", "--threads", "1", "--max-tokens", "2"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert run.returncode == 2, run.stderr[-500:]
     lines = run.stderr.strip().splitlines()
@@ -203,7 +203,7 @@ def test_a_token_that_a_nul_byte_makes_another_is_refused_in_one_line(
     run = subprocess.run(
         [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
          runtime, "--threads", "1", "--max-tokens", "2"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert run.returncode == 2, run.stderr[-2000:]
     lines = run.stderr.strip().splitlines()
