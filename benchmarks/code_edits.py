@@ -6,6 +6,8 @@ per line — answered by rewriting the whole function, so the answer copies most
     .venv/bin/specchat bench --data /tmp/code_edits.jsonl -d pld -d suffix --max-tokens 256 --peers
 
 With --held-out it writes twelve other functions, for confirming what was tuned on the six.
+With --attached the code is attached as `ask -f FUNCTION.py` attaches a file (under its name,
+before the question: specchat.attachments) instead of pasted after the question.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import json
 import shlex
 import statistics
 import textwrap
+
+from specchat.attachments import Attachment, with_attachments
 
 FUNCTIONS = (
     shlex.quote,
@@ -70,11 +74,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--held-out", action="store_true", help="the twelve functions not tuned on")
+    parser.add_argument("--attached", action="store_true", help="the code as ask -f attaches it")
     args = parser.parse_args()
     with open(args.out, "w", encoding="utf-8") as out:
         for number, function in enumerate(HELD_OUT if args.held_out else FUNCTIONS, 1):
             category, ask = EDITS[(number - 1) % len(EDITS)]
-            prompt = f"{ask}\n\n```python\n{source_without_docstring(function)}\n```"
+            source = source_without_docstring(function)
+            if args.attached:
+                attached = Attachment(f"{function.__name__}.py", source)
+                prompt = with_attachments(ask, [attached])
+            else:
+                prompt = f"{ask}\n\n```python\n{source}\n```"
             item = {"question_id": number, "category": category, "turns": [prompt]}
             out.write(json.dumps(item) + "\n")
 

@@ -137,6 +137,34 @@ class ChatSession:
         warning = self.use_model(backend)
         return time.perf_counter() - start, warning
 
+    def switch_model(self, spec: str, progress: Callable[[str], None]) -> tuple[float, str | None]:
+        """Load the model `spec` names (a name `specchat models` lists) in place of the current
+        one, for this run (settings.toml keeps its own): blocking, on the model thread, so no
+        answer runs while it loads. The old model stays until the new one is ready, and is
+        closed then where this session loaded it; a failed load leaves it in use."""
+        if self.busy:
+            raise SpecchatError("an answer or a race is running: stop it (Esc) first")
+        start = time.perf_counter()
+        progress(f"loading {spec}")
+        config = replace(self.config, model=spec)
+        backend = open_model(
+            config,
+            threads=ui_model_threads(),
+            speculative=speculates(self.decoder_name),
+            progress=progress,
+        )
+        old, owned = self.backend, self._owns_backend
+        self.config, self._owns_backend = config, True
+        if self.engine is not None:
+            self.engine.cancel()
+        if self.saved_chats is not None:  # indexed with the old model's tokenizer
+            self.saved_chats.close()
+            self.saved_chats = None
+        warning = self.use_model(backend)
+        if owned and old is not None and old is not backend:
+            old.close()
+        return time.perf_counter() - start, warning
+
     def use_model(self, backend: Backend) -> str | None:
         """Make the engine on `backend` with the chosen decoder, or with the backend's default
         (`registry.default_decoder`; a remote server's own method) when that one cannot be

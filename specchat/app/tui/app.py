@@ -38,6 +38,7 @@ class SpecchatApp(App):
         "screens/search.tcss",
         "screens/confirm.tcss",
         "screens/drafts.tcss",
+        "screens/models.tcss",
     ]
     BINDINGS = bindings(APP_KEYS)
 

@@ -201,6 +201,13 @@ CHAT_KEYS = (
     ),
     Key("ctrl+n", "new_chat", "new chat", "a new chat", palette="New chat"),
     Key(
+        "f9",
+        "pick_model",
+        "model",
+        "switch the model: those this machine has (specchat models), loaded in the background",
+        palette="Switch model",
+    ),
+    Key(
         "",
         "copy_chat",
         "copy chat",

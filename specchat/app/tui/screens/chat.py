@@ -148,12 +148,46 @@ class ChatScreen(Answering, Branches, Copying, Screen):
             return
         self.post_message(ModelLoaded(seconds, warning))
 
+    def action_pick_model(self) -> None:
+        """F9: the models this machine has; the chosen one loads on the model thread while the
+        chat stays open (an answer waits for it)."""
+        from specchat.app.tui.screens.models import ModelPickerScreen
+        from specchat.models import list_models
+
+        if self.session.busy:
+            self.notify("an answer or a race is running: stop it (Esc) first", severity="warning")
+            return
+        current = self.session.backend.model_name if self.session.backend is not None else ""
+        self.app.push_screen(ModelPickerScreen(list_models(), current), self._model_chosen)
+
+    def _model_chosen(self, spec: str | None) -> None:
+        if spec is None:
+            return
+        self._status_line(f"loading {spec}…")
+        work = partial(self._switch_model, spec)
+        self.run_worker(work, name="switch model", group="load", exclusive=True, thread=True)
+
+    def _switch_model(self, spec: str) -> None:
+        """A worker: the session loads `spec` in place of the model (the old one stays in use if
+        the new one fails)."""
+        try:
+            seconds, warning = run_on_model_thread(
+                self.session.switch_model, spec, lambda text: self.post_message(LoadProgress(text))
+            )
+        except Exception as exc:  # a model that will not load is shown, not a crash
+            self.post_message(ModelFailed(error_text(exc)))
+            return
+        self.post_message(ModelLoaded(seconds, warning))
+
     def on_load_progress(self, message: LoadProgress) -> None:
         self._status_line(f"{message.text}…")
 
     def on_model_failed(self, message: ModelFailed) -> None:
-        self._status_line(f"model not loaded: {message.error}")
         self.notify(message.error, title="model", severity="error", timeout=30)
+        if self.session.ready:  # a switch that failed: the model the chat had runs on
+            self._show_status()
+        else:
+            self._status_line(f"model not loaded: {message.error}")
 
     def on_model_loaded(self, message: ModelLoaded) -> None:
         if message.warning:

@@ -1,0 +1,49 @@
+"""F9: the models this machine has (`specchat models`' list: the bundled one, the Hugging Face
+cache, ollama's store, LM Studio's folder) — Enter loads the chosen one in place of the current
+model, in the background, while the chat stays open."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Label, OptionList
+from textual.widgets.option_list import Option
+
+from specchat.models import ModelListing
+
+
+def listing_line(listing: ModelListing, current: str) -> str:
+    """A model's line: its name (what --model takes), where it was found, and ● on the one the
+    chat runs."""
+    mark = "●" if current in (listing.spec, listing.path.stem, listing.path.name) else " "
+    return f"{mark} {listing.spec}  ·  {listing.store or listing.kind}"
+
+
+class ModelPickerScreen(ModalScreen[str | None]):
+    """Dismissed with the chosen model's name, or None (Esc)."""
+
+    BINDINGS = [Binding("escape", "close", "close")]
+
+    def __init__(self, listings: list[ModelListing], current: str) -> None:
+        super().__init__()
+        self.listings = listings
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="models"):
+            yield Label("Models — Enter loads it · Esc closes", id="models-title")
+            yield OptionList(
+                *(Option(listing_line(m, self.current), id=m.spec) for m in self.listings),
+                id="model-list",
+            )
+
+    def on_mount(self) -> None:
+        self.query_one(OptionList).focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
