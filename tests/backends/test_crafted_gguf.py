@@ -87,18 +87,8 @@ def test_the_cli_refuses_a_crafted_file_in_one_line(seed_file: Path, tmp_path: P
     and exits 2."""
     data = bytearray(seed_file.read_bytes())
     first_dim = next(at for at, kind in field_spots(bytes(data)) if kind == "dim")
-    crafted = tmp_path / "crafted.gguf"
     data[first_dim : first_dim + 8] = (2**32).to_bytes(8, "little")
-    crafted.write_bytes(bytes(data))
-    run = subprocess.run(
-        [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
-         runtime, "--threads", "1", "--max-tokens", "2"],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert run.returncode == 2, run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("specchat: error: "), run.stderr
-    assert "Traceback" not in run.stderr
+    _refusal(bytes(data), tmp_path, runtime)
 
 
 def _value_at(data: bytes, key: str) -> int:
@@ -153,7 +143,7 @@ def test_what_llama_cpp_would_abort_on_is_refused_first(seed_file: Path, tmp_pat
     before llama.cpp reads them."""
     data = bytearray(seed_file.read_bytes())
     craft(data)
-    assert says in _refusal_on_llama_cpp(bytes(data), tmp_path)
+    assert says in _refusal(bytes(data), tmp_path)
 
 
 @pytest.mark.parametrize("dims,says", [(0, "is 0"), (2, "is 2 for heads of 16")])
@@ -166,22 +156,23 @@ def test_a_qwen2_file_that_rotates_part_of_a_head_is_refused_first(
     data = bytearray(family_gguf("qwen2").read_bytes())
     at = _value_at(bytes(data), "qwen2.rope.dimension_count")
     data[at : at + 4] = dims.to_bytes(4, "little")
-    assert f"qwen2.rope.dimension_count {says}" in _refusal_on_llama_cpp(bytes(data), tmp_path)
+    assert f"qwen2.rope.dimension_count {says}" in _refusal(bytes(data), tmp_path)
 
 
-def _refusal_on_llama_cpp(data: bytes, tmp_path: Path) -> str:
+def _refusal(data: bytes, tmp_path: Path, runtime: str = "llama") -> str:
     """The one line `specchat ask` (a process of its own: an abort would end it) refuses the
-    file with on llama.cpp, exit code 2."""
+    file with on `runtime`, exit code 2."""
     crafted = tmp_path / "crafted.gguf"
     crafted.write_bytes(data)
     run = subprocess.run(
         [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
-         "llama", "--threads", "1", "--max-tokens", "2"],
+         runtime, "--threads", "1", "--max-tokens", "2"],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    assert run.returncode == 2, run.stderr[-500:]
+    assert run.returncode == 2, run.stderr[-2000:]
     lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1, run.stderr[-500:]
+    assert len(lines) == 1 and lines[0].startswith("specchat: error: "), run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
     return lines[0]
 
 
@@ -198,13 +189,4 @@ def test_a_token_that_a_nul_byte_makes_another_is_refused_in_one_line(
     at = data.index(spelled) + 8
     assert (3).to_bytes(8, "little") + "Ġt".encode() in data  # "Ġt" is a token of its own
     data[at : at + 5] = "Ġt".encode() + b"\0x"
-    crafted = tmp_path / "nul.gguf"
-    crafted.write_bytes(bytes(data))
-    run = subprocess.run(
-        [sys.executable, "-m", "specchat", "ask", "Hi", "--model", str(crafted), "--backend",
-         runtime, "--threads", "1", "--max-tokens", "2"],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert run.returncode == 2, run.stderr[-2000:]
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "spelled as another" in lines[0], run.stderr[-2000:]
+    assert "spelled as another" in _refusal(bytes(data), tmp_path, runtime)

@@ -37,6 +37,8 @@ def lm_studio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 async def pick(pilot, name: str) -> None:
+    """F9 once the model is ready, then Enter on `name` in the picker."""
+    await wait_until(pilot, lambda: pilot.app.session.ready)
     await pilot.press("f9")
     await wait_until(pilot, lambda: isinstance(pilot.app.screen, ModelPickerScreen))
     options = pilot.app.screen.query_one(OptionList)
@@ -50,12 +52,15 @@ def status_of(app) -> str:
     return str(app.screen.query_one(StatusBar).render())
 
 
+def chat_on(backend) -> SpecchatApp:
+    settings = RunConfig(max_tokens=6, decoder="greedy", backend="llama", threads=1)
+    return SpecchatApp(settings=settings, backend=backend, save_settings_file=False)
+
+
 @pytest.mark.slow
 async def test_f9_loads_another_model_and_the_next_answer_runs_on_it(backend, lm_studio):
-    settings = RunConfig(max_tokens=6, decoder="greedy", backend="llama", threads=1)
-    app = SpecchatApp(settings=settings, backend=backend, save_settings_file=False)
+    app = chat_on(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.session.ready)
         await pick(pilot, OTHER)
         await wait_until(pilot, lambda: app.session.backend is not backend, limit=300)
         await app.workers.wait_for_complete()
@@ -71,10 +76,8 @@ async def test_f9_loads_another_model_and_the_next_answer_runs_on_it(backend, lm
 
 @pytest.mark.slow
 async def test_a_model_that_will_not_load_leaves_the_old_one_in_use(backend, lm_studio):
-    settings = RunConfig(max_tokens=6, decoder="greedy", backend="llama", threads=1)
-    app = SpecchatApp(settings=settings, backend=backend, save_settings_file=False)
+    app = chat_on(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.session.ready)
         await pick(pilot, BROKEN)
         await wait_until(pilot, lambda: any("broken.gguf" in n.message for n in app._notifications))
         await app.workers.wait_for_complete()
