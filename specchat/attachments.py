@@ -31,14 +31,29 @@ class Attachment:
     text: str
 
     def block(self) -> str:
-        """The text under its name, fenced by more backticks than any run inside it."""
+        """The text under its name, fenced by more backticks than any run inside it, the fence
+        tagged with the language its name's extension says (a model answers code in kind)."""
         longest, run = 0, 0
         for char in self.text:
             run = run + 1 if char == "`" else 0
             longest = max(longest, run)
         fence = "`" * max(3, longest + 1)
         body = self.text if self.text.endswith("\n") else self.text + "\n"
-        return f"{self.name}:\n{fence}\n{body}{fence}"
+        return f"{self.name}:\n{fence}{language_of(self.name)}\n{body}{fence}"
+
+
+# a fence's language tag by file extension, where the tag is not the extension itself
+_LANGUAGES = {
+    "py": "python", "js": "javascript", "ts": "typescript", "rs": "rust", "rb": "ruby",
+    "sh": "bash", "md": "markdown", "yml": "yaml", "h": "c", "hpp": "cpp", "cc": "cpp",
+    "kt": "kotlin", "cs": "csharp",
+}  # fmt: skip
+
+
+def language_of(name: str) -> str:
+    """The fence tag for a file called `name` ("" for piped text or no extension)."""
+    suffix = name.rpartition(".")[2].lower() if "." in name.rpartition("/")[2] else ""
+    return _LANGUAGES.get(suffix, suffix if suffix.isalnum() else "")
 
 
 def decoded(data: bytes, name: str) -> str:

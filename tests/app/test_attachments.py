@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.attachments import Attachment, with_attachments
+from specchat.attachments import Attachment, language_of, with_attachments
 from tests.cli import run_cli, run_process
 
 
@@ -25,12 +25,18 @@ def first_question(data_dir: Path) -> tuple[str, str]:
     return chat["title"], chat["messages"][0]["content"]
 
 
+def test_a_fence_is_tagged_with_the_language_the_files_extension_says():
+    assert language_of("src/app.py") == "python" and language_of("lib.rs") == "rust"
+    assert language_of("Makefile") == "" and language_of("stdin") == ""
+    assert language_of("v1.2/notes") == "" and language_of("data.json") == "json"
+
+
 def test_a_fence_is_longer_than_any_run_of_backticks_in_the_text():
     text = "a code block:\n```python\nx = 1\n```\nand ````four````"
     block = Attachment("notes.md", text).block()
-    assert block.startswith("notes.md:\n`````\n") and block.endswith("\n`````")
+    assert block.startswith("notes.md:\n`````markdown\n") and block.endswith("\n`````")
     prompt = with_attachments("Summarise.", [Attachment("a.txt", "one"), Attachment("b", "two")])
-    assert prompt == "a.txt:\n```\none\n```\n\nb:\n```\ntwo\n```\n\nSummarise."
+    assert prompt == "a.txt:\n```txt\none\n```\n\nb:\n```\ntwo\n```\n\nSummarise."
 
 
 @pytest.mark.slow
@@ -61,8 +67,8 @@ def test_files_join_the_prompt_under_their_names(tmp_path: Path):
     assert ran.returncode == 0, ran.stderr
     _, question = first_question(data)
     assert question == (
-        f"{first}:\n```\ndef add(a, b):\n    return a + b\n```\n\n"
-        f"{second}:\n```\nkeep the signature\n```\n\nRename add to plus."
+        f"{first}:\n```python\ndef add(a, b):\n    return a + b\n```\n\n"
+        f"{second}:\n```txt\nkeep the signature\n```\n\nRename add to plus."
     )
 
 
