@@ -42,7 +42,7 @@ from specchat.evaluation.race import (
 from specchat.evaluation.variants import DecoderVariant
 from specchat.hardware import physical_cores
 from specchat.history import HistoryStore
-from specchat.models import LoadOptions, open_race_server
+from specchat.models import LoadOptions, list_models, open_race_server
 from specchat.options import COLOUR_MODES, RunConfig
 from specchat.run_config import chosen_decoder, run_params, sampling_for
 from specchat.saved_chats import SavedChatsIndex, saved_chats_for
@@ -59,6 +59,16 @@ def ui_model_threads() -> int:
     chat against `specchat ask` in a real terminal (`threads` in settings.toml overrides this).
     """
     return physical_cores()
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model the chat's picker offers: the name --model takes, where it was found, and whether
+    the chat runs it now."""
+
+    spec: str
+    where: str
+    current: bool
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,15 @@ class ChatSession:
         )
         warning = self.use_model(backend)
         return time.perf_counter() - start, warning
+
+    def model_choices(self) -> list[ModelChoice]:
+        """The models this machine has (`specchat models`' list), for the chat's picker; the one
+        the chat runs is marked."""
+        current = self.backend.model_name if self.backend is not None else ""
+        return [
+            ModelChoice(m.spec, m.store or m.kind, current in (m.spec, m.path.stem, m.path.name))
+            for m in list_models()
+        ]
 
     def switch_model(self, spec: str, progress: Callable[[str], None]) -> tuple[float, str | None]:
         """Load the model `spec` names (a name `specchat models` lists) in place of the current

@@ -152,13 +152,11 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         """F9: the models this machine has; the chosen one loads on the model thread while the
         chat stays open (an answer waits for it)."""
         from specchat.app.tui.screens.models import ModelPickerScreen
-        from specchat.models import list_models
 
         if self.session.busy:
             self.notify("an answer or a race is running: stop it (Esc) first", severity="warning")
             return
-        current = self.session.backend.model_name if self.session.backend is not None else ""
-        self.app.push_screen(ModelPickerScreen(list_models(), current), self._model_chosen)
+        self.app.push_screen(ModelPickerScreen(self.session.model_choices()), self._model_chosen)
 
     def _model_chosen(self, spec: str | None) -> None:
         if spec is None:

@@ -11,14 +11,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
-from specchat.models import ModelListing
+from specchat.app.session import ModelChoice
 
 
-def listing_line(listing: ModelListing, current: str) -> str:
-    """A model's line: its name (what --model takes), where it was found, and ● on the one the
-    chat runs."""
-    mark = "●" if current in (listing.spec, listing.path.stem, listing.path.name) else " "
-    return f"{mark} {listing.spec}  ·  {listing.store or listing.kind}"
+def choice_line(choice: ModelChoice) -> str:
+    """A model's line: ● on the one the chat runs, its name (what --model takes), where it was
+    found."""
+    return f"{'●' if choice.current else ' '} {choice.spec}  ·  {choice.where}"
 
 
 class ModelPickerScreen(ModalScreen[str | None]):
@@ -26,17 +25,15 @@ class ModelPickerScreen(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "close", "close")]
 
-    def __init__(self, listings: list[ModelListing], current: str) -> None:
+    def __init__(self, choices: list[ModelChoice]) -> None:
         super().__init__()
-        self.listings = listings
-        self.current = current
+        self.choices = choices
 
     def compose(self) -> ComposeResult:
         with Vertical(id="models"):
             yield Label("Models — Enter loads it · Esc closes", id="models-title")
             yield OptionList(
-                *(Option(listing_line(m, self.current), id=m.spec) for m in self.listings),
-                id="model-list",
+                *(Option(choice_line(c), id=c.spec) for c in self.choices), id="model-list"
             )
 
     def on_mount(self) -> None:
