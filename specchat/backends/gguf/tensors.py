@@ -2,13 +2,13 @@
 
 The file's own 4-bit blocks (Q4_0, Q4_1, and Q4_K's 32-weight sub-blocks) are all one form: 32
 codes q in 0..15 and a weight w = (q - 8) * scale + zero, exact in float64, so they are repacked
-(`Nibbles`, then eight rows interleaved for exact_kernels.c) without dequantizing: no float32 copy
+(`Nibbles`, then eight rows interleaved for the int4 kernels) without dequantizing: no float32 copy
 of the model is ever made, and the kernels multiply by the file's own weights.
 
 The other block types a file mixes in (a Q4_K_M file falls back to Q5_0, Q6_K or Q8_0 wherever a
 row is not a multiple of 256) are int8 codes with a scale (and zero) per 16 or 32 weights: they
 become exactly that (`GroupedInt8`, checked against the gguf package's own dequantizer tensor by
-tensor), a byte a weight for exact_kernels.c to multiply by. Float tensors, and anything that check
+tensor), a byte a weight for the int4 kernels to multiply by. Float tensors, and anything that check
 refuses, are dequantized once to float32 by the gguf package.
 """
 
@@ -70,7 +70,7 @@ class Int4Blocks:
     def nibbles(self) -> Nibbles:
         """The same weights as two codes a byte with w = code * scale + zero (float32, exact:
         the zeros are Q4_1's minimum, Q4_0's -8 * scale and Q4_K's -dmin * m, each exact in
-        float32), for exact_kernels.c. A group's 16 bytes hold weight j low and j + 16 high,
+        float32), for the int4 kernels (int4/c/dense.c). A group's 16 bytes hold weight j low and j + 16 high,
         ggml's own order."""
         rows, cols = self.codes.shape
         codes = self.codes.reshape(rows, cols // GROUP_SIZE, 2, GROUP_SIZE // 2)
@@ -105,7 +105,7 @@ class Nibbles:
         return self.packed.shape[0], self.packed.shape[1] * 2
 
     def by_eight(self) -> Nibbles:
-        """The same weights interleaved by eight rows, as exact_kernels.c's matmul_nibbles8 reads
+        """The same weights interleaved by eight rows, as int4/c/q4_rows8.c reads
         them (rows padded with zeros to a multiple of 8): per block of 8 rows and group of 32,
         chunk c holds row j's weights 8c..8c+3 in the low nibbles of bytes 4j.., 8c+4..8c+7 in
         the high ones; scales and zeros [block][group][8]."""
@@ -202,7 +202,7 @@ class GroupedInt8:
         return self.codes.shape
 
     def by_eight(self) -> GroupedInt8:
-        """The same codes interleaved by eight rows, as exact_kernels.c's matmul_int8x8 reads
+        """The same codes interleaved by eight rows, as int4/c/q8_rows8.c reads
         them (groups of 32 or 16, no zeros; rows padded with zeros to a multiple of 8): per block
         of 8 rows and group of 32, chunk c holds row j's codes 4c..4c+3 at bytes 4j..; scales
         [block][group of 32][its groups of `group`][8]."""

@@ -1,4 +1,4 @@
-"""The model as exact_kernels.c's `forward` reads it: ctypes mirrors of its C structures,
+"""The model as the C `forward` (c/forward.c) reads it: ctypes mirrors of its C structures,
 pointing into the model's own arrays."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from specchat.backends.int4.linear import RowsLinear
 
 
 class HeadOps(ctypes.Structure):
-    """exact_kernels.c's head_ops: what a family does to q and k before the cache."""
+    """c/kernels.h's head_ops: what a family does to q and k before the cache."""
 
     _fields_ = [
         ("bias", ctypes.c_void_p), ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p),

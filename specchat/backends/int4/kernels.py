@@ -1,4 +1,4 @@
-"""The int4 runtime's row-exact kernels (exact_kernels.c), compiled once and called through ctypes.
+"""The int4 runtime's row-exact kernels (the C in `c/`), compiled once and called through ctypes.
 
 torch's own attention, softmax and matmul make a row's result depend on how many rows share the
 call and how many masked slots follow it (measured: SDPA and matmul + softmax differ in the last
@@ -27,7 +27,7 @@ from pathlib import Path
 from specchat import cpu, locations
 from specchat.errors import SpecchatError
 
-_SOURCE = Path(__file__).with_name("exact_kernels.c")
+_SOURCES = Path(__file__).with_name("c")  # one file per job; base.h says how they are shaped
 _FLAGS = ["-O3", "-fno-math-errno", "-fPIC", "-shared", "-std=c11"]
 # -std=c11 (not gnu11) also means -ffp-contract=off: no multiply and add is fused behind the
 # source's back, so a level's vector code and its plain C compute the same bits
@@ -103,7 +103,7 @@ def _load(level: str, compiler: str) -> Kernels:
     key = hashlib.sha256(
         b"|".join(
             [
-                _SOURCE.read_bytes(),
+                *(_sources_text()),
                 version.encode(),
                 " ".join(flags).encode(),
                 _cpu_flags().encode() if native else b"",
@@ -112,8 +112,8 @@ def _load(level: str, compiler: str) -> Kernels:
     ).hexdigest()[:16]
     folder = locations.cache_dir() / "int4-kernels"
     folder.mkdir(parents=True, exist_ok=True)
-    threaded_library = folder / f"exact_kernels-{level}-{key}-omp.so"
-    serial_library = folder / f"exact_kernels-{level}-{key}.so"
+    threaded_library = folder / f"int4-{level}-{key}-omp.so"
+    serial_library = folder / f"int4-{level}-{key}.so"
     for library, threaded in ((threaded_library, True), (serial_library, False)):
         if library.exists():
             return _open(library, level, threaded, key)
@@ -125,12 +125,22 @@ def _load(level: str, compiler: str) -> Kernels:
     raise SpecchatError(f"cannot build the int4 runtime's kernels with {compiler}: {error}")
 
 
+def _c_files() -> list[Path]:
+    return sorted(_SOURCES.glob("*.c"))
+
+
+def _sources_text() -> list[bytes]:
+    """Every source and header, named: a change to any of them is a new build."""
+    files = sorted([*_SOURCES.glob("*.c"), *_SOURCES.glob("*.h")])
+    return [part for f in files for part in (f.name.encode(), f.read_bytes())]
+
+
 def _build(compiler: str, flags: list[str], library: Path) -> str | None:
     """Compile the kernels into `library`; None, or the compiler's first line of complaint."""
     partial = library.with_name(f".{library.stem}.{os.getpid()}.so")
     try:
         built = subprocess.run(
-            [compiler, *flags, "-o", str(partial), str(_SOURCE), "-lm"],
+            [compiler, *flags, "-o", str(partial), *map(str, _c_files()), "-lm"],
             capture_output=True,
             text=True,
             check=False,

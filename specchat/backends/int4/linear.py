@@ -1,4 +1,4 @@
-"""The int4 runtime's linear layers: a GGUF weight laid out once, at load, as exact_kernels.c
+"""The int4 runtime's linear layers: a GGUF weight laid out once, at load, as the C kernels (c/)
 reads it, and called alone or from the whole forward."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from specchat.errors import SpecchatError
 
 
 class RowsLinear:
-    """y = x W^T in exact_kernels.c: 4-bit blocks as nibbles with a scale and zero per 32 (read
+    """y = x W^T in the C kernels: 4-bit blocks as nibbles with a scale and zero per 32 (read
     eight rows at a time), Q8_0, Q5_x and Q6_K as int8 codes with their blocks' scales (exactly the file's
     weights, a byte each), anything else dequantized once to float32. Float32 sums whose order
     does not depend on how many rows share the call; bf16 in and out in the layers, float32 for
@@ -44,7 +44,7 @@ class RowsLinear:
         self.half_scales = False
         self.out_features, self.in_features = weight.shape
         if isinstance(weight, Nibbles):
-            weight = weight.by_eight()  # as exact_kernels.c's matmul_nibbles8 reads them
+            weight = weight.by_eight()  # as c/q4_rows8.c reads them
             self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
             self.group, self.f32, self.code_bits = GROUP_SIZE, None, 4
             self._halve()
@@ -55,7 +55,7 @@ class RowsLinear:
                 self.zeros = None
         elif isinstance(weight, GroupedInt8):
             if weight.zeros is None:  # Q8_0, Q5_0 (groups of 32), Q6_K (16)
-                weight = weight.by_eight()  # as exact_kernels.c's matmul_int8x8 reads them
+                weight = weight.by_eight()  # as c/q8_rows8.c reads them
             self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
             self.group, self.f32 = weight.group, None
             if weight.group == GROUP_SIZE and weight.zeros is None:

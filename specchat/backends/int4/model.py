@@ -6,7 +6,7 @@ little more than 1-row ones, and a decoder stays exactly greedy only if a block'
 one-token passes. Every kernel on the path computes an output row by one fixed sum whatever the
 number of rows, so a block row equals the same token evaluated alone.
 
-The whole forward (per layer four matmuls, attention, norms and the activation) is one C call (exact_kernels.c's `forward`) at every instruction-set level
+The whole forward (per layer four matmuls, attention, norms and the activation) is one C call (`forward`, c/forward.c) at every instruction-set level
 (`specchat.cpu`): the file's nibbles (and Q8_0 codes) meet x rounded to 8 bits per 32 values,
 summed in integers as llama.cpp does, each weight row read once for every token of the block
 (AVX-512 VNNI, AVX2 and plain C compute the same bits). torch's int4 kernel carried the 4-bit
@@ -207,7 +207,7 @@ class Int4Model:
 
 
 def whole_model(model: Int4Model) -> CModel:
-    """The model as exact_kernels.c's `forward` reads it. The structure points into the model's
+    """The model as the C `forward` (c/forward.c) reads it. The structure points into the model's
     own arrays, which live as long as it does."""
     shape = model.shape
     layers = (CLayer * shape.layers)()

@@ -1,0 +1,304 @@
+/* Attention over a tree block: RoPE, the caches, scores, softmax and the weighted values.
+ *
+ * Attention loops over exactly the keys a row may attend to, so there are no masked slots to add
+ * zeros for, and each reduction runs in explicit lanes so the compiler can vectorise it without
+ * reordering anything. */
+#include "kernels.h"
+
+/* -- each level's vector part: it does the first values and returns where plain C goes on ------ */
+
+#if defined(HAVE_AVX2)
+/* lane_sum's LANES partial sums over whole chunks of LANES. */
+static inline int64_t lane_sums_vector(const float *values, int64_t count, float acc[LANES]) {
+    __m256 low = _mm256_setzero_ps(), high = low;
+    int64_t start = 0;
+    for (; start + LANES <= count; start += LANES) {
+        low = _mm256_add_ps(low, _mm256_loadu_ps(values + start));
+        high = _mm256_add_ps(high, _mm256_loadu_ps(values + start + 8));
+    }
+    _mm256_storeu_ps(acc, low);
+    _mm256_storeu_ps(acc + 8, high);
+    return start;
+}
+
+/* softmax's largest weight over whole vectors of 8 (a max: any order). */
+static inline int64_t max_vector(const float *weights, int64_t count, float *top) {
+    __m256 tops = _mm256_set1_ps(*top);
+    int64_t t = 0;
+    for (; t + 8 <= count; t += 8) tops = _mm256_max_ps(_mm256_loadu_ps(weights + t), tops);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, tops);
+    for (int l = 0; l < 8; l++) *top = lanes[l] > *top ? lanes[l] : *top;
+    return t;
+}
+
+/* exp(weight - top) over whole vectors of 8. */
+static inline int64_t exp_shifted_vector(float *weights, int64_t count, float top) {
+    int64_t t = 0;
+    for (; t + 8 <= count; t += 8)
+        _mm256_storeu_ps(weights + t,
+                         exp_approx8(_mm256_sub_ps(_mm256_loadu_ps(weights + t), _mm256_set1_ps(top))));
+    return t;
+}
+
+/* contiguous_scores with VEC keys a vector: four vectors at once (independent chains keep the
+ * FMA units busy), then one, then the last keys in a vector's first lanes. Each lane runs the
+ * same fused multiply-adds in the same order as key_score. */
+static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const float *keys, int64_t slots, int dim,
+                                    int64_t count, float scale, float *out) {
+    const vecf scale_v = vec_set1(scale);
+    int64_t start = 0;
+    for (; start + 4 * VEC <= count; start += 4 * VEC) {
+        vecf a0 = vec_zero(), a1 = a0, a2 = a0, a3 = a0;
+        for (int d = 0; d < dim; d++) {
+            const vecf qd = vec_set1(q[d]);
+            const float *kd = keys + d * slots + start;
+            a0 = vec_fmadd(qd, vec_load(kd), a0);
+            a1 = vec_fmadd(qd, vec_load(kd + VEC), a1);
+            a2 = vec_fmadd(qd, vec_load(kd + 2 * VEC), a2);
+            a3 = vec_fmadd(qd, vec_load(kd + 3 * VEC), a3);
+        }
+        vec_store(out + start, vec_mul(a0, scale_v));
+        vec_store(out + start + VEC, vec_mul(a1, scale_v));
+        vec_store(out + start + 2 * VEC, vec_mul(a2, scale_v));
+        vec_store(out + start + 3 * VEC, vec_mul(a3, scale_v));
+    }
+    for (; start + VEC <= count; start += VEC) {
+        vecf a0 = vec_zero();
+        for (int d = 0; d < dim; d++)
+            a0 = vec_fmadd(vec_set1(q[d]), vec_load(keys + d * slots + start), a0);
+        vec_store(out + start, vec_mul(a0, scale_v));
+    }
+    if (start < count) {
+        vecf a0 = vec_zero();
+        for (int d = 0; d < dim; d++)
+            a0 = vec_fmadd(vec_set1(q[d]), vec_load_first(keys + d * slots + start, count - start), a0);
+        vec_store_first(out + start, count - start, vec_mul(a0, scale_v));
+    }
+    return count;
+}
+
+/* weighted_values for head sizes a multiple of VEC: eight vectors of dimensions at a time held
+ * in registers, each lane the plain C's fused multiply-adds over the keys in order. 0 where the
+ * head size is no multiple of VEC (plain C does it all). */
+static inline __attribute__((always_inline)) int weighted_values_vector(
+    const float *weights, int64_t count, int64_t n_prefix, const int32_t *mine,
+    const bf16 *values, int dim, float *acc) {
+    if (dim % VEC) return 0;
+    for (int first = 0; first < dim; first += 8 * VEC) {
+        const int vectors = (dim - first >= 8 * VEC ? 8 * VEC : dim - first) / VEC;
+        vecf sum[8];
+        for (int c = 0; c < vectors; c++) sum[c] = vec_zero();
+        for (int64_t t = 0; t < count; t++) {
+            const int64_t slot = t < n_prefix ? t : n_prefix + mine[t - n_prefix];
+            const vecf w = vec_set1(weights[t]);
+            const bf16 *row = values + slot * dim + first;
+            for (int c = 0; c < vectors; c++) sum[c] = vec_fmadd(w, vec_load_bf16(row + VEC * c), sum[c]);
+        }
+        for (int c = 0; c < vectors; c++) vec_store(acc + first + VEC * c, sum[c]);
+    }
+    return 1;
+}
+#else
+static inline int64_t lane_sums_vector(const float *values, int64_t count, float acc[LANES]) {
+    (void)values, (void)count, (void)acc;
+    return 0;
+}
+static inline int64_t max_vector(const float *weights, int64_t count, float *top) {
+    (void)weights, (void)count, (void)top;
+    return 0;
+}
+static inline int64_t exp_shifted_vector(float *weights, int64_t count, float top) {
+    (void)weights, (void)count, (void)top;
+    return 0;
+}
+static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const float *keys, int64_t slots, int dim,
+                                    int64_t count, float scale, float *out) {
+    (void)q, (void)keys, (void)slots, (void)dim, (void)count, (void)scale, (void)out;
+    return 0;
+}
+static inline int weighted_values_vector(const float *weights, int64_t count, int64_t n_prefix,
+                                         const int32_t *mine, const bf16 *values, int dim,
+                                         float *acc) {
+    (void)weights, (void)count, (void)n_prefix, (void)mine, (void)values, (void)dim, (void)acc;
+    return 0;
+}
+#endif
+
+/* -- the plain C: each result's order of operations --------------------------------------------- */
+
+/* Sum of `count` floats in LANES interleaved partial sums, then halving: a fixed order. */
+static inline float lane_sum(const float *values, int64_t count) {
+    float acc[LANES] = {0};
+    int64_t start = lane_sums_vector(values, count, acc);
+    for (; start + LANES <= count; start += LANES)
+        for (int lane = 0; lane < LANES; lane++) acc[lane] += values[start + lane];
+    for (int64_t i = start; i < count; i++) acc[i - start] += values[i];
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int lane = 0; lane < width; lane++) acc[lane] += acc[lane + width];
+    return acc[0];
+}
+
+/* One head's bf16 projection as float32, its bias added and its RMS norm applied (as llama.cpp's
+ * rms_norm then mul: squares summed in double, the scale applied before the weight). */
+static inline void head_in(const bf16 *in, const float *bias, const float *norm, float eps,
+                           float *out, int dim) {
+    for (int d = 0; d < dim; d++) out[d] = bias ? from_bf16(in[d]) + bias[d] : from_bf16(in[d]);
+    if (norm) {
+        double sum = 0.0;
+        for (int d = 0; d < dim; d++) sum += (double)(out[d] * out[d]);
+        const float scale = 1.0f / __builtin_sqrtf((float)(sum / (double)dim) + eps);
+        for (int d = 0; d < dim; d++) out[d] = (out[d] * scale) * norm[d];
+    }
+}
+
+/* Rotate pairs by position * theta_j in place: adjacent pairs (x[2j], x[2j+1]) as llama.cpp's
+ * "normal" RoPE on GGUF's permuted Llama q/k weights, or (x[j], x[j + dim/2]) as its NEOX RoPE
+ * (qwen2, qwen3, phi3). `cos_row`, `sin_row` hold one position's dim/2 values. */
+static inline void rope(float *x, const float *cos_row, const float *sin_row, int dim, int neox) {
+    const int half = dim / 2;
+    for (int j = 0; j < half; j++) {
+        const int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cos_row[j] - x1 * sin_row[j];
+        x[b] = x0 * sin_row[j] + x1 * cos_row[j];
+    }
+}
+
+/* q . k for the key in `slot` of a transposed cache (keys[d * slots + slot]): one fused
+ * multiply-add per dimension, in order. */
+static inline float key_score(const float *q, const float *keys, int64_t slots, int dim,
+                              int64_t slot) {
+    float s = 0.0f;
+    for (int d = 0; d < dim; d++) s = fmaf(q[d], keys[d * slots + slot], s);
+    return s;
+}
+
+/* key_score for slots 0..count-1, LANES keys at a time (each lane the same fused multiply-adds
+ * in the same order as key_score, so a key's score is the same in a lane or alone). */
+static void contiguous_scores(const float *q, const float *keys, int64_t slots, int dim,
+                              int64_t count, float scale, float *out) {
+    int64_t start = scores_vector(q, keys, slots, dim, count, scale, out);
+    for (; start + LANES <= count; start += LANES) {
+        float acc[LANES] = {0};
+        for (int d = 0; d < dim; d++) {
+            const float qd = q[d];
+            const float *kd = keys + d * slots + start;
+            for (int lane = 0; lane < LANES; lane++) acc[lane] = fmaf(qd, kd[lane], acc[lane]);
+        }
+        for (int lane = 0; lane < LANES; lane++) out[start + lane] = acc[lane] * scale;
+    }
+    for (int64_t t = start; t < count; t++) out[t] = key_score(q, keys, slots, dim, t) * scale;
+}
+
+/* acc = sum over keys t of weights[t] * value(t), values in bf16 rows [slots, dim]; key t is
+ * slot t for the prefix, else block row mine[t - n_prefix]. Each dimension accumulates over the
+ * keys in order. */
+static inline __attribute__((always_inline)) void weighted_values(
+    const float *weights, int64_t count, int64_t n_prefix, const int32_t *mine,
+    const bf16 *values, int dim, float *acc) {
+    if (weighted_values_vector(weights, count, n_prefix, mine, values, dim, acc)) return;
+    for (int d = 0; d < dim; d++) acc[d] = 0.0f;
+    for (int64_t t = 0; t < count; t++) {
+        const int64_t slot = t < n_prefix ? t : n_prefix + mine[t - n_prefix];
+        const float w = weights[t];
+        const bf16 *row = values + slot * dim;
+        for (int d = 0; d < dim; d++) acc[d] = fmaf(w, from_bf16(row[d]), acc[d]);
+    }
+}
+
+/* weights = exp(weights - max) / their lane_sum, in place. */
+static inline void softmax(float *weights, int64_t count) {
+    float top = -3.0e38f;
+    for (int64_t t = max_vector(weights, count, &top); t < count; t++)
+        top = weights[t] > top ? weights[t] : top;
+    for (int64_t t = exp_shifted_vector(weights, count, top); t < count; t++)
+        weights[t] = exp_approx(weights[t] - top);
+    const float inverse = 1.0f / lane_sum(weights, count);
+    for (int64_t t = 0; t < count; t++) weights[t] *= inverse;
+}
+
+/* One layer's attention for a block of `rows` tokens behind `n_prefix` cached ones.
+ *
+ * q/k/v: bf16 rows (each with its stride) straight from the projections. Row i's k and v go to
+ * cache slot n_prefix + i (k after RoPE, as float32, in a transposed cache [kv_heads, head_dim,
+ * slots] so that scores vectorise over keys; v as bf16 in [kv_heads, slots, head_dim]). Row i
+ * then attends to the prefix and to the block rows listed in seen[i * seen_stride ...] (n_seen[i]
+ * of them: its ancestors in depth order, then itself), so keys come in the order a chain evaluated
+ * alone would have them. out: bf16 [rows, heads * head_dim]. */
+void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
+               int64_t v_stride, const float *cos_table, const float *sin_table,
+               const int32_t *positions, float *k_cache, bf16 *v_cache, int64_t slots,
+               int32_t n_prefix, int32_t rows, const int32_t *seen, int32_t seen_stride,
+               const int32_t *n_seen, bf16 *out, int32_t heads, int32_t kv_heads,
+               int32_t head_dim, float scale, const head_ops *ops, int32_t threads) {
+    const int half = head_dim / 2;
+    const int64_t q_width = (int64_t)heads * head_dim, kv_width = (int64_t)kv_heads * head_dim;
+    const float *q_bias = ops->bias, *k_bias = ops->bias ? ops->bias + q_width : NULL;
+    const float *v_bias = ops->bias ? ops->bias + q_width + kv_width : NULL;
+    float *q_rot = malloc(sizeof(float) * (size_t)rows * heads * head_dim);
+    float rotated[MAX_HEAD_DIM];
+    for (int32_t i = 0; i < rows; i++) {
+        const float *cos_row = cos_table + (int64_t)positions[i] * half;
+        const float *sin_row = sin_table + (int64_t)positions[i] * half;
+        const int64_t slot = (int64_t)n_prefix + i;
+        for (int32_t h = 0; h < heads; h++) {
+            float *qh = q_rot + ((int64_t)i * heads + h) * head_dim;
+            head_in(q + i * q_stride + h * head_dim, q_bias ? q_bias + h * head_dim : NULL,
+                    ops->q_norm, ops->eps, qh, head_dim);
+            rope(qh, cos_row, sin_row, head_dim, ops->neox);
+        }
+        for (int32_t g = 0; g < kv_heads; g++) {
+            head_in(k + i * k_stride + g * head_dim, k_bias ? k_bias + g * head_dim : NULL,
+                    ops->k_norm, ops->eps, rotated, head_dim);
+            rope(rotated, cos_row, sin_row, head_dim, ops->neox);
+            float *keys = k_cache + (int64_t)g * head_dim * slots;
+            for (int d = 0; d < head_dim; d++) keys[d * slots + slot] = rotated[d];
+            bf16 *values = v_cache + ((int64_t)g * slots + slot) * head_dim;
+            const bf16 *vg = v + i * v_stride + g * head_dim;
+            if (v_bias) {
+                for (int d = 0; d < head_dim; d++)
+                    values[d] = to_bf16(from_bf16(vg[d]) + v_bias[g * head_dim + d]);
+            } else {
+                memcpy(values, vg, sizeof(bf16) * head_dim);
+            }
+        }
+    }
+    const int32_t group = heads / kv_heads;
+    const int64_t tasks = (int64_t)rows * heads;
+    int32_t most_seen = 0;
+    for (int32_t i = 0; i < rows; i++) most_seen = n_seen[i] > most_seen ? n_seen[i] : most_seen;
+    const int64_t most_keys = (int64_t)n_prefix + most_seen;
+#pragma omp parallel num_threads(threads) if (tasks > 1 && threads > 1)
+    {
+        float *weights = malloc(sizeof(float) * (size_t)(most_keys + LANES));
+        float acc[MAX_HEAD_DIM];
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < tasks; task++) {
+            const int32_t i = (int32_t)(task / heads), h = (int32_t)(task % heads);
+            const int32_t g = h / group;
+            const float *qh = q_rot + task * head_dim;
+            const float *keys = k_cache + (int64_t)g * head_dim * slots;
+            const bf16 *values = v_cache + (int64_t)g * slots * head_dim;
+            const int32_t *mine = seen + (int64_t)i * seen_stride;
+            const int64_t count = (int64_t)n_prefix + n_seen[i];
+            /* the keys that sit in consecutive slots from 0: the prefix, and the block rows of a
+             * leading chain; the others (a tree's ancestors) are gathered one by one */
+            int32_t run = 0;
+            while (run < n_seen[i] && mine[run] == run) run++;
+            contiguous_scores(qh, keys, slots, head_dim, (int64_t)n_prefix + run, scale, weights);
+            for (int64_t t = (int64_t)n_prefix + run; t < count; t++)
+                weights[t] = key_score(qh, keys, slots, head_dim, n_prefix + mine[t - n_prefix]) * scale;
+            softmax(weights, count);
+            switch (head_dim) { /* constant sizes let the accumulators live in registers */
+            case 64: weighted_values(weights, count, n_prefix, mine, values, 64, acc); break;
+            case 128: weighted_values(weights, count, n_prefix, mine, values, 128, acc); break;
+            default: weighted_values(weights, count, n_prefix, mine, values, head_dim, acc); break;
+            }
+            bf16 *o = out + (int64_t)i * heads * head_dim + (int64_t)h * head_dim;
+            for (int d = 0; d < head_dim; d++) o[d] = to_bf16(acc[d]);
+        }
+        free(weights);
+    }
+    free(q_rot);
+}

@@ -1,0 +1,101 @@
+/* What every part of the int4 runtime's kernels shares: the instruction-set level a build is for,
+ * bf16 and float16 as stored, exp, and how a result is stored.
+ *
+ * Each result row is computed by one fixed sequence of float operations that depends only on that
+ * row's own inputs and on how many keys it sees: never on how many rows share the call, nor on
+ * keys it does not see. A row of a block therefore equals, bit for bit, the same token evaluated
+ * alone behind the same prefix. Each job's file holds its plain C, which fixes that sequence, and
+ * the vector code of each level beside it (chosen per build, never inside a function body); a
+ * level's vector code computes the plain C's bits wherever the two are meant to agree.
+ *
+ * bf16 is stored as uint16_t (the upper half of a float32), rounded to nearest even as torch does.
+ */
+#ifndef SPECCHAT_BASE_H
+#define SPECCHAT_BASE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__) /* x86-64-v3; every AVX-512 build has them too */
+#include <immintrin.h>
+#define HAVE_AVX2 1
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) /* Ice Lake, Zen 4 and later */
+#define HAVE_VNNI512 1
+#endif
+#endif
+
+typedef uint16_t bf16;
+
+#define LANES 16
+#define MAX_HEAD_DIM 256
+
+static inline float from_bf16(bf16 value) {
+    uint32_t bits = (uint32_t)value << 16;
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static inline bf16 to_bf16(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; /* NaN */
+    return (bf16)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+/* float16 bits to float32 (normal, subnormal and zero; a weight scale is never inf or NaN). */
+static inline float from_half(uint16_t half) {
+    const uint32_t sign = (uint32_t)(half & 0x8000u) << 16;
+    uint32_t exponent = (half >> 10) & 0x1fu, mantissa = half & 0x3ffu, bits;
+    if (exponent == 0) {
+        if (mantissa == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exponent = 113;
+            while (!(mantissa & 0x400u)) {
+                mantissa <<= 1;
+                exponent--;
+            }
+            bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+        }
+    } else {
+        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+/* exp(x) to about 1 ulp (Cephes' expf polynomial), branch-free so loops over it vectorise. */
+static inline float exp_approx(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float n = (x * 1.44269504088896341f + shifter) - shifter;
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+static inline void store_result(void *out, int out_is_bf16, int64_t index, float value) {
+    if (out_is_bf16)
+        ((bf16 *)out)[index] = to_bf16(value);
+    else
+        ((float *)out)[index] = value;
+}
+
+#if defined(HAVE_AVX2)
+#include "vec.h"
+#endif
+
+#endif

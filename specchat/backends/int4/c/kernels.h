@@ -1,0 +1,49 @@
+/* The kernels' parts as the forward and each other call them; the functions Python calls through
+ * ctypes (forward, matmul_rows, top_k_rows) are declared here too. */
+#ifndef SPECCHAT_KERNELS_H
+#define SPECCHAT_KERNELS_H
+
+#include "base.h"
+
+/* What a family does to a head's q or k between the projection and the cache: a bias (qwen2), an
+ * RMS norm over the head (qwen3), and which pairs RoPE rotates. NULL pointers: none of it. */
+typedef struct {
+    const float *bias; /* [q | k | v] widths, or NULL */
+    const float *q_norm, *k_norm; /* [head_dim] each, or NULL */
+    float eps;
+    int32_t neox; /* rotate (x[j], x[j + dim/2]) instead of (x[2j], x[2j+1]) */
+} head_ops;
+
+/* norms.c */
+void residual_rms_norm(float *x, const bf16 *delta, int64_t delta_stride, const float *weight,
+                       void *out, int out_is_bf16, int64_t rows, int64_t dim, float eps);
+void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64_t rows,
+              int64_t width);
+
+/* attention.c */
+void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
+               int64_t v_stride, const float *cos_table, const float *sin_table,
+               const int32_t *positions, float *k_cache, bf16 *v_cache, int64_t slots,
+               int32_t n_prefix, int32_t rows, const int32_t *seen, int32_t seen_stride,
+               const int32_t *n_seen, bf16 *out, int32_t heads, int32_t kv_heads,
+               int32_t head_dim, float scale, const head_ops *ops, int32_t threads);
+
+/* matmul.c, and the weight formats it hands a call to: out[m][n] = sum_k x[m][k] * w[n][k] */
+void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
+                 int32_t group, int32_t code_bits, int32_t half_scales, int32_t int8_x,
+                 int64_t rows, int64_t cols, const void *x, int32_t x_is_bf16, int64_t m,
+                 void *out, int32_t out_is_bf16, int32_t threads);
+void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int half,
+                     int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
+                     int32_t out_is_bf16, int32_t threads); /* q4_rows8.c */
+void matmul_int8x8(const uint8_t *codes, const void *scales, int half, int sub, int64_t rows,
+                   int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
+                   int32_t threads); /* q8_rows8.c */
+void matmul_dense(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
+                  int32_t group, int32_t code_bits, int64_t rows, int64_t cols, const float *xf,
+                  int64_t m, void *out, int32_t out_is_bf16, int32_t threads); /* dense.c */
+
+/* top_k.c */
+void top_k_rows(const float *logits, int64_t rows, int64_t vocab, int32_t k, int32_t *out);
+
+#endif

@@ -1,0 +1,180 @@
+/* 4-bit weights (Q4_0, Q4_1, Q4_K), eight rows interleaved, against x rounded to 8 bits.
+ *
+ * Laid out once, at load, so that one 32-byte vector holds four consecutive weights of eight
+ * rows: the eight rows' sums then sit in the eight lanes of one register, and a group of 32
+ * weights costs eight maddubs for all of them, no horizontal sum and one scale multiply
+ * (llama.cpp's repacked layout does the same for prompts). For a block of 8 rows and group g,
+ * chunk c (0..3) is 32 bytes: byte 4j + b holds row j's weight 8c + b in its low nibble and
+ * 8c + 4 + b in its high one. Scales and zeros: [block][group][8].
+ *
+ * Per row and group the integer sum of 32 products is exact whatever the order (under 2^16, so
+ * int16 lanes hold eight maddubs without saturating), then row j, token t:
+ *   acc = fma((float)isum, scale * x_scale, acc), group by group; zacc = fma(zero, x_sum, zacc);
+ *   result = acc + zacc.
+ * A fixed sequence per row and token, so a block of tokens gives each the bits it gets alone,
+ * and every level's tile below gives the plain C's bits. */
+#include "kernels.h"
+#include "rows8.h"
+
+#if defined(HAVE_AVX2)
+/* The 4-bit tiles' last step: each token's zero terms (zero * x's group sum, group by group)
+ * added to its sums. */
+static inline __attribute__((always_inline)) void add_zero_terms(
+    const void *zeros, const void *scales, int half, const int8_rows *q, int64_t r0,
+    int64_t groups, int count, const __m256 *acc, __m256 *results) {
+    __m256 zacc[TOKENS];
+    for (int j = 0; j < count; j++) zacc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        const __m256 zero = zeros8(zeros, scales, g * ROWS8, half);
+        for (int j = 0; j < count; j++)
+            zacc[j] = _mm256_fmadd_ps(
+                zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
+    }
+    for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
+}
+#endif
+
+#if defined(HAVE_VNNI512)
+/* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their
+ * eight sums each. One 64-byte load holds chunks c and c + 1 (lanes 0-7 and 8-15 the eight rows
+ * of each) and vpdpbusd multiplies and sums four byte pairs a lane, so a group costs four
+ * instructions a token where AVX2 spends eight maddubs and their additions. */
+static inline __attribute__((always_inline)) void nibbles8_tile(
+    const uint8_t *codes, const void *scales, const void *zeros, int half, const int8_rows *q,
+    int64_t r0, int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP;
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    /* x's four dwords of a chunk pair (c low, c high, c+1 low, c+1 high) spread to the lanes */
+    const __m512i low_x = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m512i high_x = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+    __m256 acc[TOKENS];
+    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i sums[TOKENS];
+        for (int j = 0; j < count; j++) sums[j] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c += 2) {
+            const __m512i raw = _mm512_loadu_si512((const void *)(codes + (g * 4 + c) * 32));
+            const __m512i lo = _mm512_and_si512(raw, low);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            for (int j = 0; j < count; j++) {
+                const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
+                const __m512i xv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)x));
+                sums[j] = _mm512_dpbusd_epi32(sums[j], lo, _mm512_permutexvar_epi32(low_x, xv));
+                sums[j] = _mm512_dpbusd_epi32(sums[j], hi, _mm512_permutexvar_epi32(high_x, xv));
+            }
+        }
+        const __m256 scale = lanes8(scales, g * ROWS8, half);
+        for (int j = 0; j < count; j++) {
+            const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sums[j]),
+                                                  _mm512_extracti64x4_epi64(sums[j], 1));
+            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
+        }
+    }
+    add_zero_terms(zeros, scales, half, q, r0, groups, count, acc, results);
+}
+#elif defined(HAVE_AVX2)
+/* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their eight sums
+ * each, by maddubs (16-bit pair sums) of the low and the high nibbles. */
+static inline __attribute__((always_inline)) void nibbles8_tile(
+    const uint8_t *codes, const void *scales, const void *zeros, int half, const int8_rows *q,
+    int64_t r0, int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP;
+    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[TOKENS];
+    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m256i s16[TOKENS];
+        for (int j = 0; j < count; j++) s16[j] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(codes + (g * 4 + c) * 32));
+            const __m256i lo = _mm256_and_si256(raw, low);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            for (int j = 0; j < count; j++) {
+                const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
+                int32_t first, second;
+                memcpy(&first, x, 4);
+                memcpy(&second, x + 4, 4);
+                const __m256i pair = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(lo, _mm256_set1_epi32(first)),
+                    _mm256_maddubs_epi16(hi, _mm256_set1_epi32(second)));
+                s16[j] = _mm256_add_epi16(s16[j], pair);
+            }
+        }
+        const __m256 scale = lanes8(scales, g * ROWS8, half);
+        for (int j = 0; j < count; j++)
+            acc[j] = add_group(acc[j], _mm256_madd_epi16(s16[j], ones), scale, q, r0 + j, g);
+    }
+    add_zero_terms(zeros, scales, half, q, r0, groups, count, acc, results);
+}
+#endif
+
+#if defined(HAVE_AVX2)
+/* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
+static inline __attribute__((always_inline)) int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const void *zeros,
+                                      int half, const int8_rows *q, int64_t r, int64_t m,
+                                      int64_t cols, void *out, int out_is_bf16, int64_t rows,
+                                      int64_t first, int64_t kept) {
+    const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
+    __m256 results[TOKENS];
+    switch (count) { /* constant counts: sums stay in registers */
+    case 4: nibbles8_tile(codes, scales, zeros, half, q, r, cols, 4, results); break;
+    case 3: nibbles8_tile(codes, scales, zeros, half, q, r, cols, 3, results); break;
+    case 2: nibbles8_tile(codes, scales, zeros, half, q, r, cols, 2, results); break;
+    default: nibbles8_tile(codes, scales, zeros, half, q, r, cols, 1, results); break;
+    }
+    for (int j = 0; j < count; j++) store_tile(out, out_is_bf16, (r + j) * rows + first, kept, results[j]);
+    return count;
+}
+#else
+/* The plain C: token r against one block, one row at a time; it took one token. */
+static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const void *zeros,
+                               int half, const int8_rows *q, int64_t r, int64_t m, int64_t cols,
+                               void *out, int out_is_bf16, int64_t rows, int64_t first,
+                               int64_t kept) {
+    (void)m;
+    const int64_t groups = cols / QGROUP;
+    const int8_t *x = q->codes + r * cols;
+    float results[ROWS8];
+    for (int j = 0; j < ROWS8; j++) {
+        float acc = 0.0f, zacc = 0.0f;
+        for (int64_t g = 0; g < groups; g++) {
+            int32_t isum = 0;
+            for (int c = 0; c < 4; c++)
+                for (int b = 0; b < 4; b++) {
+                    const uint8_t byte = codes[(g * 4 + c) * 32 + 4 * j + b];
+                    isum += (byte & 15) * x[QGROUP * g + 8 * c + b];
+                    isum += (byte >> 4) * x[QGROUP * g + 8 * c + 4 + b];
+                }
+            const float factor = lane_value(scales, g * ROWS8 + j, half) * q->scales[r * q->padded + g];
+            acc = fmaf((float)isum, factor, acc);
+        }
+        for (int64_t g = 0; g < groups; g++)
+            zacc = fmaf(zero_value(zeros, scales, g * ROWS8 + j, half), q->sums[r * q->padded + g],
+                        zacc);
+        results[j] = acc + zacc;
+    }
+    store_rows8(out, out_is_bf16, r * rows + first, kept, results);
+    return 1;
+}
+#endif
+
+/* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit weights interleaved by eight rows (above), x
+ * rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple of 8: the last block's
+ * missing rows are zeros in the layout and are not stored. */
+void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int half,
+                     int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
+                     int32_t out_is_bf16, int32_t threads) {
+    int8_rows q;
+    quantize_rows(xf, m, cols, 0, &q);
+    const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t block = 0; block < blocks; block++) {
+        const uint8_t *c = codes + block * groups * 4 * 32;
+        const int64_t at = block * groups * ROWS8 * (half ? 2 : 4); /* bytes */
+        const void *s = (const char *)scales + at, *z = zeros ? (const char *)zeros + at : NULL;
+        const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
+        for (int64_t r = 0; r < m;)
+            r += nibbles8_tokens(c, s, z, half, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
+    }
+    free_int8_rows(&q);
+}

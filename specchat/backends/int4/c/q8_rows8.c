@@ -1,0 +1,166 @@
+/* int8 weights in groups of 32 or 16 (Q8_0, Q5_0; Q6_K), eight rows interleaved, against x
+ * rounded to 8 bits.
+ *
+ * As q4_rows8.c's layout, for codes a byte each: per block of 8 rows and group g of 32, chunk c
+ * (0..7) is 32 bytes, byte 4j + b holding row j's weight 32g + 4c + b; scales
+ * [block][group][sub][8], `sub` scales a group (2 for Q6_K's groups of 16: chunks 0-3, then 4-7).
+ * Row j, token t, per scale's part h: isum = its exact integer sum of products; acc =
+ * fma((float)isum, scale * x_scale, acc), part by part, group by group. AVX2 multiplies |w| by x
+ * with w's sign (maddubs takes an unsigned operand; |w| and |x| <= 127, so pairs never
+ * saturate); VNNI multiplies w + 128 (w xor 0x80, unsigned) and takes 128 times x's sum over the
+ * part back off: the same integers either way, and the plain C's. */
+#include "kernels.h"
+#include "rows8.h"
+
+#if defined(HAVE_VNNI512)
+/* x's integer sum over part h of group g (of `sub`), token r */
+static inline int32_t part_sum(const int8_rows *q, int64_t r, int64_t g, int sub, int h) {
+    const int32_t all = q->isums[r * q->padded + g], low = q->lows[r * q->padded + g];
+    return sub == 1 ? all : h == 0 ? low : all - low;
+}
+
+/* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
+static inline __attribute__((always_inline)) void int8x8_tile(
+    const uint8_t *codes, const void *scales, int half, int sub, const int8_rows *q, int64_t r0,
+    int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m256 acc[TOKENS];
+    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i sums[2][TOKENS];
+        for (int j = 0; j < count; j++) sums[0][j] = sums[1][j] = _mm512_setzero_si512();
+        for (int c = 0; c < 8; c += 2) {
+            const int h = sub == 2 && c >= 4;
+            const __m512i raw = _mm512_loadu_si512((const void *)(codes + (g * 8 + c) * 32));
+            const __m512i unsigned_w = _mm512_xor_si512(raw, flip);
+            for (int j = 0; j < count; j++) {
+                const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 4 * c;
+                int64_t pair;
+                memcpy(&pair, x, 8);
+                const __m512i xv = _mm512_permutexvar_epi32(spread, _mm512_set1_epi64(pair));
+                sums[h][j] = _mm512_dpbusd_epi32(sums[h][j], unsigned_w, xv);
+            }
+        }
+        for (int h = 0; h < sub; h++) {
+            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, half);
+            for (int j = 0; j < count; j++) {
+                const __m256i shifted = _mm256_add_epi32(_mm512_castsi512_si256(sums[h][j]),
+                                                         _mm512_extracti64x4_epi64(sums[h][j], 1));
+                const __m256i isum = _mm256_sub_epi32(
+                    shifted, _mm256_set1_epi32(128 * part_sum(q, r0 + j, g, sub, h)));
+                acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
+            }
+        }
+    }
+    for (int j = 0; j < count; j++) results[j] = acc[j];
+}
+#elif defined(HAVE_AVX2)
+/* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
+static inline __attribute__((always_inline)) void int8x8_tile(
+    const uint8_t *codes, const void *scales, int half, int sub, const int8_rows *q, int64_t r0,
+    int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[TOKENS];
+    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m256i sums[2][TOKENS];
+        for (int j = 0; j < count; j++) sums[0][j] = sums[1][j] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            const int h = sub == 2 && c >= 4;
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(codes + (g * 8 + c) * 32));
+            const __m256i magnitudes = _mm256_sign_epi8(raw, raw);
+            for (int j = 0; j < count; j++) {
+                int32_t four;
+                memcpy(&four, q->codes + (r0 + j) * cols + QGROUP * g + 4 * c, 4);
+                const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), raw);
+                sums[h][j] = _mm256_add_epi32(
+                    sums[h][j],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed_x), ones));
+            }
+        }
+        for (int h = 0; h < sub; h++) {
+            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, half);
+            for (int j = 0; j < count; j++)
+                acc[j] = add_group(acc[j], sums[h][j], scale, q, r0 + j, g);
+        }
+    }
+    for (int j = 0; j < count; j++) results[j] = acc[j];
+}
+#endif
+
+#if defined(HAVE_AVX2)
+/* int8x8_tile for TOKENS or fewer tokens, with the count and the parts constants. */
+static inline __attribute__((always_inline)) void int8x8_tiles(
+    const uint8_t *codes, const void *scales, int half, int sub, const int8_rows *q, int64_t r,
+    int64_t cols, int count, __m256 *results) {
+    switch (count) {
+    case 4: int8x8_tile(codes, scales, half, sub, q, r, cols, 4, results); break;
+    case 3: int8x8_tile(codes, scales, half, sub, q, r, cols, 3, results); break;
+    case 2: int8x8_tile(codes, scales, half, sub, q, r, cols, 2, results); break;
+    default: int8x8_tile(codes, scales, half, sub, q, r, cols, 1, results); break;
+    }
+}
+
+/* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
+static inline __attribute__((always_inline)) int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int half, int sub,
+                                    const int8_rows *q, int64_t r, int64_t m, int64_t cols,
+                                    void *out, int out_is_bf16, int64_t rows, int64_t first,
+                                    int64_t kept) {
+    const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
+    __m256 results[TOKENS];
+    if (sub == 2) /* constant parts: sums stay in registers */
+        int8x8_tiles(codes, scales, half, 2, q, r, cols, count, results);
+    else
+        int8x8_tiles(codes, scales, half, 1, q, r, cols, count, results);
+    for (int j = 0; j < count; j++) store_tile(out, out_is_bf16, (r + j) * rows + first, kept, results[j]);
+    return count;
+}
+#else
+/* The plain C: token r against one block, one row at a time; it took one token. */
+static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int half, int sub,
+                             const int8_rows *q, int64_t r, int64_t m, int64_t cols, void *out,
+                             int out_is_bf16, int64_t rows, int64_t first, int64_t kept) {
+    (void)m;
+    const int64_t groups = cols / QGROUP;
+    const int8_t *x = q->codes + r * cols;
+    float results[ROWS8];
+    for (int j = 0; j < ROWS8; j++) {
+        float acc = 0.0f;
+        for (int64_t g = 0; g < groups; g++) {
+            int32_t isum[2] = {0, 0};
+            for (int c = 0; c < 8; c++)
+                for (int b = 0; b < 4; b++)
+                    isum[sub == 2 && c >= 4] +=
+                        (int8_t)codes[(g * 8 + c) * 32 + 4 * j + b] * x[QGROUP * g + 4 * c + b];
+            for (int h = 0; h < sub; h++) {
+                const float factor = lane_value(scales, (g * sub + h) * ROWS8 + j, half) *
+                                     q->scales[r * q->padded + g];
+                acc = fmaf((float)isum[h], factor, acc);
+            }
+        }
+        results[j] = acc;
+    }
+    store_rows8(out, out_is_bf16, r * rows + first, kept, results);
+    return 1;
+}
+#endif
+
+void matmul_int8x8(const uint8_t *codes, const void *scales, int half, int sub, int64_t rows,
+                   int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
+                   int32_t threads) {
+    int8_rows q;
+    quantize_rows(xf, m, cols, sub == 2, &q);
+    const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t block = 0; block < blocks; block++) {
+        const uint8_t *c = codes + block * groups * 8 * 32;
+        const void *s = (const char *)scales + block * groups * sub * ROWS8 * (half ? 2 : 4);
+        const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
+        for (int64_t r = 0; r < m;)
+            r += int8x8_tokens(c, s, half, sub, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
+    }
+    free_int8_rows(&q);
+}

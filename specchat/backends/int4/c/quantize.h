@@ -1,0 +1,26 @@
+/* Activations rounded to 8 bits, as the 4-bit and int8 weight formats multiply them.
+ *
+ * Below AVX-512 a weight is cheapest multiplied as llama.cpp does it: each x row rounded to int8
+ * per group of 32 with one scale (scale = max |x| / 127), and each group's dot product summed in
+ * integers (32 byte products in one instruction, exact and in any order), then scaled. */
+#ifndef SPECCHAT_QUANTIZE_H
+#define SPECCHAT_QUANTIZE_H
+
+#include "base.h"
+
+#define QGROUP 32
+
+typedef struct {
+    int8_t *codes;  /* [m][cols] */
+    float *scales;  /* [m][padded]: the x scale per group */
+    float *sums;    /* [m][padded]: x scale * the group's integer sum */
+    int32_t *isums; /* [m][padded]: the group's integer sum */
+    int32_t *lows;  /* [m][padded]: the integer sum of the group's first 16 codes, where asked */
+    int64_t padded; /* groups rounded up to a multiple of 8 (zeros beyond) */
+} int8_rows;
+
+/* `halves`: also each group's first-half sum (int8 weights in groups of 16 need it). */
+void quantize_rows(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q);
+void free_int8_rows(int8_rows *q);
+
+#endif
