@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from specchat.answer_steps import AnswerSteps, DraftStep
-from specchat.backends.base import Backend
+from specchat.backends.base import AnyBackend, Backend
 from specchat.decoding.base import Decoder
 from specchat.decoding.registry import build_decoder, speculates
 from specchat.engine.choice import engine_for
@@ -28,7 +28,7 @@ def open_model(
     threads: int | None = None,
     speculative: bool | None = None,
     progress: Callable[[str], None] | None = None,
-) -> Backend:
+) -> AnyBackend:
     """The run's model, on the runtime the configuration names or the fastest for its decoder
     (`speculative`: whether the decoders that will run draft; None: whether the run's own
     does). `threads`: the caller's choice where the configuration names none."""
@@ -42,13 +42,13 @@ def _load_draft(spec: str | None, runtime: str | None, device: str, target: Back
     return load_draft(spec, LoadOptions(backend=runtime, device=device), target)
 
 
-def make_decoder(name: str, params: Mapping[str, object], backend: Backend) -> Decoder:
+def make_decoder(name: str, params: Mapping[str, object], backend: AnyBackend) -> Decoder:
     """Decoder `name` with `params` on `backend`, its draft model loaded where it drafts with
     one; a one-line error where it cannot run there."""
     return build_decoder(name, params, backend, _load_draft)
 
 
-def build_engine(backend: Backend, name: str, params: Mapping[str, object]) -> AnswerEngine:
+def build_engine(backend: AnyBackend, name: str, params: Mapping[str, object]) -> AnswerEngine:
     """An answer's decoder and the engine that runs it on `backend`: specchat's own loop on a
     model it runs, the server's stream on a remote server."""
     return engine_for(backend, make_decoder(name, params, backend))

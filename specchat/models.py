@@ -38,7 +38,7 @@ from specchat.model_stores import find_stored, stored_models
 from specchat.options import RunConfig
 
 if TYPE_CHECKING:
-    from specchat.backends.base import Backend
+    from specchat.backends.base import AnyBackend, Backend, ServerBackend
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def load_model(
     spec: str | None,
     options: LoadOptions = LoadOptions(),  # frozen: one shared default is safe
     progress: Callable[[str], None] | None = None,
-) -> Backend:
+) -> AnyBackend:
     """Resolve a model spec and load it on the runtime `options` ask for; else on the fastest
     of the runtimes whose own format it is for the decoder (`backends/runtimes.py`). On a server
     (`--base-url`), `spec` is the name the server serves the model under (None: the one it lists
@@ -250,7 +250,7 @@ def server_options(options: LoadOptions, url: str) -> LoadOptions:
     return replace(options, backend=SERVER.name, base_url=url, api_key_env=key_env)
 
 
-def open_race_server(options: LoadOptions, url: str, model: str | None = None) -> Backend:
+def open_race_server(options: LoadOptions, url: str, model: str | None = None) -> ServerBackend:
     """A server raced beside a run (`compare`, the chat's race screen), connected as
     `server_options` says: asked for `model` only where `url` is the run's own server (it serves
     what the run asked for), elsewhere for the first model it lists."""

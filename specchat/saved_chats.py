@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from specchat.backends.base import Backend, ChatMessage
+from specchat.backends.base import AnyBackend, Backend, ChatMessage, is_server
 from specchat.decoding.registry import decoder_class
 from specchat.decoding.sources import Continuation
 from specchat.decoding.suffix_array import DEPTH as ARRAY_DEPTH
@@ -295,12 +295,13 @@ def open_saved_chats(store: HistoryStore, backend: Backend) -> SavedChatsIndex:
 
 
 def saved_chats_for(
-    store: HistoryStore | None, backend: Backend, config: RunConfig, decoders: Iterable[str]
+    store: HistoryStore | None, backend: AnyBackend, config: RunConfig, decoders: Iterable[str]
 ) -> SavedChatsIndex | None:
     """The saved chats' index for a run, or None: opened where the settings allow drafting from
     saved chats and one of `decoders` (`ask`'s one; every decoder the chat can switch to) reads
-    them and can run on this machine. One rule for `ask` and the chat."""
-    if store is None or not config.draft_from_saved_chats:
+    them and can run on this machine, on a model specchat decodes (a server drafts for itself).
+    One rule for `ask` and the chat."""
+    if store is None or not config.draft_from_saved_chats or is_server(backend):
         return None
     readers = [decoder_class(name) for name in decoders]
     if not any(c.reads_saved_chats and c.unavailable_anywhere() is None for c in readers):

@@ -24,7 +24,7 @@ from specchat.bench.runner import run_benchmark
 from specchat.bench.summary import summarize
 from specchat.decoding.registry import baseline_name, default_race
 from specchat.errors import SpecchatError
-from specchat.evaluation.race import DecoderEntrant
+from specchat.evaluation.race import line_up_entrants
 from specchat.evaluation.variants import line_up, parse_variant
 from specchat.options import RunConfig
 from specchat.run_config import run_params, sampling_for
@@ -77,10 +77,7 @@ def run_bench(
     with stopped_when_terminated():  # a killed bench stops its peers' servers on the way out
         library_peers = peers_for(loaded, config.llama_server, names) if peers else []
         methods = [
-            *(
-                DecoderEntrant(loaded, v.name, v.with_params(per[v.name]), v.label)
-                for v in variants
-            ),
+            *line_up_entrants(variants, lambda v: loaded, lambda v: v.with_params(per[v.name])),
             *library_peers,
         ]
         total = sum(len(q.turns) for q in questions) * len(methods) * repeats

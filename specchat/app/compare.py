@@ -8,11 +8,12 @@ import sys
 from rich.console import Console
 
 from specchat.answers import open_model
+from specchat.backends.remote import SERVER_PREFIX
 from specchat.decoding.registry import baseline_name, default_race, unavailable_reason
 from specchat.engine.choice import exactness_of, prompt_ids
 from specchat.errors import SpecchatError
-from specchat.evaluation.race import DecoderEntrant, Lane, RaceTurn, RunFailed, RunFinished, race
-from specchat.evaluation.variants import line_up, parse_variant, server_name
+from specchat.evaluation.race import Lane, RaceTurn, RunFailed, RunFinished, line_up_entrants, race
+from specchat.evaluation.variants import DecoderVariant, line_up, parse_variant, server_name
 from specchat.metrics.figures import RaceRow, race_rows
 from specchat.metrics.oracle import efficiency
 from specchat.models import LoadOptions, open_race_server
@@ -107,26 +108,28 @@ def run_compare(
     run's model, and each server of `--race-server` (or `-d server@URL`) with its own method; the
     baseline joins when it can judge the others (greedy sampling, and it runs there)."""
     parsed = [parse_variant(name) for name in config.race]
-    server_urls = tuple(config.race_servers) + tuple(
-        v.server for v in parsed if v.server is not None
-    )
+    parsed += [parse_variant(f"{SERVER_PREFIX}{url}") for url in config.race_servers]
+    server_urls = dict.fromkeys(v.server for v in parsed if v.server is not None)
     requested = [v for v in parsed if v.server is None]
     sampling = sampling_for(None, config)
     if requested:  # bad parameters fail before the model loads
         run_params(list(dict.fromkeys(v.name for v in requested)), config, params)
     options = LoadOptions.of(config)
     loaded = open_model(config, speculative=True, progress=progress)
-    servers = [open_race_server(options, url, config.model) for url in dict.fromkeys(server_urls)]
+    servers = {
+        url: open_race_server(options, url, config.model) for url in dict.fromkeys(server_urls)
+    }
     base = baseline_name()
     variants = line_up(
         requested or [parse_variant(n) for n in default_race(loaded)],
         with_baseline=sampling.greedy and unavailable_reason(base, loaded) is None,
     )
     per = run_params(list(dict.fromkeys(v.name for v in variants)), config, params)
-    entrants = [
-        DecoderEntrant(loaded, v.name, v.with_params(per[v.name]), v.label) for v in variants
-    ]
-    entrants += [DecoderEntrant(s, server_name(), {}, s.label) for s in servers]
+    entrants = line_up_entrants(
+        [*variants, *(DecoderVariant(server_name(), server=url) for url in servers)],
+        lambda v: loaded if v.server is None else servers[v.server],
+        lambda v: v.with_params(per[v.name]),
+    )
     messages = tuple(messages_for(prompt))
     turn = RaceTurn(messages, prompt_ids(loaded, messages, raw), config.max_tokens, sampling, raw)
     total, done = config.repeats * len(entrants), 0

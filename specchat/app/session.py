@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from specchat.answers import AnswerRecord, build_engine, make_decoder, open_model
-from specchat.backends.base import Backend, ChatMessage, Exactness
+from specchat.backends.base import AnyBackend, ChatMessage, Exactness, ServerBackend
 from specchat.decoding.base import Decoder
 from specchat.decoding.registry import (
     DECODERS,
@@ -31,12 +31,10 @@ from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.protocol import AnswerEngine
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import (
-    DecoderEntrant,
-    Entrant,
     RaceEvent,
     RaceJudged,
     RaceTurn,
-    Unreachable,
+    line_up_entrants,
     racing,
 )
 from specchat.evaluation.variants import DecoderVariant
@@ -93,7 +91,7 @@ class ChatSession:
         config: RunConfig,
         history: HistoryStore,
         *,
-        backend: Backend | None = None,
+        backend: AnyBackend | None = None,
         save_settings_file: bool = True,
     ) -> None:
         self.settings = settings  # what the settings file holds: the user's changes go there
@@ -111,7 +109,7 @@ class ChatSession:
         self._save_settings_file = save_settings_file
         self._started = time.perf_counter()
         self._race_cancel: threading.Event | None = None
-        self._race_servers: dict[str, Backend] = {}  # server@URL race lanes, by URL
+        self._race_servers: dict[str, ServerBackend] = {}  # server@URL race lanes, by URL
         # Decoder keys in the order pressed: each build holds a ticket, and only the newest key's
         # decoder reaches the engine, however long the earlier builds take.
         self._switch_lock = threading.Lock()
@@ -184,7 +182,7 @@ class ChatSession:
             old.close()
         return time.perf_counter() - start, warning
 
-    def use_model(self, backend: Backend) -> str | None:
+    def use_model(self, backend: AnyBackend) -> str | None:
         """Make the engine on `backend` with the chosen decoder, or with the backend's default
         (`registry.default_decoder`; a remote server's own method) when that one cannot be
         built (the returned warning says why, unless no decoder was chosen)."""
@@ -359,7 +357,7 @@ class ChatSession:
         """Servers the race picker offers (settings' `race_servers`, `--race-server`)."""
         return list(self.config.race_servers)
 
-    def _race_backend(self, variant: DecoderVariant) -> Backend:
+    def _race_backend(self, variant: DecoderVariant) -> AnyBackend:
         """Where a lane runs: the chat's model, or the server a `server@URL` lane names
         (connected once, then kept; the chat's API key goes only to the chat's own server)."""
         url = variant.server
@@ -389,18 +387,12 @@ class ChatSession:
             # greedy: the turn's own sampling, against which greedy lanes are judged; each lane
             # runs with its decoder's sampling as the chat has it
             turn = RaceTurn(messages, prompt_ids(self.backend, messages), max_tokens)
-            entrants: list[Entrant] = []
-            for variant in variants:
-                try:
-                    backend = self._race_backend(variant)
-                except SpecchatError as exc:  # a server out of reach: its lane says so
-                    entrants.append(Unreachable(variant.label, str(exc)))
-                    continue
-                params = self.race_params(variant) if variant.server is None else {}
-                sampling = self.sampling(variant.name)
-                entrants.append(
-                    DecoderEntrant(backend, variant.name, params, variant.label, sampling)
-                )
+            entrants = line_up_entrants(
+                variants,
+                self._race_backend,  # a server out of reach: its lane says so
+                self.race_params,
+                lambda variant: self.sampling(variant.name),
+            )
             yield from racing(
                 self.backend,
                 turn,

@@ -190,7 +190,12 @@ class ServerBackend(Protocol):
         """Close the connection."""
 
 
-def is_server(backend: Backend | ServerBackend) -> bool:
+AnyBackend = Backend | ServerBackend
+"""What a loaded model is: one specchat decodes on, or a server that decodes itself. Code that
+takes either says so with this type and asks `is_server` before it uses one protocol's parts."""
+
+
+def is_server(backend: AnyBackend) -> bool:
     """Whether `backend` is a remote server (it streams its own answers) rather than a model
     specchat decodes on."""
     return isinstance(backend, ServerBackend)

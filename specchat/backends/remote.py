@@ -164,12 +164,6 @@ class RemoteBackend:
 
     name = OPENAI_SERVER
     level = ""  # the server's own hardware: nothing specchat runs
-    eos_ids: frozenset[int] = frozenset()
-    vocab_size = 0
-    threads = 0  # the server's own
-    model_path = None
-    add_bos, bos_id = False, -1  # the server tokenizes
-    n_ctx = 0  # the server's own limit applies; it answers an error status past it
 
     def __init__(
         self,

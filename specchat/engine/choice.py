@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specchat.backends.base import Backend, ChatMessage, Exactness, ServerBackend, is_server
+from specchat.backends.base import AnyBackend, ChatMessage, Exactness, is_server
 from specchat.decoding.base import Decoder
 from specchat.engine.protocol import AnswerEngine
 from specchat.prompting import chat_prompt_ids, raw_prompt_ids
 
 
-def engine_for(backend: Backend | ServerBackend, decoder: Decoder) -> AnswerEngine:
+def engine_for(backend: AnyBackend, decoder: Decoder) -> AnswerEngine:
     if not is_server(backend):
         from specchat.engine.local import Engine
 
@@ -23,7 +23,7 @@ def engine_for(backend: Backend | ServerBackend, decoder: Decoder) -> AnswerEngi
 
 
 def prompt_ids(
-    backend: Backend, messages: Sequence[ChatMessage], raw: bool = False
+    backend: AnyBackend, messages: Sequence[ChatMessage], raw: bool = False
 ) -> tuple[int, ...]:
     """The conversation's prompt ids on `backend` (with `raw`: the last message's text, no
     template); none for a remote server, which applies its own template to the messages."""
@@ -34,7 +34,7 @@ def prompt_ids(
     return tuple(chat_prompt_ids(backend, list(messages)))
 
 
-def exactness_of(backend: Backend) -> Exactness | None:
+def exactness_of(backend: AnyBackend) -> Exactness | None:
     """Whether a block's logits equal one-token passes' on `backend` (probed once, then kept);
     None for a remote server, where specchat does not decode."""
     return None if is_server(backend) else backend.exactness()

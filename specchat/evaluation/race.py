@@ -14,14 +14,14 @@ server the same text, and what each drafter's own proposals would allow (the ora
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from specchat.answers import build_engine, make_decoder
-from specchat.backends.base import Backend, Block, ChatMessage
+from specchat.backends.base import AnyBackend, Backend, Block, ChatMessage
 from specchat.decoding.registry import decoder_class
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
@@ -29,6 +29,7 @@ from specchat.decoding.speculative import SpeculativeDecoder
 from specchat.engine.events import DoneEvent, Event, StepEvent
 from specchat.engine.protocol import Cancel, GenerationRequest
 from specchat.errors import SpecchatError
+from specchat.evaluation.variants import DecoderVariant
 from specchat.metrics.oracle import OracleFigures, accepted_lengths, oracle_speedup
 
 PROGRESS_SECONDS = 0.25  # how often a run's token count is reported while it is measured
@@ -68,7 +69,7 @@ class DecoderEntrant:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: AnyBackend,
         name: str,
         params: Mapping[str, object],
         label: str = "",
@@ -127,6 +128,31 @@ class Unreachable:
 
     def oracle(self, turn: RaceTurn, answer: Sequence[int]) -> None:
         return None
+
+
+def line_up_entrants(
+    variants: Iterable[DecoderVariant],
+    backend_of: Callable[[DecoderVariant], AnyBackend],
+    params_of: Callable[[DecoderVariant], Mapping[str, object]],
+    sampling_of: Callable[[DecoderVariant], SamplingParams | None] = lambda variant: None,
+) -> list[Entrant]:
+    """A race's lanes, one per variant: its decoder on the backend it runs on (the run's model,
+    or the server a `server@URL` variant names, which runs its own method without parameters),
+    with its parameters and its sampling (None: the turn's); a backend that cannot be reached
+    makes a lane that fails saying why while the others run. `compare`, `bench` and the chat's
+    race screen line up through it."""
+    entrants: list[Entrant] = []
+    for variant in variants:
+        try:
+            backend = backend_of(variant)
+        except SpecchatError as exc:
+            entrants.append(Unreachable(variant.label, str(exc)))
+            continue
+        params = {} if variant.server is not None else params_of(variant)
+        entrants.append(
+            DecoderEntrant(backend, variant.name, params, variant.label, sampling_of(variant))
+        )
+    return entrants
 
 
 @dataclass(frozen=True)
