@@ -37,7 +37,7 @@ async def ask(pilot, text: str) -> None:
 
 async def answered(pilot) -> None:
     app = pilot.app
-    await wait_until(pilot, lambda: app.screen._answer is None and not app.session.busy)
+    await wait_until(pilot, lambda: not app.screen.answering and not app.session.busy)
     await app.workers.wait_for_complete()
     await pilot.pause()
 

@@ -10,7 +10,6 @@ new branch; Ctrl+R adds a sibling answer. ←/→ on a focused message switch be
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from functools import partial
 
@@ -18,12 +17,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import Footer, Header
 
 from specchat.app.conversation import Conversation
 from specchat.app.model_thread import run_in_passing_thread, run_on_model_thread
-from specchat.app.session import AnswerRecord, ChatSession
+from specchat.app.session import ChatSession
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.keys import (
     APP_KEYS,
@@ -48,7 +46,6 @@ from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.drafts import DraftsScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.screens.search import SearchScreen
-from specchat.app.tui.streaming import AnswerStream
 from specchat.app.tui.widgets.legend import Legend
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
@@ -60,9 +57,9 @@ from specchat.history import StoredMessage
 
 class ChatScreen(Answering, Branches, Copying, Screen):
     """The chat by job: its answers (`chat_answering.py`), branches and editing
-    (`chat_branches.py`), copying and export (`chat_copying.py`); here the rest — the model
-    loading, decoder switching, the status line and colours, opening chats, and the screens it
-    opens."""
+    (`chat_branches.py`), copying and export (`chat_copying.py`), each owning the state it
+    declares and offering the rest its public methods; here the rest — the model loading,
+    decoder switching, the status line and colours, opening chats, and the screens it opens."""
 
     BINDINGS = bindings(CHAT_KEYS)
 
@@ -82,15 +79,6 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         self.initial_chat_id = chat_id
         self.conversation: Conversation | None = None  # made on mount, from the app's store
         self.figures = Figures()
-        self._answer_id = 0
-        self._answer: AssistantMessage | None = None
-        self._answer_cancel: threading.Event | None = None  # the latest answer's stop token
-        self._answer_started = 0.0
-        self._stream: AnswerStream | None = None  # the running answer's steps, not yet shown
-        self._record: AnswerRecord | None = None  # the running answer as its events make it
-        self._flush_timer: Timer | None = None
-        self._editing: StoredMessage | None = None  # the question being edited (a fork on send)
-        self._code_block = 0  # which code block `y` copies next from the focused message
 
     @property
     def session(self) -> ChatSession:
@@ -288,7 +276,7 @@ class ChatScreen(Answering, Branches, Copying, Screen):
     # -- opening chats ----------------------------------------------------------------------
     def _idle(self, doing: str = "stop the answer first (Esc)") -> bool:
         """True when no answer runs; else says so."""
-        if self.session.busy or self._answer is not None:
+        if self.session.busy or self.answering:
             self.notify(doing, severity="warning")
             return False
         return True
@@ -298,7 +286,7 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         last answer. `focus`: the id of a message to focus (a search hit, a switched branch)."""
         if not self._idle():
             return
-        self._stop_editing()
+        self.stop_editing()
         try:
             self.conversation.open(chat_id)
         except HistoryError as exc:
@@ -349,10 +337,7 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         if not self._idle("an answer is running: wait, or Esc to stop it"):
             return
         self.query_one(PromptInput).clear()
-        if self._editing is not None:
-            await self._fork(self._editing, event.text.strip())
-        else:
-            await self.send(event.text.strip())
+        await self.send_or_fork(event.text.strip())
 
     # -- chats -----------------------------------------------------------------------------------
     async def action_new_chat(self) -> None:
@@ -371,7 +356,7 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         """Up in an empty prompt: edit the last question, as in most chat apps."""
         last = self.conversation.last("user")
         if last is not None:
-            self._start_editing(last)
+            self.start_editing(last)
 
     # -- drafts ------------------------------------------------------------------------------
     def action_show_drafts(self) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from functools import partial
 
 from textual.containers import VerticalScroll
+from textual.timer import Timer
 from textual.widgets import Static
 
 from specchat.app.model_thread import run_on_model_thread
@@ -27,7 +28,21 @@ from specchat.evaluation.race import error_text
 
 
 class Answering:
-    """Asking, streaming and ending answers."""
+    """Asking, streaming and ending answers. The state below is this part's own: only its
+    methods write it; the rest of the screen asks `answering`."""
+
+    _answer_id = 0
+    _answer: AssistantMessage | None = None
+    _answer_cancel: threading.Event | None = None  # the latest answer's stop token
+    _answer_started = 0.0
+    _stream: AnswerStream | None = None  # the running answer's steps, not yet shown
+    _record: AnswerRecord | None = None  # the running answer as its events make it
+    _flush_timer: Timer | None = None
+
+    @property
+    def answering(self) -> bool:
+        """Whether an answer is on screen and not yet ended."""
+        return self._answer is not None
 
     async def send(self, text: str) -> None:
         """Ask `text` after the last message shown and start the answer."""
@@ -206,8 +221,8 @@ class Answering:
         if self._answer is not None or self.session.busy:
             if self._answer_cancel is not None:
                 self._answer_cancel.set()
-        elif self._editing is not None:
-            self._stop_editing()
+        elif self.editing:
+            self.stop_editing()
             self.query_one(PromptInput).clear()
         elif isinstance(self.focused, Turn):
             self.query_one(PromptInput).focus()

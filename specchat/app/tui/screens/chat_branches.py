@@ -12,15 +12,30 @@ from specchat.history import StoredMessage
 
 
 class Branches:
-    """Editing questions and moving between branches and messages."""
+    """Editing questions and moving between branches and messages. `_editing` is this part's
+    own; the rest of the screen asks `editing`, `stop_editing` and `send_or_fork`."""
+
+    _editing: StoredMessage | None = None  # the question being edited (a fork on send)
+
+    @property
+    def editing(self) -> bool:
+        return self._editing is not None
+
+    async def send_or_fork(self, text: str) -> None:
+        """Send `text`: in place of the question being edited (a new branch), else after the
+        last message."""
+        if self._editing is not None:
+            await self._fork(self._editing, text)
+        else:
+            await self.send(text)
 
     def action_edit_message(self) -> None:
         """`e` (or Enter) on a focused question: edit it."""
         turn = self.focused
         if isinstance(turn, UserMessage) and turn.stored is not None:
-            self._start_editing(turn.stored)
+            self.start_editing(turn.stored)
 
-    def _start_editing(self, message: StoredMessage) -> None:
+    def start_editing(self, message: StoredMessage) -> None:
         if message.id is None:
             return
         self._editing = message
@@ -30,14 +45,14 @@ class Branches:
         prompt.border_title = "editing a question — Enter sends it as a new branch, Esc cancels"
         prompt.focus()
 
-    def _stop_editing(self) -> None:
+    def stop_editing(self) -> None:
         self._editing = None
         self.query_one(PromptInput).border_title = None
 
     async def _fork(self, edited: StoredMessage, text: str) -> None:
         """Send `text` in place of `edited`: a sibling after the same message, a new branch;
         the old branch stays (←/→ on the question switch back)."""
-        self._stop_editing()
+        self.stop_editing()
         index = self.conversation.fork(edited)
         if index is not None:
             for turn in list(self.query(Turn))[index:]:
@@ -63,7 +78,7 @@ class Branches:
             return
         self.query_one("#transcript", VerticalScroll).anchor(False)
         turns[max(0, target)].focus()
-        self._code_block = 0
+        self.restart_code_blocks()
 
     async def action_switch_branch(self, delta: int) -> None:
         """←/→ on a focused message: show its previous or next sibling's branch."""
@@ -87,7 +102,7 @@ class Branches:
 
     async def _show_branch(self, message_id: int) -> None:
         """Make the branch through `message_id` current and show it, that message focused."""
-        self._stop_editing()
+        self.stop_editing()
         try:
             self.conversation.switch_branch(message_id)
         except HistoryError as exc:

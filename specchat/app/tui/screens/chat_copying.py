@@ -12,7 +12,14 @@ from specchat.locations import exports_dir
 
 
 class Copying:
-    """What leaves the chat: the clipboard and exported files."""
+    """What leaves the chat: the clipboard and exported files. `_code_block` is this part's
+    own; moving to another message calls `restart_code_blocks`."""
+
+    _code_block = 0  # which code block `y` copies next from the focused message
+
+    def restart_code_blocks(self) -> None:
+        """`y` copies the focused message's first code block next."""
+        self._code_block = 0
 
     def action_copy_answer(self) -> None:
         last = self.conversation.last("assistant")
