@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specchat.backends.base import Block, ChatMessage, Exactness
+from specchat.backends.base import Block, ChatMessage, Exactness, block_to_commit
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
 from specchat.backends.exactness import probe_exactness
 from specchat.errors import SpecchatError
@@ -190,12 +190,8 @@ class NumpyBackend:
 
     def commit(self, path: list[int]) -> None:
         block, self._pending = self._pending, None
-        if block is None:
-            if path:
-                raise ValueError("commit without a block evaluated since the last commit")
+        if block_to_commit(block, path) is None:
             return
-        if path and (not 0 <= path[-1] < len(block) or block.path_to(path[-1]) != path):
-            raise ValueError(f"commit path {path} is not a root-to-node chain of the block")
         self._committed.extend(block.tokens[i] for i in path)
 
     def rollback(self, n_committed: int) -> None:

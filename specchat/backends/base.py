@@ -195,6 +195,18 @@ AnyBackend = Backend | ServerBackend
 takes either says so with this type and asks `is_server` before it uses one protocol's parts."""
 
 
+def block_to_commit(pending: Block | None, path: list[int]) -> Block | None:
+    """What `commit(path)` keeps entries of: the block evaluated last, once `path` is checked
+    against it (Block.check_path); None when none was evaluated and `path` is empty (a commit
+    of nothing). A ValueError for a path with no block to take it from."""
+    if pending is None:
+        if path:
+            raise ValueError("commit without a block evaluated since the last commit")
+        return None
+    pending.check_path(path)
+    return pending
+
+
 def is_server(backend: AnyBackend) -> bool:
     """Whether `backend` is a remote server (it streams its own answers) rather than a model
     specchat decodes on."""

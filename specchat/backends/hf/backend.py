@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specchat import cpu
-from specchat.backends.base import Block, ChatMessage
+from specchat.backends.base import Block, ChatMessage, block_to_commit
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.chat_template import CHATML_TEMPLATE
 from specchat.backends.hf.packed import pack_linears
@@ -238,12 +238,9 @@ class HFBackend(MeasuredCosts):
         """Keep the cache entries of `path` (root-to-node in the last block) as committed tokens."""
         import torch
 
-        block = self._pending
+        block = block_to_commit(self._pending, path)
         if block is None:
-            if path:
-                raise ValueError("commit without a block evaluated since the last commit")
             return
-        block.check_path(path)
         start = self._n_committed
         if path == list(range(len(path))):
             self._keep(start + len(path))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.backends.base import Block
+from specchat.backends.base import Block, block_to_commit
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.gguf.header import GGUFHeader
 from specchat.backends.gguf.tensors import (
@@ -210,12 +210,8 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
 
     def commit(self, path: list[int]) -> None:
         """Keep the cache entries of `path` (root-to-node in the last block) as committed."""
-        block = self._pending
-        if block is None:
-            if path:
-                raise ValueError("commit without a block evaluated since the last commit")
+        if block_to_commit(self._pending, path) is None:
             return
-        block.check_path(path)
         self.model.move(self._n_committed, list(path))
         self._n_committed += len(path)
         self._pending = None
