@@ -123,27 +123,29 @@ def _exact_counterpart(label: str) -> str | None:
     return DecoderVariant(variant.name, rest).label
 
 
-def chart_lines(summary: dict, categories: list[str]) -> list[tuple[str, str, float, float | None]]:
-    """(category, method, speedup, oracle) in chart order."""
+def chart_lines(summary: dict, categories: list[str]) -> list[tuple[str, str, float, dict]]:
+    """(category, method, speedup, figures) in chart order."""
     lines = []
     for cat in [*categories, OVERALL]:
         for method, per in summary.items():
             fig = per.get(cat)
             if fig and fig["speedup"] is not None:
-                lines.append((cat, method, fig["speedup"], fig.get("oracle")))
+                lines.append((cat, method, fig["speedup"], fig))
     return lines
 
 
 def chart_text(summary: dict, categories: list[str], colour: bool = True, width: int = 0) -> Text:
-    """Bars of speedup; where an oracle is known, ░ extends the bar to what the drafts allow.
-    With a `width`, bars are shortened so that every line fits it."""
+    """Bars of speedup; where an oracle is known, ░ extends the bar to what the drafts allow, and
+    the line says how much of it the policy took (efficiency), category by category. With a
+    `width`, bars are shortened so that every line fits it."""
     lines = chart_lines(summary, categories)
-    top = max((max(s, o or 0.0) for _, _, s, o in lines), default=1.0)
+    top = max((max(s, f.get("oracle") or 0.0) for _, _, s, f in lines), default=1.0)
     label = max((len(m) for _, m, _, _ in lines), default=6)
-    longest = _BAR if not width else max(5, min(_BAR, width - label - 26))
+    longest = _BAR if not width else max(5, min(_BAR, width - label - 42))
     out = Text()
     current = None
-    for cat, method, speedup, oracle in lines:
+    for cat, method, speedup, fig in lines:
+        oracle, share = fig.get("oracle"), fig.get("efficiency")
         if cat != current:
             out.append(f"{cat}\n", style="bold" if colour else "")
             current = cat
@@ -155,7 +157,12 @@ def chart_text(summary: dict, categories: list[str], colour: bool = True, width:
         if oracle is not None:
             out.append("░" * max(0, round(longest * oracle / top) - filled), style="dim")
         out.append(f" {speedup:.2f}×")
-        out.append(f" (oracle {oracle:.2f}×)\n" if oracle is not None else "\n")
+        if oracle is None:
+            out.append("\n")
+        elif share is None:
+            out.append(f" (oracle {oracle:.2f}×)\n")
+        else:
+            out.append(f" (oracle {oracle:.2f}×, efficiency {share:.2f})\n")
     return out
 
 

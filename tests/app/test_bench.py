@@ -258,3 +258,28 @@ def test_the_report_is_whole_at_80_columns_and_when_piped():
         assert method in text
     speed = summary["peer:llama-server:ngram-mod-3"][OVERALL]["speedup"]
     assert f"{speed:.2f}×" in text
+
+
+def test_the_chart_says_per_category_how_much_of_what_the_drafts_allow_was_taken() -> None:
+    """Each category's bar names its oracle and the policy's efficiency, and stays within an
+    80-column terminal with a long method name."""
+    from specchat.bench.report import chart_text
+
+    def fig(speedup, oracle=None, share=None):
+        return {"speedup": speedup, "oracle": oracle, "efficiency": share}
+
+    method = "lookahead:window=5,ngram=4"
+    summary = {
+        "greedy": {"qa": fig(1.0), "coding": fig(1.0), "overall": fig(1.0)},
+        method: {
+            "qa": fig(1.04, 1.51, 0.08),
+            "coding": fig(1.39, 1.62, 0.63),
+            "overall": fig(1.26, 1.56, 0.46),
+        },
+    }
+    lines = chart_text(summary, ["qa", "coding"], colour=False, width=80).plain.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    qa = lines[lines.index("qa") + 2]
+    assert qa.startswith(f"  {method}") and qa.endswith("1.04× (oracle 1.51×, efficiency 0.08)")
+    assert lines[-1].endswith("1.26× (oracle 1.56×, efficiency 0.46)")
+    assert lines[lines.index("qa") + 1].endswith("1.00×")  # greedy: nothing drafted
