@@ -130,6 +130,9 @@ class ChatSession:
         if b is None:
             return "no model"
         label = f"{b.model_name} · {b.name} {b.device}{f' {b.level}' if b.level else ''}"
+        by_load = getattr(b, "threads_by_load", None)
+        if by_load is not None and by_load.reduced:  # backends/threads_by_load.py
+            label += f" · {by_load.threads} of {by_load.full} threads: the machine is busy"
         return f"{label} · {self.exactness.label}" if self.exactness is not None else label
 
     def load(self, progress: Callable[[str], None]) -> tuple[float, str | None]:

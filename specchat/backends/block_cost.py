@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from specchat import locations
 from specchat.backends.base import Backend, Block, Exactness
 from specchat.backends.exactness import probe_exactness
+from specchat.backends.threads_by_load import held_threads
 
 _COSTS_FILE = "block_costs.json"
 _EXACTNESS_FILE = "exactness.json"
@@ -229,16 +230,17 @@ def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[in
         backend.rollback(base)
         return seconds
 
-    timed(1)  # a first pass sets up what later ones reuse
     best = {k: float("inf") for k in sizes}
     slowed: dict[int, list[float]] = {k: [] for k in sizes}
-    for _ in range(repeats):
-        for k in sizes:
-            for _ in range(_SETTLE - 1):
-                timed(1)
-            plain = timed(1)
-            best[k] = min(best[k], timed(k))
-            slowed[k].append(sum(timed(1) - plain for _ in range(_SETTLE)))
+    with held_threads(backend):
+        timed(1)  # a first pass sets up what later ones reuse
+        for _ in range(repeats):
+            for k in sizes:
+                for _ in range(_SETTLE - 1):
+                    timed(1)
+                plain = timed(1)
+                best[k] = min(best[k], timed(k))
+                slowed[k].append(sum(timed(1) - plain for _ in range(_SETTLE)))
     costs, running = {}, 0.0
     for k in sizes:
         tail = max(0.0, statistics.median(slowed[k])) if k > 1 else 0.0

@@ -10,6 +10,7 @@ llama.cpp's for the same file (`gguf/vocab.py`), so prompts tokenize as on the l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from specchat.backends.gguf.vocab import LlamaVocabulary, VocabularyOf
 from specchat.backends.int4.families import FAMILIES, ROPE_SCALINGS
 from specchat.backends.int4.kernels import kernels
 from specchat.backends.registry import INT4
+from specchat.backends.threads_by_load import ThreadsByLoad, adapting
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -162,6 +164,9 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             level=level,
             progress=progress,
         )
+        # the thread count follows the machine's load (threads_by_load.py); None: fixed
+        self.threads_by_load = ThreadsByLoad(self.threads) if adapting() else None
+        self._threads_applied = self.threads
 
     # -- KV cache and blocks ---------------------------------------------------------------------
 
@@ -185,9 +190,17 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             self._n_committed += len(chunk)
 
     def evaluate(self, block: Block) -> np.ndarray:
-        """Logits of every block token in one pass (timed: use refines the pass costs)."""
+        """Logits of every block token in one pass (timed: use refines the pass costs, and the
+        thread count follows the load)."""
+        by_load = self.threads_by_load
+        if by_load is not None and by_load.threads != self._threads_applied:
+            self.model.threads = self._threads_applied = by_load.threads
+        start = time.perf_counter()
         with self._costs.timing(block):
-            return self._evaluate(block)
+            logits = self._evaluate(block)
+        if by_load is not None:
+            by_load.observe(len(block), time.perf_counter() - start)
+        return logits
 
     def _evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass; its cache entries stay until `commit`."""
