@@ -116,9 +116,7 @@ def run_compare(
         run_params(list(dict.fromkeys(v.name for v in requested)), config, params)
     options = LoadOptions.of(config)
     loaded = open_model(config, speculative=True, progress=progress)
-    servers = {
-        url: open_race_server(options, url, config.model) for url in dict.fromkeys(server_urls)
-    }
+    servers = {url: open_race_server(options, url, config.model) for url in server_urls}
     base = baseline_name()
     variants = line_up(
         requested or [parse_variant(n) for n in default_race(loaded)],
