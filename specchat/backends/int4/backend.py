@@ -195,11 +195,13 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         by_load = self.threads_by_load
         if by_load is not None and by_load.threads != self._threads_applied:
             self.model.threads = self._threads_applied = by_load.threads
+        if by_load is None:
+            with self._costs.timing(block):
+                return self._evaluate(block)
         start = time.perf_counter()
         with self._costs.timing(block):
             logits = self._evaluate(block)
-        if by_load is not None:
-            by_load.observe(len(block), time.perf_counter() - start)
+        by_load.observe(len(block), time.perf_counter() - start)
         return logits
 
     def _evaluate(self, block: Block) -> np.ndarray:
