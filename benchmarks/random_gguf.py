@@ -96,10 +96,13 @@ def write_random_gguf(
     return Path(path)
 
 
-def write_block_gguf(path: Path, shape: RandomShape, seed: int = 0) -> Path:
+def write_block_gguf(
+    path: Path, shape: RandomShape, seed: int = 0, tokenizer: Path | None = None
+) -> Path:
     """A GGUF of `shape` written straight in quant blocks, tensor by tensor, for sizes whose
     float32 weights would not fit in memory: random Q4_0 blocks in the layers and a Q8_0
-    embedding (the tied head), as a Q4_0 file carries them. Only the pass costs mean anything."""
+    embedding (the tied head), as a Q4_0 file carries them. Only the pass costs mean anything.
+    `tokenizer`: the GGUF whose tokenizer it takes (default: the bundled model's)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -114,7 +117,7 @@ def write_block_gguf(path: Path, shape: RandomShape, seed: int = 0) -> Path:
         data = np.concatenate([scale, body], axis=2).reshape(rows, -1)
         return data, kind
 
-    writer, vocab, parts = _started(Path(path), shape, gguf.LlamaFileType.MOSTLY_Q4_0)
+    writer, vocab, parts = _started(Path(path), shape, gguf.LlamaFileType.MOSTLY_Q4_0, tokenizer)
     q8, q4 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
     data, kind = blocks(vocab, shape.dim, 32, q8)
     writer.add_tensor("token_embd.weight", data, raw_dtype=kind)
@@ -133,9 +136,28 @@ def write_block_gguf(path: Path, shape: RandomShape, seed: int = 0) -> Path:
     return path
 
 
-def _started(path: Path, shape: RandomShape, file_type):
-    """A writer for `path` with `shape`'s header and the bundled tokenizer written; the vocabulary
-    size; each layer's tensors and their shapes (`int4_families.layer_tensors`)."""
+def write_vocab_gguf(path: Path, source: Path | None = None) -> Path:
+    """A GGUF holding only `source`'s tokenizer and chat template (default: the bundled model's):
+    a megabyte or two that travels where the model cannot (`benchmarks/gpu_check.py`), for
+    `write_block_gguf` to give random weights real tokens."""
+    import gguf
+
+    from specchat.bundled import bundled_gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value, kind, item in _tokenizer_fields(source or bundled_gguf()):
+        writer.add_key_value(key, value, kind, sub_type=item)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
+
+
+def _started(path: Path, shape: RandomShape, file_type, tokenizer: Path | None = None):
+    """A writer for `path` with `shape`'s header and `tokenizer`'s tokens and template written
+    (default: the bundled model's); the vocabulary size; each layer's tensors and their shapes
+    (`int4_families.layer_tensors`)."""
     import gguf
 
     from specchat.backends.int4.families import FAMILIES, layer_tensors
@@ -143,7 +165,7 @@ def _started(path: Path, shape: RandomShape, file_type):
 
     if shape.arch not in FAMILIES:
         raise SpecchatError(f"unknown family {shape.arch!r}: use one of {', '.join(FAMILIES)}")
-    fields = list(_tokenizer_fields(bundled_gguf()))
+    fields = list(_tokenizer_fields(tokenizer or bundled_gguf()))
     vocab = shape.vocab or next(len(v) for k, v, *_ in fields if k == "tokenizer.ggml.tokens")
     head_dim = shape.head_dim or shape.dim // shape.heads
     writer = gguf.GGUFWriter(str(path), shape.arch)

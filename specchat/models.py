@@ -21,10 +21,12 @@ from specchat.backends.registry import (
     RUNTIMES,
     SERVER,
     Runtime,
+    native_runtimes,
     runtime,
     runtime_of,
 )
 from specchat.bundled import DEFAULT_SPEC, bundled_gguf, default_draft_reason
+from specchat.devices import AUTO, DEVICES, pick
 from specchat.errors import SpecchatError
 from specchat.hf_files import (
     ModelName,
@@ -172,7 +174,7 @@ class LoadOptions:
     """How to load a model, whichever it is, as the user asked for it (CLI flags or settings)."""
 
     backend: str | None = None  # a runtime of `backends/registry.py`; None: see load_model
-    device: str = "cpu"
+    device: str = AUTO  # cpu, cuda, or auto: the device the model's runtime sees (devices.py)
     threads: int | None = None  # CPU threads; None: the physical cores
     n_ctx: int = 4096  # context size in tokens, at most the model's own
     dtype: str = "float32"  # hf: the weights' type; a GGUF on llama.cpp runs in its own types
@@ -219,6 +221,8 @@ def load_model(
             raise SpecchatError(f"--base-url is for --backend {SERVER.name}, not {options.backend}")
         return SERVER.load(spec, options, progress)
     ref, forced = _resolve(spec, options)
+    device = pick(options.device, [forced] if forced else native_runtimes(ref.kind))
+    options = replace(options, device=device)
     loaded = None
     if forced is None:
         from specchat.backends.runtimes import choose
@@ -260,8 +264,8 @@ def open_race_server(options: LoadOptions, url: str, model: str | None = None) -
 def _resolve(spec: str | None, options: LoadOptions) -> tuple[ModelRef, Runtime | None]:
     """The model's weights and the runtime the user named for them (None: the chooser's), or a
     one-line error."""
-    if options.device not in ("cpu", "cuda"):
-        raise SpecchatError(f"unknown device {options.device!r}: use cpu or cuda")
+    if options.device not in DEVICES:
+        raise SpecchatError(f"unknown device {options.device!r}: use {', '.join(DEVICES)}")
     ref = resolve_model(spec)
     if options.backend is None:
         return ref, None

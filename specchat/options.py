@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from specchat.backends.registry import INT4, LOCAL_RUNTIMES, RUNTIMES, SERVER, TRANSFORMERS
 from specchat.cpu import LEVELS as CPU_LEVELS
 from specchat.decoding.params import Param
+from specchat.devices import AUTO, DEVICES
 from specchat.errors import SpecchatError
 
 CHAT, ASK, COMPARE, BENCH = "chat", "ask", "compare", "bench"
@@ -86,7 +87,10 @@ class RunConfig:
         "runtime for the model and decoder",
         choices=tuple(RUNTIMES),
     )
-    device: str = option("cpu", "cpu or cuda", choices=("cpu", "cuda"))
+    device: str = option(
+        AUTO, "auto (a GPU where the model's runtime sees one, else the CPU), cpu or cuda",
+        choices=DEVICES,
+    )  # fmt: skip
     threads: int | None = option(
         None, "CPU threads (default: the physical cores)", minimum=1, maximum=1024, legacy_unset=0
     )

@@ -72,7 +72,8 @@ LAYERS = (
     ("specchat.errors", "specchat.locations", "specchat.cpu", "specchat.hardware",
      "specchat.tables", "specchat.metrics"),
     # models and their runtimes; prompts and what a user attaches to them
-    ("specchat.backends", "specchat.bundled", "specchat.prompting", "specchat.attachments"),
+    ("specchat.backends", "specchat.bundled", "specchat.devices", "specchat.prompting",
+     "specchat.attachments"),
     ("specchat.decoding",),  # the algorithms
     ("specchat.engine", "specchat.answer_steps"),  # the loop and what a step keeps
     # a run's options and settings, resolved for its decoders; the colours

@@ -52,8 +52,8 @@ def _step_json(event: StepEvent, rejected: str) -> str:
 
 def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None, loaded: Backend) -> str:
     """The last line of `--json`: `decoder` ran last; `exactness`: whether the model's block
-    logits are its one-token passes' (null on a remote server); `model`, `runtime` and `cpu`:
-    what ran it, and on what CPU at which instruction-set level (null on a GPU or a server)."""
+    logits are its one-token passes' (null on a remote server); `model`, `runtime`, `device` and
+    `cpu`: what ran it, where, and on what CPU at which instruction-set level (null on a GPU or a server)."""
     return json.dumps(
         {
             "type": "done",
@@ -66,6 +66,7 @@ def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None, load
             "exactness": None if exactness is None else exactness.as_dict(),
             "model": loaded.model_name,
             "runtime": loaded.name,
+            "device": loaded.device,
             "cpu": cpu.describe(loaded.level) if loaded.level else None,
             # null: sampled from the target's distribution (or greedy); else what soft matching did
             "distribution_note": not_target_distribution(event.stats.distance_per_token),

@@ -40,6 +40,15 @@ def cost_key(path: Path) -> str:
     return f"{LLAMA_CPP}|{path.name}|{path.stat().st_size}|{build_key}"
 
 
+def gpu_offload() -> bool:
+    """Whether this llama.cpp build runs models on a GPU here: a CUDA (or other GPU) build that
+    found a device (`--device auto`)."""
+    try:
+        return bool(import_llama_cpp().llama_supports_gpu_offload())
+    except SpecchatError:  # not installed: the chat says so when it loads a model
+        return False
+
+
 class LlamaBackend(VocabularyOf, MeasuredCosts):
     """One GGUF model with a multi-stream KV cache; see the module docstring for the layout."""
 

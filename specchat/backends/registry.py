@@ -44,6 +44,7 @@ class Runtime:
     torch_threads: bool = False  # it sets torch's thread pool, which is one per process
     self_drafts: str = ""  # module:function (backend, layers) -> its first layers as a draft
     bundled_draft: bool = False  # the bundled model has a default draft on it
+    gpu: str = ""  # module:function () -> whether it can run on a GPU here ("": never)
 
     @property
     def own_format(self) -> str | None:
@@ -60,6 +61,10 @@ class Runtime:
 
     def cost_key(self, path: Path) -> str:
         return _function(self.costs)(path)
+
+    def sees_gpu(self) -> bool:
+        """Whether it can run a model on this machine's GPU (`--device auto`, `devices.py`)."""
+        return bool(self.gpu) and bool(_function(self.gpu)())
 
     def first_layers(self, backend, layers: int):
         """`backend`'s first `layers` layers as a draft of its own (self-speculation)."""
@@ -84,6 +89,7 @@ RUNTIMES: dict[str, Runtime] = {
             "specchat.backends.llama:load",
             library=LLAMA_CPP_LIBRARY,
             costs="specchat.backends.llama:cost_key",
+            gpu="specchat.backends.llama:gpu_offload",
         ),
         Runtime(
             TRANSFORMERS,
@@ -93,6 +99,7 @@ RUNTIMES: dict[str, Runtime] = {
             torch_threads=True,
             self_drafts="specchat.backends.hf.backend:early_exit_draft",
             bundled_draft=True,
+            gpu="specchat.backends.hf.loading:cuda_available",
         ),
         Runtime(OPENAI_SERVER, (), "specchat.backends.remote:connect", local=False),
     )

@@ -71,7 +71,8 @@ _CONFIDENCE_SCALE = (0.6, 0.85, 1.0)
 
 # Recycled drafts: the longest chain offered, the acceptance assumed of its first token before
 # any evidence (measured: the first candidate was the next greedy token 27% of the time), and the
-# most of a token's other candidates that may join the pass as alternatives at each depth.
+# most of a token's other candidates that may join the pass as alternatives at the first depth and
+# at each deeper one (whether they join is the pass costs' to say).
 _RECYCLED_CHAIN = 8
 _RECYCLED_PRIOR = 0.27
 _RECYCLED_SIBLINGS = (WIDTH - 1, 3)
@@ -241,16 +242,18 @@ class SuffixDrafter:
         return (self._rank_hits[rank] + 2 * prior) / (self._rank_trials + 2)
 
     def _recycled_tree(self, target: Backend, pending: int, chain: list[int]) -> Draft:
-        """The chain the policy sized, and other candidates beside its first two tokens while
+        """The chain the policy sized, and other candidates beside its tokens while
         each adds more expected tokens than its share of the pass's cost: a sibling at depth d
         is right with about (first-rank rate)^(d-1) × its own rank's rate."""
         draft = Draft.chain(pending, chain, source=RECYCLED)
         rates = [self._first_rate(rank) for rank in range(WIDTH)]
         expected = sum(rates[0] ** (d + 1) for d in range(len(chain))) + 1.0
-        parents = [(0, pending, 1.0)]
-        if len(chain) > 1:
-            parents.append((1, chain[0], rates[0]))
-        for (node, token, reach), most in zip(parents, _RECYCLED_SIBLINGS):
+        # node d of the chain is reached with about rates[0]^d; its siblings join at every
+        # depth while they pay: on a CPU the first depth or two, where a pass costs nearly the
+        # same for many tokens (a GPU) deeper too
+        for node, token in enumerate([pending, *chain[:-1]]):
+            reach = rates[0] ** node
+            most = _RECYCLED_SIBLINGS[min(node, len(_RECYCLED_SIBLINGS) - 1)]
             taken = set(draft.children.get(node, {}))
             offered = [int(t) for t in self._recycled.successors(token)[1:] if t >= 0]
             for rank, candidate in enumerate(offered[:most], start=1):

@@ -99,7 +99,7 @@ def test_models_lists_the_bundled_default():
             "not in the local Hugging Face cache",
         ),
         (("ask", "hi", "--device", "cuda"), "CUDA is not available"),
-        (("ask", "hi", "--device", "tpu"), "--device must be one of cpu, cuda"),
+        (("ask", "hi", "--device", "tpu"), "--device must be one of auto, cpu, cuda"),
         (("ask", "hi", "--backend", "vllm"), "--backend must be one of int4, llama, hf, openai"),
         (("ask", "hi", "--param", "oops"), "name=value"),
         (("ask", "hi", "--decoder", "greedy", "--param", "width=3"), "no parameter"),

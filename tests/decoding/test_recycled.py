@@ -140,3 +140,43 @@ def test_suffix_drafts_recycled_candidates_where_nothing_copies_and_stays_greedy
     assert off.token_ids == greedy.token_ids
     assert not any(s.source == RECYCLED for s in off_steps)
     assert done.stats.steps < off.stats.steps  # fewer passes for the same answer
+
+
+class Priced:
+    """The backend, with every pass's size noted; `flat`: priced as a GPU prices it (a pass over
+    64 tokens costs what one over one does), else at its own measured costs."""
+
+    def __init__(self, backend, flat: bool) -> None:
+        self._backend, self._flat, self.sizes = backend, flat, []
+
+    def __getattr__(self, name: str):
+        return getattr(self._backend, name)
+
+    def evaluate(self, block, *args, **kwargs):
+        self.sizes.append(len(block))
+        return self._backend.evaluate(block, *args, **kwargs)
+
+    def block_cost(self, k: int) -> float:
+        if self._flat:
+            return self._backend.block_cost(1) * (1.0 + 0.001 * k)
+        return self._backend.block_cost(k)
+
+
+def test_recycled_trees_grow_where_a_pass_costs_the_same_for_many_tokens(fresh_llama):
+    """On the CPU's costs a recycled draft offers alternatives at its first two depths at most;
+    where a pass over many tokens costs what one does (a GPU), deeper ones join too — and the
+    answer stays greedy's."""
+    ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", STORY)])
+    greedy, _ = _answer(fresh_llama, "greedy", ids)
+    widest = {}
+    for flat in (False, True):
+        backend = Priced(fresh_llama, flat)
+        _answer(backend, "suffix", ids, fixed_draft=4, recycle=True)
+        backend.sizes.clear()
+        done, steps = _answer(backend, "suffix", ids, fixed_draft=4, recycle=True)
+        assert done.token_ids == greedy.token_ids
+        assert any(s.source == RECYCLED for s in steps)
+        widest[flat] = max(backend.sizes[1:])  # the first pass is the prompt's
+    chain_and_two_depths = 1 + 4 + (WIDTH - 1) + 3
+    assert widest[False] <= chain_and_two_depths, widest
+    assert widest[True] > chain_and_two_depths, widest

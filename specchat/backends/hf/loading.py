@@ -348,6 +348,13 @@ def _convert_gguf(gguf_path: Path, target: Path, progress: Progress) -> None:
     tokenizer.save_pretrained(target)
 
 
+def cuda_available() -> bool:
+    """Whether this torch runs on a CUDA GPU here (`--device auto`)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def load(path: Path, options, progress: Progress | None) -> HFBackend:
     """The registry's loader (`backends/registry.py`): a model folder or a GGUF file as
     `options` (models.LoadOptions) ask for it."""
