@@ -113,11 +113,18 @@ def cuda_capability() -> str:
 def build_llama(source: Path, site: Path) -> str:
     """llama-cpp-python from a (trimmed) source tree, with CUDA for this card only, on every
     core, with ninja, into `site`: the flags scripts/setup uses, plus CUDA's."""
+    if source.is_file():  # a carried tarball: unpacked beside the site
+        import tarfile
+
+        with tarfile.open(source) as archive:
+            archive.extractall(site.parent / "llama-src", filter="data")
+        source = next((site.parent / "llama-src").iterdir())
     arch = cuda_capability()
     flags = (
         "-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF -DGGML_CUDA=on -DGGML_CUDA_FA=OFF "
         f"-DGGML_CUDA_NCCL=OFF -DCMAKE_CUDA_ARCHITECTURES={arch} -DLLAMA_BUILD_TESTS=OFF "
-        "-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAVA_BUILD=OFF"
+        "-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAVA_BUILD=OFF "
+        + cublas_flags(site.parent / "cuda-links")
     )
     env = {**os.environ, "CMAKE_ARGS": flags, "CMAKE_GENERATOR": "Ninja",
            "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}  # fmt: skip
@@ -127,6 +134,22 @@ def build_llama(source: Path, site: Path) -> str:
         check=True, env=env,
     )  # fmt: skip
     return f"sm_{arch}, {os.cpu_count()} cores"
+
+
+def cublas_flags(links: Path) -> str:
+    """CMake flags that find cuBLAS where pip put it (torch's nvidia-cublas: versioned libraries
+    only, headers beside them) when the CUDA toolkit has none of its own."""
+    links.mkdir(parents=True, exist_ok=True)
+    flags = ""
+    for folder in map(Path, cuda_library_dirs()):
+        for library in folder.glob("libcublas*.so.*"):
+            link = links / (library.name.split(".so")[0] + ".so")
+            if not link.exists():
+                link.symlink_to(library)
+        if (folder.parent / "include" / "cublas_v2.h").exists() and not flags:
+            include = folder.parent / "include"
+            flags = f"-DCMAKE_CUDA_FLAGS=-I{include} -DCMAKE_CXX_FLAGS=-I{include} "
+    return flags + f"-DCMAKE_LIBRARY_PATH={links}"
 
 
 def cuda_library_dirs() -> list[str]:
@@ -504,7 +527,7 @@ class Check:
             sys.path.insert(0, str(site))
         if args.device.startswith("cuda"):
             self.report.run("load CUDA's libraries", cuda_libraries)
-        if args.llama_source and not llama_ready(args.device):
+        if args.llama_source and (args.build_only or not llama_ready(args.device)):
             self.report.run(
                 "build llama.cpp for this card", lambda: build_llama(args.llama_source, site)
             )
@@ -546,6 +569,8 @@ class Check:
     def run(self) -> None:
         report, args = self.report, self.args
         self.install()
+        if args.build_only:
+            return
         if not report.run("write the models", self.write_models):
             return
         size = self.models.bench_size
@@ -579,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--wheels", type=Path, help="carried wheels to install first")
     parser.add_argument("--llama-source", type=Path, help="llama-cpp-python source to build")
+    parser.add_argument(
+        "--build-only", action="store_true", help="only build --llama-source (to time it)"
+    )
     parser.add_argument("--tokenizer", type=Path, help="a GGUF with the tokenizer (vocab.gguf)")
     parser.add_argument("--sizes", default="1.7B,8B", help="random-weight shapes (scale.py's)")
     parser.add_argument("--categories", default=BENCH_CATEGORIES)

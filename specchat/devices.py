@@ -19,8 +19,13 @@ DEVICES = (AUTO, CPU, CUDA)
 
 
 def gpu_present() -> bool:
-    """A GPU's device file is here (NVIDIA's, or WSL's GPU bridge): worth asking the runtimes."""
-    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/dxg")
+    """A GPU's device file or driver entry is here (NVIDIA's, or WSL's GPU bridge): worth asking
+    the runtimes."""
+    return (
+        bool(glob.glob("/dev/nvidia[0-9]*"))
+        or os.path.isdir("/proc/driver/nvidia/gpus")
+        or os.path.exists("/dev/dxg")
+    )
 
 
 def pick(device: str, runtimes: list[Runtime]) -> str:
