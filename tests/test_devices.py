@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,28 @@ def test_ask_runs_on_the_device_auto_picked_and_says_which():
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["device"] == ("cuda" if devices.gpu_present() else "cpu")
+
+
+def test_setup_with_cuda_and_no_cuda_compiler_is_one_line(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        ["bash", str(root / "scripts" / "setup"), "--cuda"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CUDA_HOME": str(tmp_path / "none")},
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if done.returncode == 0 or "nvcc" not in done.stderr:  # pragma: no cover - nvcc in /usr/bin
+        pytest.skip("this machine has CUDA's compiler on the plain PATH")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "nvcc" in done.stderr and "without --cuda" in done.stderr
+
+
+def test_asking_for_cuda_without_a_cuda_build_names_the_fix():
+    done = subprocess.run(
+        [sys.executable, "-m", "specchat", "ask", "Hi", "--device", "cuda", "--backend", "llama"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if devices.gpu_present():  # pragma: no cover - a machine with a GPU
+        pytest.skip("this machine has a GPU")
+    assert done.returncode == 2
+    assert "scripts/setup --cuda" in done.stderr and "Traceback" not in done.stderr

@@ -74,7 +74,7 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         if device == "cuda" and not llama_cpp.llama_supports_gpu_offload():
             raise SpecchatError(
                 "CUDA is not available: this llama-cpp-python build has no GPU offload "
-                '(rebuild it: SPECCHAT_LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_LLAMAFILE=OFF -DGGML_CUDA=on" bash scripts/setup, see the README)'
+                "(rebuild it with CUDA: bash scripts/setup --cuda, see docs/gpu.md)"
             )
         # specchat's own reader first: a crafted header is refused here in one line, before
         # llama.cpp's parser meets it
