@@ -68,6 +68,7 @@ class Report:
     passes: list[dict] = field(default_factory=list)  # runtime, model, {k: seconds}
     bench: list[dict] = field(default_factory=list)  # runtime, model, decoder, speedup, exact
     projected: list[dict] = field(default_factory=list)
+    out: Path | None = None  # where the report is kept, step by step
 
     def run(self, name: str, work: Callable[[], str | None]) -> bool:
         """Run one step, recording it; a failure is a row, not the end of the check."""
@@ -80,7 +81,17 @@ class Report:
             traceback.print_exc(file=sys.stderr)
         self.steps.append(Step(name, ok, time.perf_counter() - started, detail))
         say(f"{name}: {'ok' if ok else 'FAILED'} {detail}")
+        self.save()
         return ok
+
+    def save(self) -> None:
+        """The report so far into `out` (after every step: a check cut short keeps its rows)."""
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        fields = {k: v for k, v in asdict(self).items() if k != "out"}
+        (self.out / "gpu_check.json").write_text(json.dumps(fields, indent=1, default=str))
+        (self.out / "gpu_check.txt").write_text(table(self) + "\n")
 
 
 # -- install ---------------------------------------------------------------------------------------
@@ -589,11 +600,11 @@ class Check:
 def project_file(path: Path, max_tokens: int) -> int:
     """Add the bundled model's projected speedups to a check's JSON and print its table."""
     data = json.loads(path.read_text())
-    report = Report(**{k: v for k, v in data.items() if k != "steps"})
+    report = Report(**{k: v for k, v in data.items() if k != "steps"}, out=path.parent)
     report.steps = [Step(**step) for step in data["steps"]]
     report.projected = []
     project(report, max_tokens)
-    path.write_text(json.dumps(asdict(report), indent=1, default=str))
+    report.save()
     print(table(report))
     return 0
 
@@ -620,15 +631,11 @@ def main(argv: list[str] | None = None) -> int:
         args.categories = args.categories.split(",")[0]
     if args.project:
         return project_file(args.project, 128)
-    report = Report(device=describe_device(args.device))
+    report = Report(device=describe_device(args.device), out=args.out)
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
         Check(args, report, Path(work)).run()
-    text = table(report)
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gpu_check.json").write_text(json.dumps(asdict(report), indent=1, default=str))
-        (args.out / "gpu_check.txt").write_text(text + "\n")
+    report.save()
+    print(table(report))
     return 0 if all(step.ok for step in report.steps) else 1
 
 
