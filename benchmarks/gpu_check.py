@@ -529,7 +529,7 @@ class Check:
     def __init__(self, args, report: Report, work: Path) -> None:
         self.args, self.report, self.work = args, report, work
         self.models: Models | None = None
-        self.shape_of = shapes(args.dry_run, args.sizes.split(","))
+        self.shape_of: dict[str, RandomShape] = {}
 
     def install(self) -> None:
         args, site = self.args, self.work / "site"
@@ -582,6 +582,7 @@ class Check:
         self.install()
         if args.build_only:
             return
+        self.shape_of = shapes(args.dry_run, args.sizes.split(","))  # the carried packages first
         if not report.run("write the models", self.write_models):
             return
         size = self.models.bench_size
