@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Sequence
+from typing import Protocol
 
-from specchat.backends.registry import Runtime
+
+class Placeable(Protocol):
+    """A runtime as `pick` reads it (`backends/registry.py`'s `Runtime`)."""
+
+    def sees_gpu(self) -> bool: ...
+
 
 AUTO, CPU, CUDA = "auto", "cpu", "cuda"
 DEVICES = (AUTO, CPU, CUDA)
@@ -28,7 +35,7 @@ def gpu_present() -> bool:
     )
 
 
-def pick(device: str, runtimes: list[Runtime]) -> str:
+def pick(device: str, runtimes: Sequence[Placeable]) -> str:
     """`device` as asked, or for `auto` CUDA where one of `runtimes` (those that could run the
     model) sees a GPU, else the CPU."""
     if device != AUTO:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specchat.errors import SpecchatError
@@ -53,6 +53,11 @@ class Runtime:
         return self.formats[0] if self.formats else None
 
     def load(self, path: Path | None, options, progress: Callable[[str], None] | None):
+        """The model at `path` on this runtime as `options` (models.LoadOptions) ask; a device
+        left to `auto` is this runtime's GPU where it sees one, else the CPU (`devices.py`)."""
+        from specchat.devices import pick
+
+        options = replace(options, device=pick(options.device, [self]))
         return _function(self.loader)(path, options, progress)
 
     def unavailable(self, path: Path, device: str) -> str | None:

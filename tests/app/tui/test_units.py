@@ -40,7 +40,7 @@ def test_settings_broken_and_missing(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("device = 'tpu'\n")
     settings, error = load_settings(bad)
-    assert settings == RunConfig() and "device must be one of cpu, cuda" in error
+    assert settings == RunConfig() and "device must be one of auto, cpu, cuda" in error
     bad.write_text("[decoders]\nbeam = 3\n")
     assert "must be tables" in load_settings(bad)[1]
     bad.write_text("race_servers = ['ftp://host']\n")
