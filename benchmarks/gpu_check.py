@@ -266,14 +266,32 @@ def make_models(shape_of: dict[str, RandomShape], tokenizer: Path, work: Path, d
 # -- measurements ----------------------------------------------------------------------------------
 
 
-def time_sizes(backend, repeats: int) -> dict[int, float]:
-    """Seconds of a k-token pass behind 256 cached tokens (`block_cost.time_passes`)."""
+def time_sizes(backend, repeats: int) -> dict[int | str, float]:
+    """Seconds of a k-token pass behind 256 cached tokens (`block_cost.time_passes`), and under
+    "loop" a token's seconds in greedy's whole loop behind the same context (the engine, the
+    decoder, the detokenizer): what a pass leaves out, which weighs more where a pass is quick."""
     from specchat.backends.block_cost import time_passes
+    from specchat.decoding.registry import build_decoder
+    from specchat.engine.local import Engine
+    from specchat.engine.protocol import GenerationRequest
 
-    backend.prefill([min(100, backend.vocab_size - 1)] * 256)
-    costs = time_passes(backend, PASS_SIZES, repeats)
+    context = [min(100, backend.vocab_size - 1)] * 256
+    backend.prefill(context)
+    costs: dict[int | str, float] = dict(time_passes(backend, PASS_SIZES, repeats))
+    engine = Engine(backend, build_decoder("greedy", {}, backend))
+    loops = []
+    for _ in range(max(1, repeats // 2)):
+        backend.rollback(0)
+        done = list(engine.generate(GenerationRequest(tuple(context), 64)))[-1]
+        loops.append(done.stats.decode_seconds / max(1, done.stats.generated_tokens))
     backend.rollback(0)
+    costs["loop"] = min(loops)
     return costs
+
+
+def cost(seconds: dict, key: int | str) -> float | None:
+    """A pass row's entry, whether its keys are numbers or (read back from JSON) strings."""
+    return seconds.get(key, seconds.get(str(key)))
 
 
 def llama_passes(path: Path, device: str, repeats: int) -> dict[int, float]:
@@ -427,7 +445,7 @@ def project(report: Report, max_tokens: int) -> None:
     bundled = load_model(None, LoadOptions(backend="llama", threads=1), lambda *a: None)
     answers = greedy_answers(bundled, 1, max_tokens, str(HELD_OUT))
     for row in report.passes:
-        costs = {int(k): v for k, v in row["seconds"].items()}
+        costs = {int(k): v for k, v in row["seconds"].items() if str(k).isdigit()}
         speedup = projected(bundled, answers, costs)
         report.projected.append({**{k: row[k] for k in ("runtime", "model")}, "suffix": speedup})
     bundled.close()
@@ -441,12 +459,13 @@ def table(report: Report) -> str:
     lines.append(
         f"{'runtime':<14}{'model':<8}{'k=1 ms':>8}"
         + "".join(f"{'k=' + str(k):>8}" for k in PASS_SIZES[1:])
+        + f"{'loop ms':>9}"
     )
     for row in report.passes:
-        s = row["seconds"]
-        one = s[1] if 1 in s else s["1"]
-        ratios = "".join(f"{(s.get(k) or s[str(k)]) / one:>7.2f}×" for k in PASS_SIZES[1:])
-        lines.append(f"{row['runtime']:<14}{row['model']:<8}{one * 1000:>8.2f}{ratios}")
+        one, loop = cost(row["seconds"], 1), cost(row["seconds"], "loop")
+        ratios = "".join(f"{cost(row['seconds'], k) / one:>7.2f}×" for k in PASS_SIZES[1:])
+        looped = f"{loop * 1000:>9.2f}" if loop else f"{'-':>9}"
+        lines.append(f"{row['runtime']:<14}{row['model']:<8}{one * 1000:>8.2f}{ratios}{looped}")
     if report.bench:
         lines += ["", f"{'runtime':<14}{'decoder':<12}{'tok/s':>9}{'speedup':>9}  exact"]
         for row in report.bench:
@@ -560,7 +579,10 @@ class Check:
         else:
             seconds = hf_passes(self.shape_of[size], models.hf, args.device, args.repeats)
         self.report.passes.append({"runtime": runtime, "model": size, "seconds": seconds})
-        return f"one token {seconds[1] * 1000:.2f} ms, 64 tokens {seconds[64] / seconds[1]:.2f}×"
+        return (
+            f"one token {seconds[1] * 1000:.2f} ms, 64 tokens {seconds[64] / seconds[1]:.2f}×, "
+            f"greedy's loop {seconds['loop'] * 1000:.2f} ms a token"
+        )
 
     def bench(self, runtime: str) -> str:
         models = self.models
@@ -602,11 +624,13 @@ class Check:
 def project_file(path: Path, max_tokens: int) -> int:
     """Add the bundled model's projected speedups to a check's JSON and print its table."""
     data = json.loads(path.read_text())
-    report = Report(**{k: v for k, v in data.items() if k != "steps"}, out=path.parent)
+    report = Report(**{k: v for k, v in data.items() if k not in ("steps", "out")})
     report.steps = [Step(**step) for step in data["steps"]]
     report.projected = []
     project(report, max_tokens)
-    report.save()
+    fields = {k: v for k, v in asdict(report).items() if k != "out"}
+    path.write_text(json.dumps(fields, indent=1, default=str))
+    path.with_suffix(".txt").write_text(table(report) + "\n")
     print(table(report))
     return 0
 
