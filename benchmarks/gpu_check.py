@@ -467,13 +467,17 @@ def table(report: Report) -> str:
         looped = f"{loop * 1000:>9.2f}" if loop else f"{'-':>9}"
         lines.append(f"{row['runtime']:<14}{row['model']:<8}{one * 1000:>8.2f}{ratios}{looped}")
     if report.bench:
-        lines += ["", f"{'runtime':<14}{'decoder':<12}{'tok/s':>9}{'speedup':>9}  exact"]
+        lines += [
+            "",
+            f"{'runtime':<14}{'decoder':<12}{'tok/s':>9}{'speedup':>9}{'tok/step':>9}  exact",
+        ]
         for row in report.bench:
             exact = {True: "yes", False: "NO", None: "-"}[row["exact"]]
             speed = row["tokens_per_second"] or 0.0
+            per_step = row.get("mean_accepted_tokens") or 0.0  # 1.00: no draft was taken
             lines.append(
                 f"{row['runtime']:<14}{row['decoder']:<12}{speed:>9.1f}"
-                f"{row['speedup'] or 0:>8.2f}×  {exact}"
+                f"{row['speedup'] or 0:>8.2f}×{per_step:>9.2f}  {exact}"
             )
     if report.projected:
         lines += [
