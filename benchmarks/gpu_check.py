@@ -329,8 +329,8 @@ def specchat_command(*args: str) -> list[str]:
 
 def child_env(home: Path) -> dict[str, str]:
     """What a `specchat` child runs with: this check's folders for its settings and data, and
-    the repository and the carried packages (`sys.path`'s first entries) on its path."""
-    paths = [str(ROOT), *(p for p in sys.path[:2] if p.endswith(os.sep + "site"))]
+    the repository and the carried packages (`home`/site, where installed) on its path."""
+    paths = [str(ROOT), *([str(home / "site")] if (home / "site").is_dir() else [])]
     return {
         **os.environ,
         "SPECCHAT_CONFIG_DIR": str(home / "config"),
@@ -340,12 +340,19 @@ def child_env(home: Path) -> dict[str, str]:
     }
 
 
-def bench(model: Path, runtime: str, device: str, args, home: Path) -> list[dict]:
-    """`specchat bench` on `model`: each decoder's speedup over greedy and exactness."""
+def race_here() -> tuple[list[str], list[str]]:
+    """The race's decoders that can run here, and those that cannot (a library not built)."""
     from specchat.decoding.registry import DECODERS, default_race
 
+    names = default_race()
+    ready = [n for n in names if DECODERS[n].unavailable_anywhere() is None]
+    return ready, [n for n in names if n not in ready]
+
+
+def bench(model: Path, runtime: str, device: str, args, home: Path) -> list[dict]:
+    """`specchat bench` on `model`: each decoder's speedup over greedy and exactness."""
     out = home / f"bench-{runtime}.json"
-    decoders = [n for n in default_race() if DECODERS[n].unavailable_anywhere() is None]
+    decoders, _ = race_here()
     command = specchat_command(
         "bench", "--model", str(model), "--backend", runtime, "--device", device,
         "--categories", args.categories, "--limit-per-category", "1",
@@ -595,10 +602,8 @@ class Check:
         for row in rows:
             row["model"] = models.bench_size
         self.report.bench += rows
-        from specchat.decoding.registry import DECODERS, default_race
-
         inexact = [row["decoder"] for row in rows if row["exact"] is False]
-        missing = [n for n in default_race() if DECODERS[n].unavailable_anywhere() is not None]
+        _, missing = race_here()
         notes = [f"{len(rows)} decoders"]
         notes += [f"not exact: {', '.join(inexact)}"] if inexact else []
         notes += [f"unavailable here: {', '.join(missing)}"] if missing else []

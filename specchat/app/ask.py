@@ -53,7 +53,8 @@ def _step_json(event: StepEvent, rejected: str) -> str:
 def _done_json(event: DoneEvent, decoder: str, exactness: Exactness | None, loaded: Backend) -> str:
     """The last line of `--json`: `decoder` ran last; `exactness`: whether the model's block
     logits are its one-token passes' (null on a remote server); `model`, `runtime`, `device` and
-    `cpu`: what ran it, where, and on what CPU at which instruction-set level (null on a GPU or a server)."""
+    `cpu`: what ran it, where, and on what CPU at which instruction-set level (null on a GPU or
+    a server)."""
     return json.dumps(
         {
             "type": "done",
