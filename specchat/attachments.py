@@ -1,4 +1,5 @@
-"""A user's own text in the prompt: files (`ask -f FILE`) and what was piped to `ask`.
+"""A user's own text in the prompt: files (`ask -f FILE`, `@path` in the chat) and what was
+piped to `ask`.
 
 Copying drafts pay most when the answer reuses text the user brought ("rename this function",
 "fix this file"), so that text must reach the prompt whole: each file under its name in a fence
@@ -10,6 +11,7 @@ nothing is sent.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass
@@ -122,8 +124,81 @@ def gather(files: list[str], stdin_piped: bool) -> list[Attachment]:
     return found
 
 
+_SEPARATOR = "\n\n"
+
+
 def with_attachments(question: str, attachments: list[Attachment]) -> str:
     """The prompt: each attachment under its name, then the question."""
-    if not attachments:
-        return question
-    return "\n\n".join([*(a.block() for a in attachments), question])
+    return _SEPARATOR.join([*(a.block() for a in attachments), question])
+
+
+def attached_spans(attachments: list[Attachment]) -> list[tuple[str, int]]:
+    """(name, characters) of each attachment's block in `with_attachments`'s text, the separator
+    after it included: what the chat store keeps to fold them (`StoredMessage.attached`)."""
+    return [(a.name, len(a.block()) + len(_SEPARATOR)) for a in attachments]
+
+
+# `@path` in a chat message: an @ at the start of a word, then the path (no spaces)
+_MENTION = re.compile(r"(?<!\S)@(\S+)")
+
+
+def _looks_like_path(word: str) -> bool:
+    """A mention that names a file for sure: "@notes.txt", "@src/app.py", "@~/x"; "@alice"
+    (a name, not a file here) stays text."""
+    return "/" in word or "." in word or word.startswith("~")
+
+
+def _path(word: str, folder: Path) -> Path:
+    """A path the user typed, from `folder` unless absolute (or under ~)."""
+    path = Path(word).expanduser()
+    return path if path.is_absolute() else folder / path
+
+
+def mentions(text: str, folder: Path | None = None) -> list[str]:
+    """The `@path` mentions of a chat message that name files, in order, each once: existing
+    files and folders, and words that look like paths (so a mistyped one is an error, not text)."""
+    folder = folder or Path.cwd()
+    found: list[str] = []
+    for match in _MENTION.finditer(text):
+        word = match.group(1).rstrip(",;:!?)")  # "see @a.py, then" names a.py
+        if word.endswith(".") and not _path(word, folder).exists():  # a sentence's full stop
+            word = word[:-1]
+        if word not in found and (_path(word, folder).exists() or _looks_like_path(word)):
+            found.append(word)
+    return found
+
+
+def attach_mentions(text: str, folder: Path | None = None) -> list[Attachment]:
+    """The files a chat message names with `@path`, read (relative to `folder`); one line and
+    nothing sent for a file that is missing, binary or unreadable."""
+    folder = folder or Path.cwd()
+    attached = []
+    for word in mentions(text, folder):
+        path = _path(word, folder)
+        if not path.exists():
+            raise SpecchatError(f"@{word}: no such file: nothing was sent")
+        attachment = read_file(str(path))
+        attached.append(Attachment(word, attachment.text))
+    return attached
+
+
+def complete_path(partial: str, folder: Path | None = None) -> tuple[str, list[str]]:
+    """Tab after `@partial`: (the longest completion every match shares, the matching names).
+    A folder's name ends in "/"; hidden files are offered only when `partial`'s name starts
+    with a dot."""
+    folder = folder or Path.cwd()
+    head, sep, stem = partial.rpartition("/")
+    base = _path(head or "/", folder) if sep else folder
+    try:
+        entries = sorted(base.iterdir(), key=lambda p: p.name)
+    except OSError:
+        return partial, []
+    names = [
+        e.name + ("/" if e.is_dir() else "")
+        for e in entries
+        if e.name.startswith(stem) and (stem.startswith(".") or not e.name.startswith("."))
+    ]
+    if not names:
+        return partial, []
+    common = os.path.commonprefix(names)
+    return head + sep + common, names

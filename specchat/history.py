@@ -14,6 +14,10 @@ earlier answer. The chat's transcript is the path from its first message to its 
 `switch_branch` moves the leaf. An FTS5 index over message content (kept by triggers) answers
 `search`.
 
+A chat may have a system prompt of its own (`system_prompt`), and a question the files it
+attached: their text is part of its content (the prompt, the context count and search all see
+it), and `attached` says where each file's block ends, so a transcript can fold them.
+
 The schema carries its version in `PRAGMA user_version`; opening a file of an older version
 migrates it in one transaction (`_MIGRATIONS`), a newer one is refused. Every failure of the file
 itself (corrupt, locked past `timeout`, newer) is a `HistoryError`: one line for the user.
@@ -39,7 +43,7 @@ from specchat.locations import data_dir
 
 DB_FILE = "history.sqlite3"
 RunSpan = tuple[int, int, int, str]  # char start, char end, tokens, draft source ("": unknown)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LOCK_TIMEOUT_SECONDS = 5.0  # how long a write waits for another process's transaction
 
 # Version 0: the tables as the first releases wrote them (no user_version set). A new file is
@@ -94,7 +98,14 @@ _TO_V2 = [
     " steps TEXT NOT NULL)",
 ]
 
-_MIGRATIONS = [_TO_V1, _TO_V2]  # _MIGRATIONS[v] takes a file from version v to v + 1
+# Version 3: a system prompt per chat (NULL: none), and the files a question attached: their
+# names and how many leading characters of its content each one's block takes (`attached`).
+_TO_V3 = [
+    "ALTER TABLE chats ADD COLUMN system_prompt TEXT",
+    "ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]'",
+]
+
+_MIGRATIONS = [_TO_V1, _TO_V2, _TO_V3]  # _MIGRATIONS[v] takes a file from version v to v + 1
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -121,6 +132,22 @@ class StoredMessage:
     branch: tuple[int, int] = (1, 1)  # (position among its siblings from 1, how many there are)
     # an answer's steps: written with it when given; `HistoryStore.answer_steps` reads them back
     steps: AnswerSteps | None = None
+    # a question's attached files, in order: (name, characters its block takes at the start of
+    # `content`, the separator after it included); the question as typed follows them
+    attached: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def question(self) -> str:
+        """The content without the attached files' blocks: what the user typed."""
+        return self.content[sum(chars for _, chars in self.attached) :]
+
+    def attachment_blocks(self) -> list[tuple[str, str]]:
+        """(name, block text) of each attached file, as the prompt holds it."""
+        blocks, start = [], 0
+        for name, chars in self.attached:
+            blocks.append((name, self.content[start : start + chars].rstrip("\n")))
+            start += chars
+        return blocks
 
     @property
     def written_by(self) -> tuple[str, ...]:
@@ -190,7 +217,8 @@ class SearchHit:
 
 
 _MESSAGE_COLUMNS = (
-    "m.id, m.role, m.content, m.decoder, m.finish_reason, m.stats, m.runs, m.parent_id"
+    "m.id, m.role, m.content, m.decoder, m.finish_reason, m.stats, m.runs, m.parent_id,"
+    " m.attachments"
 )
 
 
@@ -296,11 +324,13 @@ class HistoryStore:
             self._db.execute("COMMIT")
 
     # -- chats ------------------------------------------------------------------------------
-    def new_chat(self, title: str = "New chat") -> int:
+    def new_chat(self, title: str = "New chat", system_prompt: str | None = None) -> int:
         now = time.time()
+        value = system_prompt if system_prompt and system_prompt.strip() else None
         with self._transaction() as db:
             cursor = db.execute(
-                "INSERT INTO chats (title, created, updated) VALUES (?, ?, ?)", (title, now, now)
+                "INSERT INTO chats (title, created, updated, system_prompt) VALUES (?, ?, ?, ?)",
+                (title, now, now, value),
             )
             return int(cursor.lastrowid)
 
@@ -322,6 +352,17 @@ class HistoryStore:
         with self._transaction() as db:
             db.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
 
+    def system_prompt(self, chat_id: int) -> str | None:
+        """The chat's own system prompt (None: it has none)."""
+        rows = self._rows("SELECT system_prompt FROM chats WHERE id = ?", (chat_id,))
+        return rows[0][0] if rows and rows[0][0] else None
+
+    def set_system_prompt(self, chat_id: int, text: str | None) -> None:
+        """Give the chat a system prompt (None or blank: none); later answers follow it."""
+        value = text if text and text.strip() else None
+        with self._transaction() as db:
+            db.execute("UPDATE chats SET system_prompt = ? WHERE id = ?", (value, chat_id))
+
     def delete_chat(self, chat_id: int) -> None:
         with self._transaction() as db:
             db.execute("UPDATE messages SET parent_id = NULL WHERE chat_id = ?", (chat_id,))
@@ -342,7 +383,7 @@ class HistoryStore:
                 parent_id = None if row is None or row[0] is None else int(row[0])
             cursor = db.execute(
                 "INSERT INTO messages (chat_id, role, content, decoder, finish_reason, stats, runs,"
-                " created, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " created, parent_id, attachments) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
                     message.role,
@@ -353,6 +394,7 @@ class HistoryStore:
                     json.dumps([list(span) for span in message.runs]),
                     now,
                     parent_id,
+                    json.dumps([list(item) for item in message.attached], ensure_ascii=False),
                 ),
             )
             message.id = int(cursor.lastrowid)
@@ -417,7 +459,8 @@ class HistoryStore:
                     elapsed_seconds=elapsed,
                     params=params,
                     parent_id=None if r[7] is None else int(r[7]),
-                    branch=(int(r[8]), int(r[9])),
+                    branch=(int(r[9]), int(r[10])),
+                    attached=[(str(name), int(chars)) for name, chars in json.loads(r[8])],
                 )
             )
         return messages

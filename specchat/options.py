@@ -151,6 +151,13 @@ class RunConfig:
         "scripts/llama-server built)",
         commands=frozenset({BENCH}),
     )
+    system_prompt: str | None = option(
+        None,
+        "the system prompt of ask and of new chats (a chat keeps its own: the palette's "
+        "'System prompt of this chat')",
+        flags=("--system",),
+        commands=frozenset({CHAT, ASK}),
+    )
     max_tokens: int = option(512, "answer length limit (per turn)", minimum=1, maximum=1 << 20)
     repeats: int = option(
         3,

@@ -88,11 +88,18 @@ def _drafts_json(answer: AnswerSteps) -> str:
     )
 
 
-def _record(store: HistoryStore, prompt: str, answer: AnswerRecord, title: str) -> None:
-    """The exchange as a chat of its own, titled by the question like the TUI titles a new chat
-    (not by the files before it); its steps kept with the answer (the drafts view opens them)."""
-    chat_id = store.new_chat(" ".join(title.split())[:48] or "ask")
-    store.add_message(chat_id, StoredMessage("user", prompt))
+def _record(
+    store: HistoryStore,
+    question: StoredMessage,
+    answer: AnswerRecord,
+    title: str,
+    system: str | None,
+) -> None:
+    """The exchange as a chat of its own, with its system prompt, titled by the question like
+    the TUI titles a new chat (not by the files before it); its steps kept with the answer (the
+    drafts view opens them)."""
+    chat_id = store.new_chat(" ".join(title.split())[:48] or "ask", system)
+    store.add_message(chat_id, question)
     store.add_message(chat_id, answer.stored())
 
 
@@ -110,10 +117,12 @@ def run_ask(
     log: bool = True,
     explain: bool = False,
     title: str | None = None,
+    attached: list[tuple[str, int]] | None = None,
 ) -> int:
     """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 2 when a remote server
     broke the answer off (what arrived is printed first). No decoder in `config`: the backend's
-    default (`run_config.chosen_decoder`); `raw_params` as `--param` gave them."""
+    default (`run_config.chosen_decoder`); `raw_params` as `--param` gave them; `attached`: the
+    files at the start of `prompt` (`attachments.attached_spans`), kept with the question."""
     decoder = config.decoder
     if decoder is not None:  # bad parameters fail before the model loads
         run_params([decoder], config, raw_params)
@@ -182,7 +191,8 @@ def run_ask(
                         sys.stderr.write(f"specchat: error: {event.error}\n")
                         failed = True
                     if log and store is not None:
-                        _record(store, prompt, answer, title or prompt)
+                        question = StoredMessage("user", prompt, attached=list(attached or ()))
+                        _record(store, question, answer, title or prompt, system)
         finally:
             if saved is not None:
                 if not interrupted.is_set():

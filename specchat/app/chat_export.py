@@ -13,9 +13,12 @@ def branch_marker(message: StoredMessage) -> str:
     return f"‹{index}/{count}›" if count > 1 else ""
 
 
-def chat_markdown(title: str, messages: list[StoredMessage]) -> str:
-    """The chat's transcript (its current branch) as a Markdown document."""
+def chat_markdown(title: str, messages: list[StoredMessage], system: str | None = None) -> str:
+    """The chat's transcript (its current branch) as a Markdown document, its system prompt
+    first."""
     lines = [f"# {title}", ""]
+    if system:
+        lines += ["## System prompt", "", system.rstrip(), ""]
     for message in messages:
         heading = (
             "You" if message.role == "user" else f"Assistant ({message.written_by_label or '?'})"
@@ -40,8 +43,16 @@ def message_dict(message: StoredMessage) -> dict[str, object]:
         "stats": message.stats.as_dict() if message.stats is not None else None,
         "elapsed_seconds": message.elapsed_seconds,
         "params": message.params,
+        "attached": [{"name": name, "chars": chars} for name, chars in message.attached],
     }
 
 
-def chat_dict(chat_id: int, title: str, messages: list[StoredMessage]) -> dict[str, object]:
-    return {"id": chat_id, "title": title, "messages": [message_dict(m) for m in messages]}
+def chat_dict(
+    chat_id: int, title: str, messages: list[StoredMessage], system: str | None = None
+) -> dict[str, object]:
+    return {
+        "id": chat_id,
+        "title": title,
+        "system_prompt": system,
+        "messages": [message_dict(m) for m in messages],
+    }

@@ -42,6 +42,8 @@ def _heading(message: StoredMessage) -> str:
     who = "you" if message.role == "user" else f"assistant · {message.written_by_label or '?'}"
     if message.finish_reason == "cancelled":
         who += " · stopped"
+    if message.attached:
+        who += " · attached " + ", ".join(name for name, _ in message.attached)
     marker = branch_marker(message)
     return f"── {who}  #{message.id}" + (f"  {marker}" if marker else "")
 
@@ -50,9 +52,12 @@ def show_chat(store: HistoryStore, chat_id: int, as_json: bool) -> str:
     """The chat's current branch; a marker ‹i/n› where a message has alternatives."""
     title = _title(store, chat_id)
     messages = store.messages(chat_id)
+    system = store.system_prompt(chat_id)
     if as_json:
-        return json.dumps(chat_dict(chat_id, title, messages), ensure_ascii=False, indent=2)
+        return json.dumps(chat_dict(chat_id, title, messages, system), ensure_ascii=False, indent=2)
     lines = [f"chat {chat_id}: {title}", ""]
+    if system:
+        lines += ["── system prompt", system.rstrip(), ""]
     for message in messages:
         lines += [_heading(message), message.content.rstrip(), ""]
     return "\n".join(lines).rstrip()
@@ -90,9 +95,10 @@ def export_chat(store: HistoryStore, chat_id: int, fmt: str) -> str:
         raise SpecchatError(f"--format takes {' or '.join(EXPORT_FORMATS)}, not {fmt!r}")
     title = _title(store, chat_id)
     messages = store.messages(chat_id)
+    system = store.system_prompt(chat_id)
     if fmt == "json":
-        return json.dumps(chat_dict(chat_id, title, messages), ensure_ascii=False, indent=2)
-    return chat_markdown(title, messages)
+        return json.dumps(chat_dict(chat_id, title, messages, system), ensure_ascii=False, indent=2)
+    return chat_markdown(title, messages, system)
 
 
 def delete_chat(store: HistoryStore, chat_id: int, as_json: bool) -> str:

@@ -131,7 +131,6 @@ def ask(
             "text piped to ask joins it too",
         ),
     ] = [],  # noqa: B006
-    system: Annotated[str | None, typer.Option("--system", help="system prompt")] = None,
     stop: Annotated[list[str], typer.Option("--stop", help="stop string (repeatable)")] = [],  # noqa: B006
     raw: Annotated[bool, typer.Option("--raw", help="no chat template: continue the text")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON Lines events on stdout")] = False,
@@ -153,7 +152,7 @@ def ask(
     piped text join the prompt under their names. The exchange is recorded in the chat store (a
     draft source for later answers) unless --no-log; --explain shows its drafts."""
     from specchat.app.ask import run_ask
-    from specchat.attachments import gather, piped, with_attachments
+    from specchat.attachments import attached_spans, gather, piped, with_attachments
     from specchat.prompting import checked_prompt
 
     checked_prompt(prompt)
@@ -164,8 +163,9 @@ def ask(
         with_attachments(prompt, attached),
         config,
         title=prompt,
+        attached=attached_spans(attached),
         raw_params=_parse_params(param),
-        system=system,
+        system=config.system_prompt,
         stop=tuple(stop),
         raw=raw,
         as_json=as_json,

@@ -4,7 +4,9 @@ The transcript is the chat's current branch. Asking adds a question after the la
 an edited question is a sibling of the old one (a new branch, `fork`); a regenerated answer is a
 sibling of the old answer (`regenerate`, then `record_answer`). A question whose answer failed
 before it began is taken back (`take_back_question`): kept, it would be part of every later prompt
-and fail each of them. Plain Python, no widgets: the chat screen shows what this holds.
+and fail each of them. A chat has its own system prompt: a new one starts with the default
+(settings' `system_prompt`), kept with the chat once its first question is. Plain Python, no
+widgets: the chat screen shows what this holds.
 """
 
 from __future__ import annotations
@@ -35,10 +37,14 @@ def chat_title(text: str) -> str:
 class Conversation:
     """A chat's messages on its current branch (none, for a chat not yet stored)."""
 
-    def __init__(self, store: HistoryStore, chat_id: int | None = None) -> None:
+    def __init__(
+        self, store: HistoryStore, chat_id: int | None = None, default_system: str | None = None
+    ) -> None:
         self.store = store
+        self.default_system = default_system  # a new chat's system prompt
         self.chat_id: int | None = None
         self.messages: list[StoredMessage] = []
+        self.system_prompt: str | None = default_system
         self._unanswered: int | None = None  # the question the running answer answers
         if chat_id is not None:
             self.open(chat_id)
@@ -53,19 +59,31 @@ class Conversation:
         """Show chat `chat_id` (None: a new, empty one) in its current branch; raises
         HistoryError and changes nothing when the store cannot be read."""
         messages = self.store.messages(chat_id) if chat_id is not None else []
+        system = self.store.system_prompt(chat_id) if chat_id is not None else self.default_system
         self.chat_id, self.messages, self._unanswered = chat_id, messages, None
+        self.system_prompt = system
+
+    def set_system_prompt(self, text: str | None) -> None:
+        """This chat's system prompt from the next answer on (None or blank: none); stored with
+        the chat (a chat not yet stored keeps it for its first question). Raises HistoryError
+        with nothing changed when the store refuses."""
+        value = text if text and text.strip() else None
+        if self.chat_id is not None:
+            self.store.set_system_prompt(self.chat_id, value)
+        self.system_prompt = value
 
     def _last_id(self) -> int | None:
         """The message a new one follows: the last one shown (None: the chat's first)."""
         return self.messages[-1].id if self.messages else None
 
-    def ask(self, text: str) -> StoredMessage:
+    def ask(self, text: str, attached: list[tuple[str, int]] | None = None) -> StoredMessage:
         """Add the user's question after the last message shown (a new chat, titled by it, when
-        none is open). Raises HistoryError with nothing changed when the store refuses."""
-        message = StoredMessage("user", text)
+        none is open); `attached`: the files at the start of `text` (`attached_spans`). Raises
+        HistoryError with nothing changed when the store refuses."""
+        message = StoredMessage("user", text, attached=list(attached or ()))
         created = self.chat_id is None
         if created:
-            self.chat_id = self.store.new_chat(chat_title(text))
+            self.chat_id = self.store.new_chat(chat_title(message.question), self.system_prompt)
         try:
             self._unanswered = self.store.add_message(
                 self.chat_id, message, parent_id=self._last_id()
@@ -140,11 +158,16 @@ class Conversation:
         """The conversation to answer. An answer stopped (or failed) before its first token stays
         in the transcript but not in the prompt: an empty assistant turn would teach the model to
         answer with nothing."""
-        return prompt_messages(self.messages)
+        return prompt_messages(self.messages, self.system_prompt)
 
     def last(self, role: str) -> StoredMessage | None:
         return next((m for m in reversed(self.messages) if m.role == role), None)
 
 
-def prompt_messages(messages: Sequence[StoredMessage]) -> list[ChatMessage]:
-    return [ChatMessage(m.role, m.content) for m in messages if m.content or m.role == "user"]
+def prompt_messages(
+    messages: Sequence[StoredMessage], system: str | None = None
+) -> list[ChatMessage]:
+    head = [ChatMessage("system", system)] if system else []
+    return head + [
+        ChatMessage(m.role, m.content) for m in messages if m.content or m.role == "user"
+    ]

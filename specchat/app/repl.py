@@ -36,7 +36,8 @@ def run_repl(config: RunConfig) -> None:
     name = chosen_decoder(config, loaded)
     engine = build_engine(loaded, name, run_params([name], config)[name])
     sampling = sampling_for(name, config)
-    history: list[ChatMessage] = []
+    system = config.system_prompt
+    history: list[ChatMessage] = [ChatMessage("system", system)] if system else []
     print(f"specchat on {loaded.model_name} ({loaded.name}, {loaded.device}); Ctrl+D quits.")
     while True:
         line = _read_line()

@@ -447,6 +447,10 @@ class ChatSession:
         modes = COLOUR_MODES
         return self._change(colour_by=modes[(modes.index(self.config.colour_by) + 1) % len(modes)])
 
+    def set_default_system_prompt(self, text: str | None) -> str | None:
+        """The system prompt new chats start with (blank: none), kept in the settings file."""
+        return self._change(system_prompt=text if text and text.strip() else None)
+
     def set_theme(self, name: str) -> str | None:
         if self.config.theme == name:
             return None

@@ -6,6 +6,7 @@ raise_exception, strftime_now) so both backends build the same prompt text for t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
 
@@ -35,12 +36,33 @@ def render_chat_template(
     template: str, messages: list[ChatMessage], *, bos_token: str = "", eos_token: str = ""
 ) -> str:
     """The prompt text for `messages`, ending where the assistant's answer begins."""
-    return _compile(template).render(
-        messages=[{"role": m.role, "content": m.content} for m in messages],
-        add_generation_prompt=True,
-        bos_token=bos_token,
-        eos_token=eos_token,
-    )
+    compiled = _compile(template)
+
+    def render(turns: list[ChatMessage]) -> str:
+        return compiled.render(
+            messages=[{"role": m.role, "content": m.content} for m in turns],
+            add_generation_prompt=True,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
+
+    return system_folded_if_refused(render, messages)
+
+
+def system_folded_if_refused(
+    render: Callable[[list[ChatMessage]], str], messages: list[ChatMessage]
+) -> str:
+    """`render(messages)`; where the template refuses a system message (Gemma 2's raises "System
+    role not supported"), the system text starts the first question instead, where Gemma 3's own
+    template puts it. Every runtime renders through this, so a chat's system prompt reaches
+    every model."""
+    try:
+        return render(messages)
+    except SpecchatError:
+        if not (len(messages) > 1 and messages[0].role == "system" and messages[1].role == "user"):
+            raise
+    system, first, *rest = messages
+    return render([ChatMessage("user", f"{system.content}\n\n{first.content}"), *rest])
 
 
 # ChatML, for models that ship no template of their own.

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from specchat.attachments import Attachment, language_of, with_attachments
+from specchat.attachments import (
+    Attachment,
+    attach_mentions,
+    complete_path,
+    language_of,
+    mentions,
+    with_attachments,
+)
+from specchat.errors import SpecchatError
 from tests.cli import run_cli, run_process
 
 
@@ -70,6 +78,47 @@ def test_files_join_the_prompt_under_their_names(tmp_path: Path):
         f"{first}:\n```python\ndef add(a, b):\n    return a + b\n```\n\n"
         f"{second}:\n```txt\nkeep the signature\n```\n\nRename add to plus."
     )
+    shown = run_cli("chats", "show", "1", env={"SPECCHAT_DATA_DIR": str(data)})
+    assert f"── you · attached {first}, {second}  #1" in shown.stdout
+
+
+@pytest.mark.slow
+def test_ask_follows_the_settings_system_prompt_and_keeps_it_with_the_chat(tmp_path: Path):
+    config, data = tmp_path / "config", tmp_path / "data"
+    config.mkdir()
+    (config / "settings.toml").write_text('system_prompt = "Answer in French."\n')
+    env = {"SPECCHAT_DATA_DIR": str(data), "SPECCHAT_CONFIG_DIR": str(config)}
+    for extra in ([], ["--system", "Answer in German."]):
+        ran = run_cli("ask", "Hello", "-d", "greedy", "--max-tokens", "2", *extra, env=env)
+        assert ran.returncode == 0, ran.stderr
+    first = run_cli("chats", "show", "1", env=env).stdout
+    assert "── system prompt\nAnswer in French.\n" in first
+    second = json.loads(run_cli("chats", "show", "2", "--json", env=env).stdout)
+    assert second["system_prompt"] == "Answer in German."
+
+
+def test_at_mentions_name_files_and_paths_but_not_people(tmp_path: Path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("x = 1\n")
+    (tmp_path / "README").write_text("read me\n")
+    text = "Compare @src/app.py, @README and @nope.txt. Ask @alice; mail bob@example.com"
+    assert mentions(text, tmp_path) == ["src/app.py", "README", "nope.txt"]
+    with pytest.raises(SpecchatError, match="@nope.txt: no such file: nothing was sent"):
+        attach_mentions(text, tmp_path)
+    attached = attach_mentions("Fix @src/app.py and again @src/app.py.", tmp_path)
+    assert attached == [Attachment("src/app.py", "x = 1\n")]  # each file once
+
+
+def test_tab_completes_to_what_every_match_shares(tmp_path: Path):
+    (tmp_path / "src").mkdir()
+    for name in ("maths.py", "main.py", ".hidden.py"):
+        (tmp_path / "src" / name).write_text("")
+    assert complete_path("s", tmp_path) == ("src/", ["src/"])
+    assert complete_path("src/m", tmp_path) == ("src/ma", ["main.py", "maths.py"])
+    assert complete_path("src/mat", tmp_path) == ("src/maths.py", ["maths.py"])
+    assert complete_path("src/.h", tmp_path) == ("src/.hidden.py", [".hidden.py"])
+    assert complete_path("src/x", tmp_path) == ("src/x", [])
+    assert complete_path(f"{tmp_path}/sr", Path("/")) == (f"{tmp_path}/src/", ["src/"])
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ def test_old_database_migrates_and_keeps_every_message_and_colour(tmp_path):
     assert chat[3].runs == [(0, 4, 2, "")]  # saved before sources were kept
     assert chat[3].finish_reason == "cancelled"
     assert all(m.branch == (1, 1) for m in chat)
+    assert store.system_prompt(1) is None and not any(m.attached for m in chat)
     # the migrated chat goes on where it stopped
     store.add_message(1, StoredMessage("user", "and one more"))
     assert [m.content for m in store.messages(1)][-2:] == ["Beam over dark waves", "and one more"]
@@ -81,6 +82,34 @@ def test_new_database_and_migrated_one_have_the_same_schema(tmp_path):
             db.close()
 
     assert schema(tmp_path / "new.sqlite3") == schema(tmp_path / "old.sqlite3")
+
+
+def test_a_chats_system_prompt_and_a_questions_files_survive_a_restart(tmp_path):
+    from specchat.attachments import Attachment, attached_spans, with_attachments
+
+    path = tmp_path / "history.sqlite3"
+    store = HistoryStore(path)
+    chat = store.new_chat("Fix it", "You review code.")
+    files = [
+        Attachment("a.py", "x = 1\n"),
+        Attachment("notes.md", "use `x`\n```\nnot a fence end\n"),
+    ]
+    question = StoredMessage(
+        "user", with_attachments("Fix @a.py", files), attached=attached_spans(files)
+    )
+    store.add_message(chat, question)
+    store.set_system_prompt(chat, "You review Python.")
+    store.close()
+    store = HistoryStore(path)
+    (kept,) = store.messages(chat)
+    assert kept.question == "Fix @a.py"
+    assert [name for name, _ in kept.attachment_blocks()] == ["a.py", "notes.md"]
+    assert kept.attachment_blocks()[0][1] == "a.py:\n```python\nx = 1\n```"
+    assert kept.attachment_blocks()[1][1].endswith("not a fence end\n````")
+    assert store.system_prompt(chat) == "You review Python."
+    store.set_system_prompt(chat, "   ")  # blank: none
+    assert store.system_prompt(chat) is None
+    store.close()
 
 
 def test_edit_and_regenerate_make_branches_that_survive_a_restart(tmp_path):

@@ -39,6 +39,8 @@ class SpecchatApp(App):
         "screens/confirm.tcss",
         "screens/drafts.tcss",
         "screens/models.tcss",
+        "screens/system_prompt.tcss",
+        "screens/file_picker.tcss",
     ]
     BINDINGS = bindings(APP_KEYS)
 

@@ -70,6 +70,15 @@ PROMPT_KEYS = (
         palette="Edit the last question",
         bound=False,
     ),
+    Key(
+        "tab",
+        "complete",
+        "complete",
+        "after @: complete the file's path (a bare @: pick the file)",
+        shows="Tab (after @)",
+        priority=False,
+        bound=False,  # the prompt reads it; elsewhere Tab moves the focus
+    ),
 )
 
 # on a focused message (a question or an answer)
@@ -120,6 +129,14 @@ QUESTION_KEYS = (
         "edit",
         "edit that question: sending it starts a new branch",
         "e / Enter (on a question)",
+        priority=False,
+    ),
+    Key(
+        "o",
+        "screen.toggle_attachments",
+        "files",
+        "show the question's attached files, or fold them again",
+        "o (on a question)",
         priority=False,
     ),
 )
@@ -200,6 +217,27 @@ CHAT_KEYS = (
         palette="Chats",
     ),
     Key("ctrl+n", "new_chat", "new chat", "a new chat", palette="New chat"),
+    Key(
+        "f12",
+        "attach_file",
+        "attach",
+        "attach a file: pick it, and its text joins your question (or type @path in it)",
+        palette="Attach a file",
+    ),
+    Key(
+        "",
+        "system_prompt",
+        "system prompt",
+        "this chat's system prompt: set, change or clear it (kept with the chat)",
+        palette="System prompt of this chat",
+    ),
+    Key(
+        "",
+        "default_system_prompt",
+        "default system prompt",
+        "the system prompt new chats start with (settings.toml's system_prompt)",
+        palette="Default system prompt (new chats)",
+    ),
     Key(
         "f9",
         "pick_model",

@@ -22,7 +22,7 @@ import numpy as np
 from specchat import cpu
 from specchat.backends.base import Block, ChatMessage, block_to_commit
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
-from specchat.backends.chat_template import CHATML_TEMPLATE
+from specchat.backends.chat_template import CHATML_TEMPLATE, system_folded_if_refused
 from specchat.backends.hf.packed import pack_linears
 from specchat.backends.registry import TRANSFORMERS
 from specchat.backends.token_bytes import token_bytes_table
@@ -119,6 +119,9 @@ class HFBackend(MeasuredCosts):
 
     def chat_prompt(self, messages: list[ChatMessage]) -> str:
         """The model's chat template (ChatML for a model without one, as the llama backend does)."""
+        return system_folded_if_refused(self._render, messages)
+
+    def _render(self, messages: list[ChatMessage]) -> str:
         history = [{"role": message.role, "content": message.content} for message in messages]
         template = None if getattr(self.tokenizer, "chat_template", None) else CHATML_TEMPLATE
         try:

@@ -44,8 +44,10 @@ from specchat.app.tui.screens.chat_copying import Copying
 from specchat.app.tui.screens.chats import ChatListScreen
 from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
 from specchat.app.tui.screens.drafts import DraftsScreen
+from specchat.app.tui.screens.file_picker import FilePickerScreen
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.app.tui.screens.search import SearchScreen
+from specchat.app.tui.screens.system_prompt import SystemPromptScreen
 from specchat.app.tui.widgets.legend import Legend
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
@@ -103,7 +105,9 @@ class ChatScreen(Answering, Branches, Copying, Screen):
 
     async def on_mount(self) -> None:
         session = self.session
-        self.conversation = Conversation(session.history)
+        self.conversation = Conversation(
+            session.history, default_system=session.config.system_prompt
+        )
         if session.needs_loading:
             self.run_worker(
                 self._load, name="load model", group="load", exclusive=True, thread=True
@@ -320,7 +324,7 @@ class ChatScreen(Answering, Branches, Copying, Screen):
 
     def _widget_for(self, message: StoredMessage):
         if message.role == "user":
-            return UserMessage(message.content, message)
+            return UserMessage(message)
         return AssistantMessage(
             palette=self.app.palette,
             colour=self.session.colour_runs,
@@ -357,6 +361,72 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         last = self.conversation.last("user")
         if last is not None:
             self.start_editing(last)
+
+    # -- attachments and the system prompt ------------------------------------------------------
+    @on(PromptInput.PickFile)
+    def action_attach_file(self) -> None:
+        """F12 (or Tab after a bare @): pick a file; `@path` goes into the prompt at the cursor."""
+        self.app.push_screen(FilePickerScreen(), self._file_picked)
+
+    def _file_picked(self, path: str | None) -> None:
+        prompt = self.query_one(PromptInput)
+        if path is not None:
+            prompt.attach(path)
+        prompt.focus()
+
+    def action_toggle_attachments(self) -> None:
+        """`o` on a question: show its attached files' text, or fold it again."""
+        turn = self.focused
+        if not isinstance(turn, UserMessage) or not turn.toggle_attachments():
+            self.notify("this question attached no files", severity="warning")
+
+    def action_system_prompt(self) -> None:
+        conversation = self.conversation
+        where = (
+            f"chat {conversation.chat_id}" if conversation.chat_id is not None else "this new chat"
+        )
+        self.app.push_screen(
+            SystemPromptScreen(
+                f"System prompt of {where}",
+                conversation.system_prompt,
+                "Kept with the chat; the next answer follows it. A model whose template has no "
+                "system role gets it before the first question.",
+            ),
+            self._system_prompt_kept,
+        )
+
+    def _system_prompt_kept(self, text: str | None) -> None:
+        if text is None:
+            return
+        try:
+            self.conversation.set_system_prompt(text)
+        except HistoryError as exc:
+            self.notify(str(exc), title="system prompt", severity="error")
+            return
+        self.notify("system prompt set" if text else "no system prompt", title="this chat")
+
+    def action_default_system_prompt(self) -> None:
+        self.app.push_screen(
+            SystemPromptScreen(
+                "Default system prompt (new chats)",
+                self.session.config.system_prompt,
+                "New chats start with it (settings.toml's system_prompt); a chat keeps its own.",
+            ),
+            self._default_system_prompt_kept,
+        )
+
+    def _default_system_prompt_kept(self, text: str | None) -> None:
+        if text is None:
+            return
+        error = self.session.set_default_system_prompt(text)
+        self.conversation.default_system = self.session.config.system_prompt
+        if error:
+            self.notify(error, severity="warning")
+        else:
+            self.notify(
+                "new chats start with it" if text else "new chats have none",
+                title="default system prompt",
+            )
 
     # -- drafts ------------------------------------------------------------------------------
     def action_show_drafts(self) -> None:

@@ -22,8 +22,9 @@ from specchat.app.tui.messages import AnswerDone, AnswerFailed, TurnsLeftOut
 from specchat.app.tui.streaming import AnswerStream
 from specchat.app.tui.widgets.message import AssistantMessage, Turn, UserMessage
 from specchat.app.tui.widgets.prompt_input import PromptInput
+from specchat.attachments import attach_mentions, attached_spans, with_attachments
 from specchat.engine.events import DoneEvent
-from specchat.errors import HistoryError
+from specchat.errors import SpecchatError
 from specchat.evaluation.race import error_text
 
 
@@ -45,17 +46,22 @@ class Answering:
         return self._answer is not None
 
     async def send(self, text: str) -> None:
-        """Ask `text` after the last message shown and start the answer."""
+        """Ask `text` after the last message shown, with the files it names (`@path`) before
+        it, and start the answer. A file that cannot be attached, or a store that refuses:
+        one line, nothing sent, the text back in the prompt."""
         cancel = self._new_answer_token()
         try:
-            question = self.conversation.ask(text)
-        except HistoryError as exc:  # nothing sent: the question goes back to the prompt
+            attached = attach_mentions(text)
+            question = self.conversation.ask(
+                with_attachments(text, attached), attached_spans(attached)
+            )
+        except SpecchatError as exc:  # a HistoryError too
             self.notify(str(exc), title="not sent", severity="error", timeout=15)
             self.query_one(PromptInput).insert(text)
             return
         self.sub_title = self.conversation.title
         transcript = self.query_one("#transcript", VerticalScroll)
-        await transcript.mount(UserMessage(text, question))
+        await transcript.mount(UserMessage(question))
         transcript.anchor()
         await self._start_answer(cancel)
 

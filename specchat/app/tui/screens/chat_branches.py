@@ -40,7 +40,7 @@ class Branches:
             return
         self._editing = message
         prompt = self.query_one(PromptInput)
-        prompt.text = message.content
+        prompt.text = message.question  # its @path mentions attach the files anew
         prompt.move_cursor(prompt.document.end)
         prompt.border_title = "editing a question — Enter sends it as a new branch, Esc cancels"
         prompt.focus()

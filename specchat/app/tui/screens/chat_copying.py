@@ -32,7 +32,11 @@ class Copying:
         return self.conversation.title or "specchat chat"
 
     def action_copy_chat(self) -> None:
-        copy_to_clipboard(self.app, chat_markdown(self._title(), self.messages), "the chat")
+        copy_to_clipboard(
+            self.app,
+            chat_markdown(self._title(), self.messages, self.conversation.system_prompt),
+            "the chat",
+        )
 
     def action_export(self) -> Path | None:
         if not self.messages:
@@ -40,7 +44,10 @@ class Copying:
             return None
         stem = "".join(c if c.isalnum() else "-" for c in self._title().lower()).strip("-")[:40]
         path = exports_dir() / f"{self.chat_id or 0:04d}-{stem or 'chat'}.md"
-        path.write_text(chat_markdown(self._title(), self.messages), encoding="utf-8")
+        path.write_text(
+            chat_markdown(self._title(), self.messages, self.conversation.system_prompt),
+            encoding="utf-8",
+        )
         self.notify(f"exported to {path}", timeout=8)
         return path
 

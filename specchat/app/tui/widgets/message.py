@@ -48,20 +48,45 @@ class Turn(Vertical):
         self.query_one(".role", Label).update(self._role_line())
 
 
+def attachment_line(name: str, block: str, shown: bool) -> Text:
+    """A folded attached file: its name and size; shown, its text as the prompt holds it."""
+    lines = block.count("\n") - 2  # the line breaks after its name and its opening fence
+    head = Text.assemble(("📎 ", ""), (name, "bold"), f" · {max(lines, 0)} lines")
+    if not shown:
+        return Text.assemble(head, ("  (o: show)", "dim"))
+    return Text.assemble(head, ("  (o: fold)", "dim"), "\n", block)
+
+
 class UserMessage(Turn):
+    """A question as the user typed it; the files it attached above it, folded to their names
+    (`o` on the question shows their text, again folds it)."""
+
     BINDINGS = bindings(QUESTION_KEYS)
 
-    def __init__(self, text: str, stored: StoredMessage | None = None) -> None:
+    def __init__(self, stored: StoredMessage) -> None:
         super().__init__(classes="turn user")
-        self.text = text
         self.stored = stored
+        self.text = stored.question
+        self.attachments_shown = False
 
     def _role_line(self) -> str:
         return " ".join(part for part in ("you", branch_label(self.stored)) if part)
 
     def compose(self) -> ComposeResult:
         yield Label(self._role_line(), classes="role")
+        for name, block in self.stored.attachment_blocks():
+            yield Static(attachment_line(name, block, False), classes="attachment")
         yield Static(Text(self.text, end=""), classes="body")
+
+    def toggle_attachments(self) -> bool:
+        """Show the attached files' text, or fold it again; False when there are none."""
+        blocks = self.stored.attachment_blocks()
+        if not blocks:
+            return False
+        self.attachments_shown = not self.attachments_shown
+        for widget, (name, block) in zip(self.query(".attachment"), blocks, strict=True):
+            widget.update(attachment_line(name, block, self.attachments_shown))
+        return True
 
 
 class AssistantMessage(Turn):
