@@ -47,3 +47,41 @@ def test_search_screen(snap_compare, backend, fixed_chat):
     assert snap_compare(
         app_on_chat(backend, with_branches(fixed_chat)), terminal_size=SIZE, run_before=search
     )
+
+
+def with_attached_file(fixed_chat):
+    """A question that attached a file, after the fixed chat, and the chat's system prompt."""
+    from specchat.attachments import Attachment, attached_spans, with_attachments
+
+    store, chat = fixed_chat
+    files = [Attachment("src/maths.py", "def add(a, b):\n    return a + b\n")]
+    question = "Rename add to plus in @src/maths.py"
+    store.add_message(
+        chat,
+        StoredMessage("user", with_attachments(question, files), attached=attached_spans(files)),
+    )
+    store.add_message(
+        chat,
+        StoredMessage(
+            "assistant", "def plus(a, b):\n    return a + b", "suffix", "eos",
+            runs=[(0, 30, 9, "prompt")],
+        ),
+    )  # fmt: skip
+    store.set_system_prompt(chat, "You review Python.")
+    return store, chat
+
+
+def test_an_attached_file_folded_and_shown(snap_compare, backend, fixed_chat):
+    """The question shows its file folded to one line; `o` on it shows the file's text."""
+
+    async def unfold(pilot) -> None:
+        await still_cursor(pilot)
+        from specchat.app.tui.widgets.message import UserMessage
+
+        pilot.app.screen.query(UserMessage).last().focus()
+        await pilot.press("o")
+        await pilot.pause()
+
+    assert snap_compare(
+        app_on_chat(backend, with_attached_file(fixed_chat)), terminal_size=SIZE, run_before=unfold
+    )

@@ -49,12 +49,14 @@ class Turn(Vertical):
 
 
 def attachment_line(name: str, block: str, shown: bool) -> Text:
-    """A folded attached file: its name and size; shown, its text as the prompt holds it."""
+    """A folded attached file: its name and size; shown, its text fenced as the prompt holds
+    it (the name line above the fence is the heading)."""
     lines = block.count("\n") - 2  # the line breaks after its name and its opening fence
-    head = Text.assemble(("📎 ", ""), (name, "bold"), f" · {max(lines, 0)} lines")
-    if not shown:
-        return Text.assemble(head, ("  (o: show)", "dim"))
-    return Text.assemble(head, ("  (o: fold)", "dim"), "\n", block)
+    mark, key = ("▾", "o: fold") if shown else ("▸", "o: show")
+    head = Text.assemble(
+        f"{mark} ", (name, "bold"), f" · {max(lines, 0)} lines", (f"  ({key})", "dim")
+    )
+    return Text.assemble(head, "\n", block.partition("\n")[2]) if shown else head
 
 
 class UserMessage(Turn):
