@@ -6,8 +6,9 @@
 Runs headless in private config/data folders; writes chat.svg, chat-light.svg, help.svg,
 branches.svg (the answer regenerated with Ctrl+R: two versions, ‹2/2›), search.svg (Ctrl+K),
 race.svg (the race mid-replay: the replay clock is stopped where the first decoder has finished),
-race-done.svg (the replay over, with the summary), code.svg (a code edit: the runs the decoder
-copied, tinted inside the highlighted code block) and drafts.svg (that answer's drafts, `d`).
+race-done.svg (the replay over, with the summary), code.svg (a code edit on a file attached with
+`@maths.py`, Tab completing its name: the runs the decoder copied, tinted inside the highlighted
+code block) and drafts.svg (that answer's drafts, `d`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ PROMPT = (
     "- Kiwis are brown outside and green inside\n- Lemons are bright yellow"
 )
 SIZE = (110, 34)
-CODE_PROMPT = (
-    "Rename the function `add` to `plus` and change nothing else:\n\n"
-    "```python\n"
+CODE_FILE = "maths.py"
+CODE = (
     "def add(a, b):\n"
     '    """Return the sum of a and b."""\n'
     "    return a + b\n\n\n"
@@ -37,7 +37,6 @@ CODE_PROMPT = (
     "    for number in numbers:\n"
     "        result = add(result, number)\n"
     "    return result\n"
-    "```"
 )
 
 
@@ -51,22 +50,22 @@ class StoppedClock:
         return self.now
 
 
+async def loaded(app, pilot) -> None:
+    """The app loads the model as `specchat` does: the runtime and decoder it would choose here."""
+    while not app.session.ready:
+        await pilot.pause(0.1)
+    await pilot.pause(0.3)
+
+
 async def chat_shots() -> None:
     from specchat.app.tui.app import SpecchatApp
     from specchat.app.tui.screens.race import RaceScreen
-    from specchat.decoding.registry import default_decoder
-    from specchat.models import LoadOptions, load_model
     from specchat.options import RunConfig
 
-    # loaded off the main thread, as the chat does (app/foreground.py says why)
-    backend = await asyncio.to_thread(load_model, None, LoadOptions(n_ctx=2048))
-    speculative = default_decoder(backend)  # what the chat starts on
-    app = SpecchatApp(
-        settings=RunConfig(decoder=speculative, max_tokens=160),
-        backend=backend,
-        save_settings_file=False,
-    )
+    app = SpecchatApp(settings=RunConfig(max_tokens=160), save_settings_file=False)
     async with app.run_test(size=SIZE) as pilot:
+        await loaded(app, pilot)
+        speculative = app.session.decoder_name  # what the chat starts on
         app.screen.query_one("#prompt").insert(PROMPT)
         await pilot.press("enter")
         await pilot.pause(0.2)
@@ -121,21 +120,25 @@ async def chat_shots() -> None:
         screen.replay_tick()
         await pilot.pause(0.3)
         app.save_screenshot("race-done.svg", str(HERE))
-    backend.close()
 
 
 async def code_shots() -> None:
-    """A code edit in the default decoder (it copies most of its input): the runs inside the
-    highlighted code block, then the answer's drafts."""
+    """A code edit in the default decoder (it copies most of its input) on a file attached as a
+    user attaches one (`@ma`, Tab): the runs inside the highlighted code block, then the
+    answer's drafts."""
     from specchat.app.tui.app import SpecchatApp
-    from specchat.models import LoadOptions, load_model
     from specchat.options import RunConfig
 
-    # loaded off the main thread, as the chat does (app/foreground.py says why)
-    backend = await asyncio.to_thread(load_model, None, LoadOptions(n_ctx=2048))
-    app = SpecchatApp(settings=RunConfig(max_tokens=200), backend=backend, save_settings_file=False)
+    app = SpecchatApp(settings=RunConfig(max_tokens=200), save_settings_file=False)
+    folder = Path(tempfile.mkdtemp(prefix="specchat-project-"))
+    (folder / CODE_FILE).write_text(CODE)
+    os.chdir(folder)
     async with app.run_test(size=SIZE) as pilot:
-        app.screen.query_one("#prompt").insert(CODE_PROMPT)
+        await loaded(app, pilot)
+        prompt = app.screen.query_one("#prompt")
+        prompt.insert("Add type hints to the functions in @ma")
+        await pilot.press("tab")  # completes @maths.py
+        prompt.insert("and return the whole file.")
         await pilot.press("enter")
         await pilot.pause(0.2)
         await app.workers.wait_for_complete()
@@ -147,7 +150,6 @@ async def code_shots() -> None:
         await pilot.press("shift+tab", "d")
         await pilot.pause(0.3)
         app.save_screenshot("drafts.svg", str(HERE))
-    backend.close()
 
 
 def main() -> None:
