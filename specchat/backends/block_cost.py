@@ -37,8 +37,15 @@ _FILLER_TOKEN = 198
 # to the whole context, and the shape moves with it, if little on llama.cpp (timed as here, the
 # ratios stay within about 5% from 64 to 3,000 tokens: benchmarks/measure_context_cost.py).
 CONTEXT = 256
-# how the passes were timed: a table timed otherwise is measured again
-_METHOD = "settled"
+# how the passes were timed: a table timed otherwise is measured again ("alone": tables timed
+# while the machine was busy are no longer kept, so those kept before are timed again once)
+_METHOD = "settled-alone"
+# A table is kept only when its passes had the cores: the process's CPU time while timing them at
+# least this share of the wall time its threads had. Alone, every runtime's threads run the
+# whole time (cpu/wall 1.99-2.00 on two threads; llama.cpp, int4 and transformers alike); beside
+# one busy process 1.28-1.30 (`time_passes` on a 2-core Intel Xeon). Kept, a busy moment's table
+# priced its runtime at 2-3x its cost for good, and the chooser ran the other runtime ever after.
+_ALONE_SHARE = 0.85
 
 
 class BlockCostTable:
@@ -56,6 +63,7 @@ class BlockCostTable:
         self._plain_run = 0  # one-token passes in a row, in use
         self._unsaved = False  # a refinement not yet written (`keep`)
         self._recent: list[float] = []  # settled plain passes' seconds, not yet refined from
+        self._timed_busy = False  # measured while other work took the cores: not kept
 
     @staticmethod
     def full_key(key: str, device: str, threads: object) -> str:
@@ -135,8 +143,9 @@ class BlockCostTable:
         self._unsaved = True
 
     def keep(self) -> None:
-        """Write the refinements made since the last `keep` (none: nothing is written)."""
-        if self._unsaved:
+        """Write the refinements made since the last `keep` (none: nothing is written; nor for a
+        table timed while the machine was busy, whose shape is the busy moment's)."""
+        if self._unsaved and not self._timed_busy:
             self._unsaved = False
             with contextlib.suppress(OSError):  # a cache that cannot be written stops nothing
                 self._save()
@@ -166,12 +175,14 @@ class BlockCostTable:
         return self._exactness
 
     def _measured(self) -> None:
-        """The costs kept, or measured now and kept."""
+        """The costs kept, or measured now and kept (for this run only where the machine was
+        busy while they were timed: the next run times them again)."""
         if not self._loaded:
             self._load()
         if not self._costs:
             self._measure_all()
-            self._save()
+            if not self._timed_busy:
+                self._save()
 
     def cost(self, k: int) -> float:
         known = self._memo.get(k)
@@ -193,8 +204,20 @@ class BlockCostTable:
         sizes = sizes if len(sizes) > 1 else [1, 2]
         filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
         backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - sizes[-1] - 1) - n))
+        wall, cpu = time.perf_counter(), time.process_time()
         self._costs.update(time_passes(backend, sizes, _REPEATS))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        self._timed_busy = not had_the_cores(cpu, wall, backend)
         backend.rollback(n)
+
+
+def had_the_cores(cpu_seconds: float, wall_seconds: float, backend) -> bool:
+    """Whether a CPU backend's threads ran the whole time they were timed (`_ALONE_SHARE`); a
+    GPU's passes leave the CPU waiting, so they are always taken as timed alone."""
+    if backend.device != "cpu":
+        return True
+    threads = max(1, min(int(getattr(backend, "threads", 1) or 1), os.cpu_count() or 1))
+    return cpu_seconds >= _ALONE_SHARE * threads * wall_seconds
 
 
 def interpolate(costs: dict[int, float], k: int) -> float:

@@ -7,6 +7,9 @@ real backends).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,9 @@ def modelled_runtime(
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
     runtime = NumpyBackend(char_ngram_model, pass_seconds=pass_seconds)
     monkeypatch.setattr(block_cost.time, "perf_counter", lambda: runtime.clock)
+    # its thread had its core the whole time (cpu time = wall time), unless a test says not
+    runtime.cpu_share = 1.0
+    monkeypatch.setattr(block_cost.time, "process_time", lambda: runtime.clock * runtime.cpu_share)
     return runtime
 
 
@@ -117,3 +123,41 @@ def test_the_table_follows_the_typical_plain_pass_not_the_luckiest(
     runtime.pass_seconds = lambda k: 1.0 if k == 1 else 0.5 + 0.5 * k
     decode(runtime, table, [1], times=64)
     assert table.cost(1) == pytest.approx(1.0)  # and back down when the machine is quieter
+
+
+@pytest.mark.measured_costs
+def test_a_table_timed_while_the_machine_was_busy_is_used_but_not_kept(
+    char_ngram_model, tmp_path, monkeypatch
+):
+    """Timed while another process took half the core, the costs serve this run, but are not
+    written: kept, they would price the runtime at the busy moment's costs for good (the chooser
+    then ran the other runtime ever after). The next run times them again, alone."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    runtime.cpu_share = 0.5
+    table = BlockCostTable(runtime, "stand-in")
+    assert table.cost(1) == pytest.approx(1.0)
+    runtime.pass_seconds = lambda k: 2.0  # busier still: the table follows, in this run only
+    decode(runtime, table, [1], times=80)
+    assert table.cost(1) == pytest.approx(2.0)
+    table.keep()
+    assert BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", "")) is None
+    runtime.cpu_share = 1.0
+    again = BlockCostTable(runtime, "stand-in")
+    assert again.cost(4) == pytest.approx(2.0)  # timed anew
+    assert BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", ""))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins a process to one core")
+def test_two_threads_on_one_core_are_a_busy_machine_to_the_real_runtime(tmp_path):
+    """llama.cpp's two threads pinned to one core (as when another process holds the other):
+    the real timing sees it, and the cache keeps no table."""
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "from specchat.models import LoadOptions, load_model\n"
+        "b = load_model(None, LoadOptions(backend='llama', threads=2, n_ctx=64))\n"
+        "print(b.block_cost(4) > b.block_cost(1) > 0)\n"
+    )
+    env = {**os.environ, "SPECCHAT_CACHE_DIR": str(tmp_path)}
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.strip() == "True", ran.stderr[-2000:]
+    assert not (tmp_path / "block_costs.json").exists()
