@@ -14,10 +14,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specchat.backends.gguf.opened_apart import check_opened_apart
 from specchat.backends.registry import (
     FORMATS,
     GGUF,
     HF_FOLDER,
+    INT4,
+    LLAMA_CPP,
     RUNTIMES,
     SERVER,
     Runtime,
@@ -221,6 +224,12 @@ def load_model(
             raise SpecchatError(f"--base-url is for --backend {SERVER.name}, not {options.backend}")
         return SERVER.load(spec, options, progress)
     ref, forced = _resolve(spec, options)
+    if (
+        ref.kind == GGUF
+        and ref.path != bundled_gguf()
+        and (forced is None or forced.name in (LLAMA_CPP, INT4))
+    ):  # both open it through llama.cpp, whose aborts would take this process down
+        check_opened_apart(ref.path, progress)
     device = pick(options.device, [forced] if forced else native_runtimes(ref.kind))
     options = replace(options, device=device)
     loaded = None

@@ -207,3 +207,33 @@ def test_a_hugging_face_directory_without_weights_is_one_line(tmp_path: Path):
 
 def test_a_race_server_that_is_no_address_is_one_line():
     one_line_error(run("--race-server", "ftp://host"), "server@ftp://host", "HOST:PORT")
+
+
+def test_a_file_is_opened_apart_once_and_an_abort_there_is_one_line(tmp_path):
+    """`ask --model FILE` opens a GGUF in a child process first: once per file (the verdict is
+    kept by path, size and time), and a file whose opening aborts llama.cpp there (SIGABRT) is
+    refused in one line with exit 2, this process never opening it."""
+    import shutil
+
+    from specchat.bundled import bundled_gguf
+
+    model = tmp_path / "copy.gguf"
+    shutil.copy(bundled_gguf(), model)
+    env = {"SPECCHAT_CACHE_DIR": str(tmp_path / "cache"), "SPECCHAT_DATA_DIR": str(tmp_path)}
+    args = ("ask", "Hi", "--model", str(model), "--max-tokens", "2", "--no-log", "-d", "greedy")
+    aborting = run_cli(*args, env={**env, "SPECCHAT_TEST_ABORT_OPENING": "copy.gguf"})
+    assert aborting.returncode == 2 and not aborting.stdout
+    assert aborting.stderr.strip().splitlines() == [
+        "specchat: error: copy.gguf crashed llama.cpp while it was opened (signal 6, SIGABRT): "
+        "refused, this process never opened it"
+    ]
+    ran = run_cli(*args, env=env)
+    assert ran.returncode == 0, ran.stderr
+    verdicts = json.loads((tmp_path / "cache" / "opened-files.json").read_text())
+    assert [key.split("|")[0] for key in verdicts] == [str(model.resolve())]
+    # kept: the stand-in abort no longer runs, since the file is not opened apart again
+    again = run_cli(*args, env={**env, "SPECCHAT_TEST_ABORT_OPENING": "copy.gguf"})
+    assert again.returncode == 0, again.stderr
+    model.write_bytes(model.read_bytes())  # changed (a new time): opened apart again
+    changed = run_cli(*args, env={**env, "SPECCHAT_TEST_ABORT_OPENING": "copy.gguf"})
+    assert changed.returncode == 2 and "crashed llama.cpp" in changed.stderr

@@ -84,3 +84,28 @@ async def test_a_model_that_will_not_load_leaves_the_old_one_in_use(backend, lm_
         await pilot.pause()
         assert app.session.backend is backend and app.session.ready
         assert "loading" not in status_of(app) and backend.model_name in status_of(app)
+
+
+@pytest.mark.slow
+async def test_a_model_that_crashes_llama_cpp_leaves_the_chat_running(
+    backend, lm_studio, monkeypatch
+):
+    """A file whose opening aborts llama.cpp (a real SIGABRT in the child that opens it first):
+    one line, and the chat, its model and its answers go on."""
+    crashing = lm_studio / "Pub/Crash-GGUF/crashing.gguf"
+    crashing.parent.mkdir(parents=True)
+    crashing.write_bytes(bundled_gguf().read_bytes())  # a file of its own, never opened before
+    monkeypatch.setenv("SPECCHAT_TEST_ABORT_OPENING", crashing.name)
+    app = chat_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await pick(pilot, "Pub/Crash-GGUF/crashing.gguf")
+        await wait_until(pilot, lambda: any("crashed" in n.message for n in app._notifications))
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        note = next(n.message for n in app._notifications if "crashed" in n.message)
+        assert "crashing.gguf crashed llama.cpp while it was opened (signal 6" in note
+        assert app.session.backend is backend and app.session.ready
+        app.screen.query_one(PromptInput).insert("Say hi.")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(app.screen.messages) == 2 and not app.session.busy)
+        assert app.screen.messages[-1].content

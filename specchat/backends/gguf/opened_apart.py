@@ -1,0 +1,128 @@
+"""A GGUF is opened by llama.cpp in a child process before this process opens it.
+
+specchat's own reader refuses a crafted header in one line (`header.py`), but llama.cpp reads far
+more of a file than any header check can foresee, and where it meets what it cannot handle it
+aborts (`GGML_ASSERT`) and takes the whole process with it: the chat and its unsaved state, not
+only the model. So a file is first opened — header check and llama.cpp's whole model load —
+by `python -m specchat.backends.gguf.opened_apart FILE`; a child that dies by a signal or exits
+any other way than cleanly is the file's one-line refusal here, and this process never opens it.
+A file that opened is remembered by path, size and modification time (`opened-files.json` in
+the cache dir), so it costs one child process (about half a second) once per file, and nothing
+for the bundled model. Where llama-cpp-python is not installed nothing can abort this way, and
+nothing is checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from specchat import locations
+from specchat.errors import SpecchatError
+
+_VERDICTS = "opened-files.json"
+_CHECK = "1"  # what the child does: a verdict of another check is not taken
+_TIMEOUT = 300.0  # seconds a child may take to open a file (a large one on a slow disk)
+_PREFIX = "specchat: error: "
+
+
+def _key(path: Path) -> str:
+    stat = path.stat()
+    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_CHECK}"
+
+
+def _verdicts() -> dict:
+    try:
+        data = json.loads((locations.cache_dir() / _VERDICTS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember(key: str) -> None:
+    """Add a file that opened (others' verdicts kept; written whole and renamed over the old)."""
+    with contextlib.suppress(OSError):  # a cache that cannot be written stops nothing
+        data = _verdicts()
+        data[key] = True
+        path = locations.cache_dir() / _VERDICTS
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+
+
+def check_opened_apart(path: Path, progress: Callable[[str], None] | None = None) -> None:
+    """Return once llama.cpp has opened `path` in a child process (now or before); else raise
+    the one-line SpecchatError that says why it was refused."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return
+    key = _key(path)
+    if key in _verdicts():
+        return
+    if progress:
+        progress(f"opening {path.name} in a separate process first (once per file)")
+    command = [sys.executable, "-m", "specchat.backends.gguf.opened_apart", str(path)]
+    try:
+        ran = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise SpecchatError(
+            f"{path.name}: llama.cpp took over {_TIMEOUT:.0f} s to open it: refused"
+        ) from None
+    if ran.returncode == 0:
+        _remember(key)
+        return
+    said = [line for line in ran.stderr.splitlines() if line.startswith(_PREFIX)]
+    if ran.returncode == 2 and said:
+        raise SpecchatError(said[-1].removeprefix(_PREFIX))
+    if ran.returncode < 0:
+        name = (
+            signal.Signals(-ran.returncode).name
+            if -ran.returncode in signal.valid_signals()
+            else ""
+        )
+        how = f"signal {-ran.returncode}" + (f", {name}" if name else "")
+        raise SpecchatError(
+            f"{path.name} crashed llama.cpp while it was opened ({how}): refused, "
+            "this process never opened it"
+        )
+    raise SpecchatError(
+        f"{path.name}: llama.cpp could not open it (the check exited {ran.returncode}): refused"
+    )
+
+
+def _open_here(path: Path) -> None:
+    """The child's work: the header check, then llama.cpp's whole model load (no context)."""
+    from specchat.backends.gguf.header import GGUFHeader
+    from specchat.backends.gguf.vocab import import_llama_cpp
+
+    GGUFHeader(path).check_llama()
+    if os.environ.get("SPECCHAT_TEST_ABORT_OPENING") == path.name:
+        os.abort()  # the tests' stand-in for an abort inside llama.cpp: a real signal, for real
+    llama_cpp = import_llama_cpp()  # its log silenced: the child speaks through its exit alone
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = 0
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise SpecchatError(f"cannot load {path}: not a valid GGUF model")
+    llama_cpp.llama_model_free(model)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        _open_here(Path(argv[0]))
+    except SpecchatError as exc:
+        sys.stderr.write(f"{_PREFIX}{exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
