@@ -199,3 +199,18 @@ async def test_a_chats_system_prompt_from_the_palette(backend, project):
         assert chat.conversation.system_prompt is None
         await chat.open_chat(chat_id)
         assert chat.conversation.system_prompt == "Answer like a pirate."
+
+
+async def test_a_file_past_the_context_window_is_one_notice_and_the_question_comes_back(
+    backend, project
+):
+    (project / "long.txt").write_text("word " * 4000)
+    app = _app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.screen
+        prompt = chat.query_one(PromptInput)
+        prompt.insert("Summarise @long.txt")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: any("context window" in n for n in _notes(app)))
+        await wait_until(pilot, lambda: prompt.text == "Summarise @long.txt")
+        assert not chat.query(UserMessage) and not chat.conversation.messages

@@ -218,7 +218,7 @@ class Answering:
             users.last().remove()
         prompt = self.query_one(PromptInput)
         if not prompt.text.strip():
-            prompt.insert(question.content)
+            prompt.insert(question.question)  # as typed: its @path mentions attach the files anew
 
     def action_cancel(self) -> None:
         """Stop the answer at its next step boundary — also when the engine has not started it
