@@ -33,6 +33,7 @@ class RandomShape:
     rope_scaling: str = "linear"  # or "yarn" (original context: 2048)
     window: int = 0  # a declared sliding window (0: none)
     rope_freqs: bool = False  # Llama 3's per-pair frequency factors
+    softcap: float = 0.0  # final logits soft-capped at this (gemma3 may declare it; 0: none)
 
 
 # llama.cpp's file types by the name people know them by
@@ -187,6 +188,8 @@ def _started(path: Path, shape: RandomShape, file_type, tokenizer: Path | None =
             writer.add_rope_scaling_orig_ctx_len(2048)
     if shape.window:
         writer.add_sliding_window(shape.window)
+    if shape.softcap:
+        writer.add_final_logit_softcapping(shape.softcap)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(file_type)
     for key, value, kind, item in fields:

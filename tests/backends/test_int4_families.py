@@ -70,6 +70,30 @@ def test_each_family_agrees_with_llama_cpp(family_gguf, family, quant, level) ->
         int4.close()
 
 
+def test_gemma3_with_soft_capped_logits_agrees_with_llama_cpp(tmp_path) -> None:
+    """A Gemma 3 file that declares a final soft cap: logits c * tanh(logits / c), as llama.cpp
+    computes them (a cap of 8 bends these random logits: computed without it they are far off)."""
+    from benchmarks.random_gguf import RandomShape, write_random_gguf
+    from specchat.backends.int4.backend import Int4Backend
+    from specchat.backends.llama import LlamaBackend
+
+    shape = RandomShape(**{**FAMILY_SHAPES["gemma3"], "softcap": 8.0})
+    path = write_random_gguf(tmp_path / "capped.gguf", shape, "Q4_0")
+    llama = LlamaBackend(path, n_ctx=256, max_branches=1, threads=1)
+    int4 = Int4Backend(path, n_ctx=256, threads=1)
+    try:
+        prompt = llama.tokenize(TEXT)
+        chain, expected = _greedy_chain(llama, prompt, 12)
+        assert np.abs(expected).max() <= 8.0
+        int4.prefill(prompt[:-1])
+        ours = int4.evaluate(Block.chain(chain))
+        worst = float((np.abs(ours - expected) / expected.std(axis=1, keepdims=True)).max())
+        assert worst <= TOLERANCE, f"logits {worst:.3f} of a row's spread from llama.cpp's"
+    finally:
+        llama.close()
+        int4.close()
+
+
 @pytest.mark.parametrize("level", LEVELS_HERE)
 @pytest.mark.parametrize("family", list(FAMILY_SHAPES))
 def test_a_tree_block_is_its_paths_evaluated_alone(family_gguf, family, level) -> None:

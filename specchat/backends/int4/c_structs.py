@@ -32,6 +32,8 @@ class CLinear(ctypes.Structure):
 class CLayer(ctypes.Structure):
     _fields_ = [
         ("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p),
+        ("attn_post_norm", ctypes.c_void_p), ("ffn_post_norm", ctypes.c_void_p),
+        ("cos_table", ctypes.c_void_p), ("sin_table", ctypes.c_void_p), ("window", ctypes.c_int32),
         ("qkv", CLinear * 3), ("qkv_parts", ctypes.c_int32), ("output", CLinear),
         ("gate_up", CLinear * 2), ("gate_up_parts", ctypes.c_int32), ("down", CLinear),
         ("ops", HeadOps),
@@ -42,10 +44,9 @@ class CModel(ctypes.Structure):
     _fields_ = [
         ("layers", ctypes.c_int32), ("dim", ctypes.c_int32), ("ffn", ctypes.c_int32),
         ("heads", ctypes.c_int32), ("kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32),
-        ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("layer", ctypes.POINTER(CLayer)),
-        ("final_norm", ctypes.c_void_p), ("head", CLinear), ("cos_table", ctypes.c_void_p),
-        ("sin_table", ctypes.c_void_p), ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p),
-        ("slots", ctypes.c_int64),
+        ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("gelu", ctypes.c_int32),
+        ("layer", ctypes.POINTER(CLayer)), ("final_norm", ctypes.c_void_p), ("head", CLinear),
+        ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p), ("slots", ctypes.c_int64),
     ]  # fmt: skip
 
 

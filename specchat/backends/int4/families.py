@@ -9,9 +9,12 @@ family, and a family is added here, not in the forward. The RoPE pairing follows
 rope type per architecture: Llama GGUFs carry q/k weights permuted for adjacent pairs ("normal"),
 the others rotate x[j] with x[j + d/2] ("NEOX").
 
-Not here: Gemma (GELU, scaled embeddings, soft-capped logits, norms after the sublayers, local and
-global attention layers), which is more than a row of flags, and LongRoPE scaling (phi3's 128k
-files: per-length factor tables).
+Gemma 3 is these rows and four more of its own: the MLP's gate through GELU, embeddings scaled by
+sqrt(dim), an RMS norm on each sublayer's output before the residual add, and local layers (all
+but each `local_pattern`-th) that attend within a sliding window with a RoPE base of their own.
+
+Not here: Gemma 2 (attention logits soft-capped inside the softmax), and LongRoPE scaling (phi3's
+128k files: per-length factor tables).
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ class Family:
     qk_norm: bool = False  # each head's q and k are RMS-normed before RoPE (qwen3)
     fused_qkv: bool = False  # one attn_qkv weight holds q, k and v rows (phi3)
     fused_gate_up: bool = False  # ffn_up holds the gate's rows, then the up rows (phi3)
+    gelu: bool = False  # the MLP's gate goes through GELU (tanh), not SiLU (gemma3)
+    scaled_embeddings: bool = False  # token embeddings times sqrt(dim) (gemma3)
+    post_norms: bool = False  # attention's and the MLP's outputs RMS-normed before the add (gemma3)
+    # every layer but each N-th is local: a sliding window and the local RoPE base (gemma3: 6)
+    local_pattern: int = 0
 
 
 FAMILIES = {
@@ -33,7 +41,11 @@ FAMILIES = {
     "qwen2": Family(neox_rope=True, qkv_bias=True),
     "qwen3": Family(neox_rope=True, qk_norm=True),
     "phi3": Family(neox_rope=True, fused_qkv=True, fused_gate_up=True),
-}
+    "gemma3": Family(
+        neox_rope=True, qk_norm=True, gelu=True, scaled_embeddings=True, post_norms=True,
+        local_pattern=6,
+    ),
+}  # fmt: skip
 
 # RoPE scalings the tables implement (llama.cpp applies a declared factor whatever the type;
 # YaRN adds a ramp between interpolated and original frequencies and a magnitude scale)
@@ -61,6 +73,8 @@ def layer_tensors(
     else:
         parts.update({"ffn_gate.weight": (ffn, dim), "ffn_up.weight": (ffn, dim)})
     parts["ffn_down.weight"] = (dim, ffn)
+    if family.post_norms:  # llama.cpp's names for Gemma's norms after the sublayers
+        parts.update({"post_attention_norm.weight": (dim,), "post_ffw_norm.weight": (dim,)})
     return parts
 
 

@@ -21,7 +21,7 @@ the LM head's output is float32, so logits are float32 too.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -49,7 +49,9 @@ class Layer:
     gate_up: Projection
     down: RowsLinear
     ops: HeadOps
-    held: list[np.ndarray]  # the arrays `ops` points into
+    held: list[np.ndarray]  # the arrays `ops` and the post norms point into
+    post_norms: tuple[int | None, int | None] = (None, None)  # Gemma's, after the sublayers
+    local: bool = False  # Gemma 3's local layers: a sliding window and the local RoPE
 
     @classmethod
     def read(cls, tensors: GGUFTensors, shape: ModelShape, i: int, library: Kernels) -> Layer:
@@ -69,6 +71,9 @@ class Layer:
         if family.qk_norm:
             norms = (vector("attn_q_norm.weight"), vector("attn_k_norm.weight"))
         ops = HeadOps(bias, *norms, shape.norm_eps, int(family.neox_rope))
+        post_norms = (None, None)
+        if family.post_norms:
+            post_norms = (vector("post_attention_norm.weight"), vector("post_ffw_norm.weight"))
         qkv = [blk + name for name in qkv_names(family)]
         gate_up = [blk + name for name in gate_up_names(family)]
         return cls(
@@ -80,6 +85,8 @@ class Layer:
             down=linear_for(tensors, blk + "ffn_down.weight", library),
             ops=ops,
             held=held,
+            post_norms=post_norms,
+            local=shape.is_local(i),
         )
 
 
@@ -121,12 +128,18 @@ class Int4Model:
         self.head = rows_linear(tensors, self.head_name, library, float32_out=True)
         factors = tensors.dense("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.cos, self.sin = rope_tables(shape, n_ctx, factors)
+        self.local_cos, self.local_sin = self.cos, self.sin
+        if shape.local_window:  # Gemma 3's local layers: their own base, never scaled
+            local = replace(shape, rope_base=shape.local_rope_base, rope_freq_scale=1.0)
+            self.local_cos, self.local_sin = rope_tables(
+                replace(local, rope_scaling="none"), n_ctx, None
+            )
         self.slots = n_ctx + max_block
         # keys transposed ([.., head_dim, slots]) so that scores vectorise over keys
         kv = (shape.layers, shape.kv_heads)
         self.k_cache = torch.zeros((*kv, shape.head_dim, self.slots), dtype=torch.float32)
         self.v_cache = torch.zeros((*kv, self.slots, shape.head_dim), dtype=torch.bfloat16)
-        self._scale = float(shape.head_dim**-0.5)
+        self._scale = shape.scale
         self.threads = threads
         self._whole = whole_model(self)
 
@@ -165,7 +178,10 @@ class Int4Model:
 
     def embed(self, tokens: list[int]) -> torch.Tensor:
         rows = self.tensors.dense_rows("token_embd.weight", np.asarray(tokens, dtype=np.int64))
-        return torch.from_numpy(np.array(rows, dtype=np.float32, copy=True))
+        x = np.array(rows, dtype=np.float32, copy=True)
+        if self.shape.family.scaled_embeddings:  # as llama.cpp's ggml_scale by sqrtf(n_embd)
+            x *= np.float32(np.sqrt(np.float32(self.shape.dim)))
+        return torch.from_numpy(x)
 
     @torch.inference_mode()
     def forward(
@@ -193,6 +209,9 @@ class Int4Model:
             seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
             None if out is None else out.data_ptr(), self.threads,
         )  # fmt: skip
+        if out is not None and shape.logit_softcap:  # as llama.cpp: scale, tanh, scale back
+            cap = np.float32(shape.logit_softcap)
+            out = torch.tanh(out * (1.0 / cap)) * cap
         return out
 
     def move(self, n_prefix: int, block_rows: list[int]) -> None:
@@ -214,6 +233,10 @@ def whole_model(model: Int4Model) -> CModel:
     for index, layer in enumerate(model.layers):
         target = layers[index]
         target.attn_norm, target.ffn_norm = layer.attn_norm.data_ptr(), layer.ffn_norm.data_ptr()
+        target.attn_post_norm, target.ffn_post_norm = layer.post_norms
+        cos, sin = (model.local_cos, model.local_sin) if layer.local else (model.cos, model.sin)
+        target.cos_table, target.sin_table = cos.data_ptr(), sin.data_ptr()
+        target.window = shape.local_window if layer.local else 0
         target.qkv_parts, target.gate_up_parts = len(layer.qkv.linears), len(layer.gate_up.linears)
         for part, linear in enumerate(layer.qkv.linears):
             target.qkv[part] = linear_weights(linear)
@@ -223,9 +246,9 @@ def whole_model(model: Int4Model) -> CModel:
         target.ops = layer.ops
     whole = CModel(
         shape.layers, shape.dim, shape.ffn, shape.heads, shape.kv_heads, shape.head_dim,
-        shape.norm_eps, model._scale, layers, model.final_norm.data_ptr(),
-        linear_weights(model.head), model.cos.data_ptr(), model.sin.data_ptr(),
-        model.k_cache.data_ptr(), model.v_cache.data_ptr(), model.slots,
+        shape.norm_eps, model._scale, int(shape.family.gelu), layers, model.final_norm.data_ptr(),
+        linear_weights(model.head), model.k_cache.data_ptr(), model.v_cache.data_ptr(),
+        model.slots,
     )  # fmt: skip
     whole._keep = layers  # the array the pointer points into
     return whole

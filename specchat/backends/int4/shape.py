@@ -37,6 +37,22 @@ class ModelShape:
     norm_eps: float
     context_length: int
     window: int  # a declared sliding window (0: none); the context is held within it
+    # Gemma 3: local layers (all but each local_pattern-th) see `local_window` tokens back, with
+    # RoPE at `local_rope_base` unscaled; every layer attends in full where local_window is 0
+    local_window: int = 0
+    local_pattern: int = 0
+    local_rope_base: float = 10000.0
+    attention_scale: float = 0.0  # q's scale before the scores (0: head_dim^-0.5)
+    logit_softcap: float = 0.0  # logits = c * tanh(logits / c) (0: none)
+
+    def is_local(self, layer: int) -> bool:
+        """Whether `layer` attends within the sliding window (llama.cpp's swa pattern)."""
+        pattern = self.local_pattern
+        return self.local_window > 0 and pattern > 0 and layer % pattern < pattern - 1
+
+    @property
+    def scale(self) -> float:
+        return self.attention_scale or float(self.head_dim**-0.5)
 
     @classmethod
     def read(cls, tensors: GGUFTensors) -> ModelShape:
@@ -65,9 +81,19 @@ class ModelShape:
         vocab_rows = tensors.shape("token_embd.weight")[0]
         # llama.cpp reads the factor from either key and applies it whatever the type says
         factor = float(meta("rope.scaling.factor", meta("rope.scale_linear", 0.0)))
+        family = FAMILIES[arch]
+        declared_window = int(meta("attention.sliding_window", 0))
+        pattern = meta("attention.sliding_window_pattern", family.local_pattern)
+        if not isinstance(pattern, int) or pattern < 0:
+            raise SpecchatError(
+                f"{tensors.path.name}: a sliding-window pattern the int4 runtime does not read "
+                "(use --backend llama)"
+            )
+        layers = int(meta("block_count"))
+        local = bool(family.local_pattern) and declared_window > 0
         shape = cls(
-            family=FAMILIES[arch],
-            layers=int(meta("block_count")),
+            family=family,
+            layers=layers,
             dim=dim,
             ffn=int(meta("feed_forward_length")),
             heads=heads,
@@ -82,7 +108,13 @@ class ModelShape:
             ),
             norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
             context_length=int(meta("context_length", 4096)),
-            window=int(meta("attention.sliding_window", 0)),
+            window=0 if family.local_pattern else declared_window,
+            local_window=declared_window if local else 0,
+            local_pattern=pattern if local else 0,
+            local_rope_base=float(meta("rope.freq_base_swa", 10000.0)),
+            # Gemma 3 27B (62 layers) scales by the embedding's width per head, as llama.cpp does
+            attention_scale=float((dim // heads) ** -0.5) if family.gelu and layers == 62 else 0.0,
+            logit_softcap=float(meta("final_logit_softcapping", 0.0)),
         )
         if int(meta("rope.dimension_count", head_dim)) != head_dim:
             raise SpecchatError(f"{tensors.path.name}: partial RoPE is not supported")
@@ -90,7 +122,14 @@ class ModelShape:
             raise SpecchatError(f"{tensors.path.name}: {shape.layers} layers of width {shape.ffn}")
         if head_dim < 16 or head_dim % 16 or head_dim > 256 or heads % shape.kv_heads:
             raise SpecchatError(f"{tensors.path.name}: head layout {heads}x{head_dim} unsupported")
-        if not (0.0 < shape.rope_freq_scale <= 1.0e6) or shape.window < 0 or shape.yarn_context < 1:
+        if (
+            not (0.0 < shape.rope_freq_scale <= 1.0e6)
+            or shape.window < 0
+            or declared_window < 0
+            or shape.yarn_context < 1
+            or not (0.0 < shape.local_rope_base < 1e12)
+            or not (0.0 <= shape.logit_softcap < 1e6)
+        ):
             raise SpecchatError(
                 f"{tensors.path.name}: RoPE scaling (factor {factor}) or window unusable"
             )

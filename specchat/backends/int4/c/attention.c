@@ -225,13 +225,16 @@ static inline void softmax(float *weights, int64_t count) {
  * slots] so that scores vectorise over keys; v as bf16 in [kv_heads, slots, head_dim]). Row i
  * then attends to the prefix and to the block rows listed in seen[i * seen_stride ...] (n_seen[i]
  * of them: its ancestors in depth order, then itself), so keys come in the order a chain evaluated
- * alone would have them. out: bf16 [rows, heads * head_dim]. */
+ * alone would have them; key t of that order sits at position t. `window` > 0 (a local layer of
+ * Gemma 3): row i sees only keys at positions past positions[i] - window, as llama.cpp masks them
+ * (the earlier ones weigh exactly nothing). out: bf16 [rows, heads * head_dim]. */
 void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
                int64_t v_stride, const float *cos_table, const float *sin_table,
-               const int32_t *positions, float *k_cache, bf16 *v_cache, int64_t slots,
-               int32_t n_prefix, int32_t rows, const int32_t *seen, int32_t seen_stride,
-               const int32_t *n_seen, bf16 *out, int32_t heads, int32_t kv_heads,
-               int32_t head_dim, float scale, const head_ops *ops, int32_t threads) {
+               const int32_t *positions, int32_t window, float *k_cache, bf16 *v_cache,
+               int64_t slots, int32_t n_prefix, int32_t rows, const int32_t *seen,
+               int32_t seen_stride, const int32_t *n_seen, bf16 *out, int32_t heads,
+               int32_t kv_heads, int32_t head_dim, float scale, const head_ops *ops,
+               int32_t threads) {
     const int half = head_dim / 2;
     const int64_t q_width = (int64_t)heads * head_dim, kv_width = (int64_t)kv_heads * head_dim;
     const float *q_bias = ops->bias, *k_bias = ops->bias ? ops->bias + q_width : NULL;
@@ -289,7 +292,10 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
             contiguous_scores(qh, keys, slots, head_dim, (int64_t)n_prefix + run, scale, weights);
             for (int64_t t = (int64_t)n_prefix + run; t < count; t++)
                 weights[t] = key_score(qh, keys, slots, head_dim, n_prefix + mine[t - n_prefix]) * scale;
-            softmax(weights, count);
+            int64_t first = window > 0 ? (int64_t)positions[i] - window + 1 : 0;
+            first = first > 0 ? (first < count ? first : count - 1) : 0;
+            softmax(weights + first, count - first);
+            for (int64_t t = 0; t < first; t++) weights[t] = 0.0f;
             switch (head_dim) { /* constant sizes let the accumulators live in registers */
             case 64: weighted_values(weights, count, n_prefix, mine, values, 64, acc); break;
             case 128: weighted_values(weights, count, n_prefix, mine, values, 128, acc); break;

@@ -15,6 +15,9 @@ typedef struct {
 
 typedef struct {
     const float *attn_norm, *ffn_norm;
+    const float *attn_post_norm, *ffn_post_norm; /* Gemma's norms of the sublayers' outputs */
+    const float *cos_table, *sin_table;          /* this layer's RoPE (Gemma 3's local base) */
+    int32_t window;                              /* a local layer's sliding window (0: none) */
     linear_weights qkv[3]; /* one fused weight (parts 1) or q, k and v (parts 3) */
     int32_t qkv_parts;
     linear_weights output;
@@ -27,10 +30,10 @@ typedef struct {
 typedef struct {
     int32_t layers, dim, ffn, heads, kv_heads, head_dim;
     float eps, scale;
+    int32_t gelu; /* the MLP's gate through GELU (Gemma) instead of SiLU */
     const layer_weights *layer;
     const float *final_norm;
     linear_weights head;
-    const float *cos_table, *sin_table;
     float *k_cache; /* [layers][kv_heads][head_dim][slots] */
     bf16 *v_cache;  /* [layers][kv_heads][slots][head_dim] */
     int64_t slots;
@@ -84,15 +87,21 @@ void forward(const model_weights *model, float *x, int32_t rows, const int32_t *
         const layer_weights *layer = &model->layer[index];
         projection(layer->qkv, layer->qkv_parts, h, rows, qkv, qkv_width, threads);
         attention(qkv, qkv_width, qkv + q_width, qkv_width, qkv + q_width + kv_width, qkv_width,
-                  model->cos_table, model->sin_table, positions, model->k_cache + index * k_layer,
-                  model->v_cache + index * k_layer, model->slots, n_prefix, rows, seen, seen_stride,
-                  n_seen, attended, model->heads, model->kv_heads, model->head_dim, model->scale,
-                  &layer->ops, threads);
+                  layer->cos_table, layer->sin_table, positions, layer->window,
+                  model->k_cache + index * k_layer, model->v_cache + index * k_layer, model->slots,
+                  n_prefix, rows, seen, seen_stride, n_seen, attended, model->heads,
+                  model->kv_heads, model->head_dim, model->scale, &layer->ops, threads);
         linear(&layer->output, attended, 1, rows, delta, 1, threads);
+        if (layer->attn_post_norm) rms_norm_rows(delta, layer->attn_post_norm, rows, dim, model->eps);
         residual_rms_norm(x, delta, dim, layer->ffn_norm, h, 1, rows, dim, model->eps);
         projection(layer->gate_up, layer->gate_up_parts, h, rows, gate_up, 2 * ffn, threads);
-        silu_mul(gate_up, gate_up + ffn, 2 * ffn, activated, rows, ffn);
+        if (model->gelu) {
+            gelu_mul(gate_up, gate_up + ffn, 2 * ffn, activated, rows, ffn);
+        } else {
+            silu_mul(gate_up, gate_up + ffn, 2 * ffn, activated, rows, ffn);
+        }
         linear(&layer->down, activated, 1, rows, delta, 1, threads);
+        if (layer->ffn_post_norm) rms_norm_rows(delta, layer->ffn_post_norm, rows, dim, model->eps);
         if (index + 1 < model->layers) {
             residual_rms_norm(x, delta, dim, model->layer[index + 1].attn_norm, h, 1, rows, dim,
                               model->eps);

@@ -1,4 +1,5 @@
-/* RMSNorm (with the residual add before it) and SwiGLU's activation, row by row. */
+/* RMSNorm (with the residual add before it, or of a sublayer's output: Gemma's norms after
+ * attention and the MLP) and the gated activations (SwiGLU's SiLU, Gemma's GELU), row by row. */
 #include "kernels.h"
 
 /* x += delta (when given); out = x / rms(x) * weight, as llama.cpp's rms_norm then mul:
@@ -53,6 +54,39 @@ void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64
         for (int64_t i = silu_mul_vector(g, u, o, width); i < width; i++) {
             const float gv = from_bf16(g[i]);
             o[i] = to_bf16(gv / (1.0f + exp_approx(-gv)) * from_bf16(u[i]));
+        }
+    }
+}
+
+/* rows_io = rows_io / rms(rows_io) * weight in place, each row in float32 (as residual_rms_norm:
+ * squares summed in double, the scale applied before the weight), stored back as bf16: Gemma's
+ * norm of a sublayer's output before the residual add. */
+void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim, float eps) {
+    for (int64_t row = 0; row < rows; row++) {
+        bf16 *r = rows_io + row * dim;
+        double sum = 0.0;
+        for (int64_t i = 0; i < dim; i++) {
+            const float v = from_bf16(r[i]);
+            sum += (double)(v * v);
+        }
+        const float scale = 1.0f / __builtin_sqrtf((float)(sum / (double)dim) + eps);
+        for (int64_t i = 0; i < dim; i++) r[i] = to_bf16((from_bf16(r[i]) * scale) * weight[i]);
+    }
+}
+
+/* out = gelu(gate) * up, row by row, GELU by its tanh approximation as llama.cpp's ggml_gelu
+ * (which looks it up at float16 precision; this computes it: within the bf16 the result is kept
+ * in). Plain C at every level, so every level gives the same bits. */
+void gelu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64_t rows,
+              int64_t width) {
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef = 0.044715f;
+    for (int64_t row = 0; row < rows; row++) {
+        const bf16 *g = gate + row * stride, *u = up + row * stride;
+        bf16 *o = out + row * width;
+        for (int64_t i = 0; i < width; i++) {
+            const float x = from_bf16(g[i]);
+            const float gelu = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef * x * x)));
+            o[i] = to_bf16(gelu * from_bf16(u[i]));
         }
     }
 }
