@@ -40,6 +40,14 @@ SHAPES = {
     "1.7B": RandomShape(layers=24, dim=2048, ffn=8192, heads=32, kv_heads=32),  # SmolLM2-1.7B
     "3B": RandomShape(layers=28, dim=3072, ffn=8192, heads=24, kv_heads=8),  # Llama-3.2-3B
     "8B": RandomShape(layers=32, dim=4096, ffn=14336, heads=32, kv_heads=8),  # Llama-3.1-8B
+    "gemma3-1B": RandomShape(  # Gemma 3 1B: five local layers of six, 512-token window
+        arch="gemma3", layers=26, dim=1152, ffn=6912, heads=4, kv_heads=1, head_dim=256,
+        window=512,
+    ),
+    "gemma3-4B": RandomShape(  # Gemma 3 4B
+        arch="gemma3", layers=34, dim=2560, ffn=10240, heads=8, kv_heads=4, head_dim=256,
+        window=1024,
+    ),
 }
 HELD_OUT = Path(__file__).with_name("held_out.jsonl")
 
@@ -141,14 +149,14 @@ def main() -> None:
     print(
         f"random-weight {args.quant} files, behind {CONTEXT} cached tokens; projection: suffix replayed"
     )
-    print(f"{'size':<6}{'runtime':<11}{'1-token ms':>11}" + "".join(f"{f'k={k}':>8}" for k in SIZES[1:]) + f"{'proj.':>8}")  # fmt: skip
+    print(f"{'size':<11}{'runtime':<11}{'1-token ms':>11}" + "".join(f"{f'k={k}':>8}" for k in SIZES[1:]) + f"{'proj.':>8}")  # fmt: skip
     for size, costs, speedups, fastest, llama_one in rows:
         for name, per_k in costs.items():
             one = per_k[1]
             ratios = "".join(f"{per_k[k] / one:>7.2f}x" for k in SIZES[1:])
-            print(f"{size:<6}{name:<11}{one * 1e3:>11.1f}{ratios}{speedups[name]:>7.2f}x")
+            print(f"{size:<11}{name:<11}{one * 1e3:>11.1f}{ratios}{speedups[name]:>7.2f}x")
         best = speedups[fastest] * llama_one / costs[fastest][1]
-        print(f"{size:<6}default on {fastest}: {best:.2f}x llama.cpp's greedy (projected)")
+        print(f"{size:<11}default on {fastest}: {best:.2f}x llama.cpp's greedy (projected)")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ specchat's own reader refuses a crafted header in one line (`header.py`), but ll
 more of a file than any header check can foresee, and where it meets what it cannot handle it
 aborts (`GGML_ASSERT`) and takes the whole process with it: the chat and its unsaved state, not
 only the model. So a file is first opened — header check and llama.cpp's whole model load —
-by `python -m specchat.backends.gguf.opened_apart FILE`; a child that dies by a signal or exits
+by `python -m specchat.backends.gguf.opened_apart FILE` (after the header check here, which
+refuses most crafted files in a millisecond); a child that dies by a signal or exits
 any other way than cleanly is the file's one-line refusal here, and this process never opens it.
 A file that opened is remembered by path, size and modification time (`opened-files.json` in
 the cache dir), so it costs one child process (about half a second) once per file, and nothing
@@ -63,6 +64,9 @@ def check_opened_apart(path: Path, progress: Callable[[str], None] | None = None
     the one-line SpecchatError that says why it was refused."""
     if importlib.util.find_spec("llama_cpp") is None:
         return
+    from specchat.backends.gguf.header import GGUFHeader
+
+    GGUFHeader(path).check_llama()  # what the header says wrong: one line here, no child needed
     key = _key(path)
     if key in _verdicts():
         return
