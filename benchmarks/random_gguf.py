@@ -33,7 +33,8 @@ class RandomShape:
     rope_scaling: str = "linear"  # or "yarn" (original context: 2048)
     window: int = 0  # a declared sliding window (0: none)
     rope_freqs: bool = False  # Llama 3's per-pair frequency factors
-    softcap: float = 0.0  # final logits soft-capped at this (gemma3 may declare it; 0: none)
+    softcap: float = 0.0  # final logits soft-capped at this (gemma2/3 declare it; 0: none)
+    attn_softcap: float = 0.0  # attention scores soft-capped at this (gemma2 declares it)
 
 
 # llama.cpp's file types by the name people know them by
@@ -190,6 +191,8 @@ def _started(path: Path, shape: RandomShape, file_type, tokenizer: Path | None =
         writer.add_sliding_window(shape.window)
     if shape.softcap:
         writer.add_final_logit_softcapping(shape.softcap)
+    if shape.attn_softcap:
+        writer.add_attn_logit_softcapping(shape.attn_softcap)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(file_type)
     for key, value, kind, item in fields:

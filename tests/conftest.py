@@ -139,6 +139,9 @@ FAMILY_SHAPES = {
     "phi3": dict(arch="phi3", kv_heads=4, window=1024),
     # six layers: five local ones (a window of 8, past which the tests' texts run) and a global one
     "gemma3": dict(arch="gemma3", layers=6, head_dim=32, window=8),
+    # a local layer and a global one; a cap on the scores low enough to bend these random ones
+    # (0.36 of a row's spread off without it); the logits' cap is Gemma 2's default, 30
+    "gemma2": dict(arch="gemma2", head_dim=32, window=8, attn_softcap=1.5),
 }
 
 

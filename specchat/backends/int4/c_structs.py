@@ -44,7 +44,8 @@ class CModel(ctypes.Structure):
     _fields_ = [
         ("layers", ctypes.c_int32), ("dim", ctypes.c_int32), ("ffn", ctypes.c_int32),
         ("heads", ctypes.c_int32), ("kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32),
-        ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("gelu", ctypes.c_int32),
+        ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("softcap", ctypes.c_float),
+        ("gelu", ctypes.c_int32),
         ("layer", ctypes.POINTER(CLayer)), ("final_norm", ctypes.c_void_p), ("head", CLinear),
         ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p), ("slots", ctypes.c_int64),
     ]  # fmt: skip

@@ -9,12 +9,13 @@ family, and a family is added here, not in the forward. The RoPE pairing follows
 rope type per architecture: Llama GGUFs carry q/k weights permuted for adjacent pairs ("normal"),
 the others rotate x[j] with x[j + d/2] ("NEOX").
 
-Gemma 3 is these rows and four more of its own: the MLP's gate through GELU, embeddings scaled by
-sqrt(dim), an RMS norm on each sublayer's output before the residual add, and local layers (all
-but each `local_pattern`-th) that attend within a sliding window with a RoPE base of their own.
+Gemma 2 and 3 are these rows and more of their own: the MLP's gate through GELU, embeddings
+scaled by sqrt(dim), an RMS norm on each sublayer's output before the residual add, local layers
+(all but each `local_pattern`-th) that attend within a sliding window (Gemma 3's with a RoPE base
+of their own), and soft caps, c * tanh(x / c), on the attention scores and the logits (Gemma 2
+always: llama.cpp's defaults where the file declares none).
 
-Not here: Gemma 2 (attention logits soft-capped inside the softmax), and LongRoPE scaling (phi3's
-128k files: per-length factor tables).
+Not here: LongRoPE scaling (phi3's 128k files: per-length factor tables).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class Family:
     post_norms: bool = False  # attention's and the MLP's outputs RMS-normed before the add (gemma3)
     # every layer but each N-th is local: a sliding window and the local RoPE base (gemma3: 6)
     local_pattern: int = 0
+    local_rope_base: float | None = None  # the local layers' RoPE base, unscaled (None: global's)
+    default_window: int = 0  # the local layers' window where the file declares none
+    attn_softcap: float = 0.0  # the scores' soft cap where the file declares none (0: none)
+    final_softcap: float = 0.0  # the logits' soft cap where the file declares none (0: none)
 
 
 FAMILIES = {
@@ -41,9 +46,13 @@ FAMILIES = {
     "qwen2": Family(neox_rope=True, qkv_bias=True),
     "qwen3": Family(neox_rope=True, qk_norm=True),
     "phi3": Family(neox_rope=True, fused_qkv=True, fused_gate_up=True),
+    "gemma2": Family(
+        neox_rope=True, gelu=True, scaled_embeddings=True, post_norms=True, local_pattern=2,
+        default_window=4096, attn_softcap=50.0, final_softcap=30.0,
+    ),
     "gemma3": Family(
         neox_rope=True, qk_norm=True, gelu=True, scaled_embeddings=True, post_norms=True,
-        local_pattern=6,
+        local_pattern=6, local_rope_base=10000.0,
     ),
 }  # fmt: skip
 

@@ -129,7 +129,7 @@ class Int4Model:
         factors = tensors.dense("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.cos, self.sin = rope_tables(shape, n_ctx, factors)
         self.local_cos, self.local_sin = self.cos, self.sin
-        if shape.local_window:  # Gemma 3's local layers: their own base, never scaled
+        if shape.local_window and shape.local_rope_base:  # Gemma 3's: their own base, unscaled
             local = replace(shape, rope_base=shape.local_rope_base, rope_freq_scale=1.0)
             self.local_cos, self.local_sin = rope_tables(
                 replace(local, rope_scaling="none"), n_ctx, None
@@ -246,7 +246,8 @@ def whole_model(model: Int4Model) -> CModel:
         target.ops = layer.ops
     whole = CModel(
         shape.layers, shape.dim, shape.ffn, shape.heads, shape.kv_heads, shape.head_dim,
-        shape.norm_eps, model._scale, int(shape.family.gelu), layers, model.final_norm.data_ptr(),
+        shape.norm_eps, model._scale, shape.attn_softcap, int(shape.family.gelu), layers,
+        model.final_norm.data_ptr(),
         linear_weights(model.head), model.k_cache.data_ptr(), model.v_cache.data_ptr(),
         model.slots,
     )  # fmt: skip

@@ -41,8 +41,9 @@ class ModelShape:
     # RoPE at `local_rope_base` unscaled; every layer attends in full where local_window is 0
     local_window: int = 0
     local_pattern: int = 0
-    local_rope_base: float = 10000.0
+    local_rope_base: float = 0.0  # 0: the global layers' RoPE (base and scaling) serves them too
     attention_scale: float = 0.0  # q's scale before the scores (0: head_dim^-0.5)
+    attn_softcap: float = 0.0  # scores = c * tanh(scores / c) before the softmax (0: none)
     logit_softcap: float = 0.0  # logits = c * tanh(logits / c) (0: none)
 
     def is_local(self, layer: int) -> bool:
@@ -82,7 +83,7 @@ class ModelShape:
         # llama.cpp reads the factor from either key and applies it whatever the type says
         factor = float(meta("rope.scaling.factor", meta("rope.scale_linear", 0.0)))
         family = FAMILIES[arch]
-        declared_window = int(meta("attention.sliding_window", 0))
+        declared_window = int(meta("attention.sliding_window", family.default_window))
         pattern = meta("attention.sliding_window_pattern", family.local_pattern)
         if not isinstance(pattern, int) or pattern < 0:
             raise SpecchatError(
@@ -111,10 +112,16 @@ class ModelShape:
             window=0 if family.local_pattern else declared_window,
             local_window=declared_window if local else 0,
             local_pattern=pattern if local else 0,
-            local_rope_base=float(meta("rope.freq_base_swa", 10000.0)),
-            # Gemma 3 27B (62 layers) scales by the embedding's width per head, as llama.cpp does
-            attention_scale=float((dim // heads) ** -0.5) if family.gelu and layers == 62 else 0.0,
-            logit_softcap=float(meta("final_logit_softcapping", 0.0)),
+            local_rope_base=float(meta("rope.freq_base_swa", family.local_rope_base or 0.0)),
+            # Gemma's 27B (Gemma 3: 62 layers, Gemma 2: 46) scale by the embedding's width per
+            # head, as llama.cpp does
+            attention_scale=(
+                float((dim // heads) ** -0.5)
+                if family.gelu and layers == (46 if family.attn_softcap else 62)
+                else 0.0
+            ),
+            attn_softcap=float(meta("attn_logit_softcapping", family.attn_softcap)),
+            logit_softcap=float(meta("final_logit_softcapping", family.final_softcap)),
         )
         if int(meta("rope.dimension_count", head_dim)) != head_dim:
             raise SpecchatError(f"{tensors.path.name}: partial RoPE is not supported")
@@ -127,8 +134,9 @@ class ModelShape:
             or shape.window < 0
             or declared_window < 0
             or shape.yarn_context < 1
-            or not (0.0 < shape.local_rope_base < 1e12)
+            or not (0.0 <= shape.local_rope_base < 1e12)
             or not (0.0 <= shape.logit_softcap < 1e6)
+            or not (0.0 <= shape.attn_softcap < 1e6)
         ):
             raise SpecchatError(
                 f"{tensors.path.name}: RoPE scaling (factor {factor}) or window unusable"

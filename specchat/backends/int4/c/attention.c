@@ -227,14 +227,15 @@ static inline void softmax(float *weights, int64_t count) {
  * of them: its ancestors in depth order, then itself), so keys come in the order a chain evaluated
  * alone would have them; key t of that order sits at position t. `window` > 0 (a local layer of
  * Gemma 3): row i sees only keys at positions past positions[i] - window, as llama.cpp masks them
- * (the earlier ones weigh exactly nothing). out: bf16 [rows, heads * head_dim]. */
+ * (the earlier ones weigh exactly nothing). `softcap` > 0 (Gemma 2): each scaled score becomes
+ * softcap * tanh(score / softcap) before the softmax. out: bf16 [rows, heads * head_dim]. */
 void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
                int64_t v_stride, const float *cos_table, const float *sin_table,
                const int32_t *positions, int32_t window, float *k_cache, bf16 *v_cache,
                int64_t slots, int32_t n_prefix, int32_t rows, const int32_t *seen,
                int32_t seen_stride, const int32_t *n_seen, bf16 *out, int32_t heads,
-               int32_t kv_heads, int32_t head_dim, float scale, const head_ops *ops,
-               int32_t threads) {
+               int32_t kv_heads, int32_t head_dim, float scale, float softcap,
+               const head_ops *ops, int32_t threads) {
     const int half = head_dim / 2;
     const int64_t q_width = (int64_t)heads * head_dim, kv_width = (int64_t)kv_heads * head_dim;
     const float *q_bias = ops->bias, *k_bias = ops->bias ? ops->bias + q_width : NULL;
@@ -292,6 +293,10 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
             contiguous_scores(qh, keys, slots, head_dim, (int64_t)n_prefix + run, scale, weights);
             for (int64_t t = (int64_t)n_prefix + run; t < count; t++)
                 weights[t] = key_score(qh, keys, slots, head_dim, n_prefix + mine[t - n_prefix]) * scale;
+            if (softcap > 0.0f) {
+                const float inverse_cap = 1.0f / softcap;
+                for (int64_t t = 0; t < count; t++) weights[t] = softcap * tanhf(weights[t] * inverse_cap);
+            }
             int64_t first = window > 0 ? (int64_t)positions[i] - window + 1 : 0;
             first = first > 0 ? (first < count ? first : count - 1) : 0;
             softmax(weights + first, count - first);

@@ -30,6 +30,7 @@ typedef struct {
 typedef struct {
     int32_t layers, dim, ffn, heads, kv_heads, head_dim;
     float eps, scale;
+    float softcap; /* the scores' soft cap before the softmax (Gemma 2; 0: none) */
     int32_t gelu; /* the MLP's gate through GELU (Gemma) instead of SiLU */
     const layer_weights *layer;
     const float *final_norm;
@@ -90,7 +91,8 @@ void forward(const model_weights *model, float *x, int32_t rows, const int32_t *
                   layer->cos_table, layer->sin_table, positions, layer->window,
                   model->k_cache + index * k_layer, model->v_cache + index * k_layer, model->slots,
                   n_prefix, rows, seen, seen_stride, n_seen, attended, model->heads,
-                  model->kv_heads, model->head_dim, model->scale, &layer->ops, threads);
+                  model->kv_heads, model->head_dim, model->scale, model->softcap, &layer->ops,
+                  threads);
         linear(&layer->output, attended, 1, rows, delta, 1, threads);
         if (layer->attn_post_norm) rms_norm_rows(delta, layer->attn_post_norm, rows, dim, model->eps);
         residual_rms_norm(x, delta, dim, layer->ffn_norm, h, 1, rows, dim, model->eps);
