@@ -38,7 +38,7 @@ class RandomShape:
 
 
 # llama.cpp's file types by the name people know them by
-QUANT_TYPES = ("F32", "Q4_0", "Q4_1", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K")
+QUANT_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K")
 
 
 def _tokenizer_fields(source: Path):

@@ -43,7 +43,9 @@ def _greedy_chain(llama, prompt: list[int], tokens: int) -> tuple[list[int], np.
 @pytest.mark.parametrize("level", LEVELS_HERE)
 @pytest.mark.parametrize(
     "family,quant",
-    [(name, "Q4_0") for name in FAMILY_SHAPES] + [("qwen3", "Q4_K_M"), ("phi3", "Q8_0")],
+    [(name, "Q4_0") for name in FAMILY_SHAPES]
+    + [("qwen3", "Q4_K_M"), ("phi3", "Q8_0")]
+    + [(gemma, quant) for gemma in ("gemma2", "gemma3") for quant in ("F16", "Q4_K_M")],
 )
 def test_each_family_agrees_with_llama_cpp(family_gguf, family, quant, level) -> None:
     from specchat.backends.int4.backend import Int4Backend
