@@ -10,7 +10,6 @@ says whether greedy-family decoders are bitwise greedy there, or only to near-ti
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import statistics
 import time
@@ -20,6 +19,7 @@ from specchat import locations
 from specchat.backends.base import Backend, Block, Exactness
 from specchat.backends.exactness import probe_exactness
 from specchat.backends.threads_by_load import held_threads
+from specchat.json_tables import put_entry, read_table
 
 _COSTS_FILE = "block_costs.json"
 _EXACTNESS_FILE = "exactness.json"
@@ -81,20 +81,11 @@ class BlockCostTable:
 
     @staticmethod
     def _read(name: str) -> dict:
-        try:
-            data = json.loads((locations.cache_dir() / name).read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return read_table(locations.cache_dir() / name)
 
     def _write(self, name: str, value: object) -> None:
         """Put this backend's entry into the file `name` (others' are kept)."""
-        data = self._read(name)
-        data[self._key] = value
-        path = locations.cache_dir() / name
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
+        put_entry(locations.cache_dir() / name, self._key, value)
 
     def _load(self) -> None:
         self._loaded = True

@@ -32,15 +32,16 @@ step, a large share of a short answer. A copy then starts short and grows as its
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specchat import locations
 from specchat.backends.base import Backend
+from specchat.json_tables import put_entry, read_table
 
 # Depths share statistics in buckets: depth 1, 2, 3, 4, 5-6, 7-8, 9-12, 13-16, 17-24, 25-32, ...
 _DEPTH_EDGES = (1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49)
@@ -225,27 +226,16 @@ class DraftLengthPolicy:
 
     def save(self, model_key: str) -> None:
         """Write this policy's situations into the model's table (others' are kept)."""
-        data = _read_store()
-        table = data.get(model_key)
+        table = _read_store().get(model_key)
         table = table if isinstance(table, dict) else {}
         for key, stats in self.situations.items():
             table[json.dumps(list(key))] = [stats.accepted, stats.tried]
-        data[model_key] = table
-        path = locations.data_dir() / _STORE_FILE
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # learned rates that cannot be kept stop nothing
+            put_entry(locations.data_dir() / _STORE_FILE, model_key, table, indent=None)
 
 
 def _read_store() -> dict:
-    try:
-        data = json.loads((locations.data_dir() / _STORE_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_table(locations.data_dir() / _STORE_FILE)
 
 
 def _pass_cost(target: Backend, plan: Plan, depth: int) -> float:

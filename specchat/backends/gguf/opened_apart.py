@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from specchat import locations
 from specchat.errors import SpecchatError
+from specchat.json_tables import put_entry, read_table
 
 _VERDICTS = "opened-files.json"
 _CHECK = "1"  # what the child does: a verdict of another check is not taken
@@ -40,23 +40,13 @@ def _key(path: Path) -> str:
 
 
 def _verdicts() -> dict:
-    try:
-        data = json.loads((locations.cache_dir() / _VERDICTS).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_table(locations.cache_dir() / _VERDICTS)
 
 
 def _remember(key: str) -> None:
-    """Add a file that opened (others' verdicts kept; written whole and renamed over the old)."""
+    """Add a file that opened (the other verdicts kept)."""
     with contextlib.suppress(OSError):  # a cache that cannot be written stops nothing
-        data = _verdicts()
-        data[key] = True
-        path = locations.cache_dir() / _VERDICTS
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
+        put_entry(locations.cache_dir() / _VERDICTS, key, True)
 
 
 def check_opened_apart(path: Path, progress: Callable[[str], None] | None = None) -> None:
