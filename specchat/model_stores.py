@@ -7,13 +7,16 @@ content-addressed blobs (`blobs/sha256-HEX`); its models are named as `ollama li
 (`qwen2.5:1.5b`, `user/model:tag`, `host/namespace/model:tag`). `OLLAMA_MODELS` moves the store;
 a system install keeps it under /usr/share/ollama. LM Studio keeps GGUF files as
 `PUBLISHER/REPO/FILE.gguf` under its models folder (`~/.lmstudio/models`, formerly
-`~/.cache/lm-studio/models`; `LMSTUDIO_MODELS` here moves it), named here by that path.
+`~/.cache/lm-studio/models`; `LMSTUDIO_MODELS` here moves it), named here by that path. Folders
+the settings name (`model_folders`) hold GGUF files anywhere below them, each named by its path
+in the folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,11 +90,26 @@ def lmstudio_models(root: Path) -> list[StoredModel]:
     ]
 
 
-def stored_models() -> list[StoredModel]:
-    """Every model ollama and LM Studio keep on this machine (each store once)."""
+def folder_models(root: Path) -> list[StoredModel]:
+    """The GGUF files anywhere below a folder the settings name (projectors left out)."""
+    return [
+        StoredModel(path.relative_to(root).as_posix(), path, f"folder {root}")
+        for path in sorted(root.rglob("*.gguf"))
+        if path.is_file() and not path.name.lower().startswith("mmproj")
+    ]
+
+
+def stored_models(folders: Sequence[str] = ()) -> list[StoredModel]:
+    """Every model ollama and LM Studio keep on this machine, and those in `folders` (each
+    store once)."""
     found: list[StoredModel] = []
     seen: set[Path] = set()
-    for roots, read in ((ollama_roots(), ollama_models), (lmstudio_roots(), lmstudio_models)):
+    named = [Path(folder).expanduser() for folder in folders]
+    for roots, read in (
+        (ollama_roots(), ollama_models),
+        (lmstudio_roots(), lmstudio_models),
+        (named, folder_models),
+    ):
         for root in roots:
             resolved = root.resolve()
             if resolved in seen or not root.is_dir():
@@ -101,9 +119,9 @@ def stored_models() -> list[StoredModel]:
     return found
 
 
-def find_stored(spec: str) -> StoredModel | None:
+def find_stored(spec: str, folders: Sequence[str] = ()) -> StoredModel | None:
     """The stored model `spec` names: its name as listed, or an ollama model without a tag
     (`qwen2.5` is `qwen2.5:latest`, as ollama reads it)."""
-    models = stored_models()
+    models = stored_models(folders)
     wanted = {spec} if ":" in spec or spec.endswith(".gguf") else {spec, f"{spec}:latest"}
     return next((m for m in models if m.name in wanted), None)

@@ -8,7 +8,7 @@ draft model for a target through it. Both take `LoadOptions`, which every runtim
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -79,7 +79,7 @@ def _hf_cache_snapshot(repo_id: str) -> Path | None:
         return None
 
 
-def resolve_model(spec: str | None) -> ModelRef:
+def resolve_model(spec: str | None, folders: Sequence[str] = ()) -> ModelRef:
     if spec in (None, "", DEFAULT_SPEC, "default"):
         path = bundled_gguf()
         if path is None:
@@ -100,8 +100,8 @@ def resolve_model(spec: str | None) -> ModelRef:
         if ggufs:
             return ModelRef(GGUF, ggufs[0], ggufs[0].name)
         raise SpecchatError(f"{path} holds neither config.json nor a .gguf file")
-    stored = find_stored(spec)
-    if stored is not None:  # ollama's store, LM Studio's folder
+    stored = find_stored(spec, folders)
+    if stored is not None:  # ollama's store, LM Studio's folder, a folder the settings name
         return ModelRef(GGUF, stored.path, f"{stored.name} ({stored.store})", stored.name)
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
         name = ModelName.parse(spec)
@@ -134,15 +134,15 @@ class ModelListing:
     store: str = ""  # where it was found: "bundled", "Hugging Face", "ollama", "LM Studio"
 
 
-def list_models() -> list[ModelListing]:
-    """What `specchat models` shows: the bundled model, whatever the HF cache holds, and the
-    models ollama and LM Studio keep (`model_stores`)."""
+def list_models(folders: Sequence[str] = ()) -> list[ModelListing]:
+    """What `specchat models` shows: the bundled model, whatever the HF cache holds, the models
+    ollama and LM Studio keep, and the GGUF files in `folders` (`model_stores`)."""
     offline()
     found: list[ModelListing] = []
     bundled = bundled_gguf()
     if bundled is not None:
         found.append(ModelListing(DEFAULT_SPEC, GGUF, bundled, True, "bundled"))
-    found += [ModelListing(m.name, GGUF, m.path, False, m.store) for m in stored_models()]
+    found += [ModelListing(m.name, GGUF, m.path, False, m.store) for m in stored_models(folders)]
     try:
         from huggingface_hub import scan_cache_dir
 
@@ -188,6 +188,7 @@ class LoadOptions:
     trust_remote_code: bool = False  # hf: run Python code shipped with the model
     # a GGUF's runtime, when not forced, is the one fastest for the decoder: speculative or not
     speculative: bool = True
+    model_folders: tuple[str, ...] = ()  # folders of GGUF files a model name may come from
 
     @classmethod
     def of(
@@ -197,6 +198,7 @@ class LoadOptions:
         choice when the configuration names none; `speculative`: whether its decoder drafts)."""
         return cls(
             speculative=speculative,
+            model_folders=tuple(config.model_folders),
             backend=config.backend,
             device=config.device,
             threads=config.threads or threads,
@@ -275,7 +277,7 @@ def _resolve(spec: str | None, options: LoadOptions) -> tuple[ModelRef, Runtime 
     one-line error."""
     if options.device not in DEVICES:
         raise SpecchatError(f"unknown device {options.device!r}: use {', '.join(DEVICES)}")
-    ref = resolve_model(spec)
+    ref = resolve_model(spec, options.model_folders)
     if options.backend is None:
         return ref, None
     forced = runtime(options.backend)

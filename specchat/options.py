@@ -81,6 +81,12 @@ class RunConfig:
         "(ollama's qwen2.5:1.5b, an LM Studio file)",
         flags=("--model", "-m"),
     )
+    model_folders: list[str] = option(
+        [],
+        "a folder of GGUF files (any depth) that `specchat models` lists and --model takes by "
+        "their path in it (repeatable)",
+        flags=("--model-folder",),
+    )
     backend: str | None = option(
         None,
         f"{', '.join(LOCAL_RUNTIMES)} or {SERVER.name} (a remote server); default: the fastest "

@@ -259,12 +259,15 @@ run_command(BENCH)(bench)
 @app.command()
 def models() -> None:
     """List the models specchat can open here (the bundled one, the Hugging Face cache, ollama's
-    store, LM Studio's folder): the name --model takes, family, quantization, size, where it was
-    found, and the runtimes that run it at this CPU's level. The default is marked."""
+    store, LM Studio's folder, the settings' model_folders): the name --model takes, family,
+    quantization, size, where it was found, and the runtimes that run it at this CPU's level.
+    The default is marked."""
     from specchat.backends.registry import HF_FOLDER
     from specchat.models import gguf_details, list_models
 
-    for listing in list_models():
+    _, config, broken = run_config(CHAT, {})
+    _warn(broken)
+    for listing in list_models(config.model_folders):
         mark = "*" if listing.is_default else " "
         if listing.kind == HF_FOLDER:
             family, quant, size, runs = "", "", "", "transformers (hf)"

@@ -154,7 +154,7 @@ class ChatSession:
         current = self.backend.model_name if self.backend is not None else ""
         return [
             ModelChoice(m.spec, m.store or m.kind, current in (m.spec, m.path.stem, m.path.name))
-            for m in list_models()
+            for m in list_models(self.config.model_folders)
         ]
 
     def switch_model(self, spec: str, progress: Callable[[str], None]) -> tuple[float, str | None]:

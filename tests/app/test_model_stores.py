@@ -103,3 +103,34 @@ def test_ask_answers_with_a_model_named_as_ollama_names_it(stores, name):
     assert result.returncode == 0, result.stderr
     done = json.loads(result.stdout.strip().splitlines()[-1])
     assert done["token_ids"] and done["model"] == (name if ":" in name else f"{name}:latest")
+
+
+def test_folders_the_settings_name_are_listed_and_taken_by_name(tmp_path, stores):
+    """settings.toml's model_folders (and --model-folder): every GGUF below each folder, named
+    by its path there, in `specchat models`, and answered through `--model NAME`."""
+    folder = tmp_path / "my-models"
+    (folder / "smol").mkdir(parents=True)
+    (folder / "smol" / "tiny-q4_1.gguf").symlink_to(bundled_gguf())
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "settings.toml").write_text(f"model_folders = [{json.dumps(str(folder))}]\n")
+    env = {**stores, "SPECCHAT_CONFIG_DIR": str(config), "SPECCHAT_DATA_DIR": str(tmp_path)}
+    listed = run_cli("models", env=env)
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if "smol/tiny-q4_1.gguf" in line)
+    assert row.split()[1:3] == ["llama", "Q4_1"] and row.rstrip().endswith(f"folder {folder}")
+    asked = run_cli(
+        "ask", "Say hi.", "--model", "smol/tiny-q4_1.gguf", "--max-tokens", "2", "--json",
+        "--no-log", env=env,
+    )  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout.strip().splitlines()[-1])["token_ids"]
+    # without the setting the name means nothing; the flag names the folder for one run
+    bare = {**env, "SPECCHAT_CONFIG_DIR": str(tmp_path / "no-config")}
+    missing = run_cli("ask", "Hi", "--model", "smol/tiny-q4_1.gguf", "--no-log", env=bare)
+    assert missing.returncode == 2 and "not in the local Hugging Face cache" in missing.stderr
+    flagged = run_cli(
+        "ask", "Hi", "--model", "smol/tiny-q4_1.gguf", "--model-folder", str(folder),
+        "--max-tokens", "2", "--no-log", env=bare,
+    )  # fmt: skip
+    assert flagged.returncode == 0, flagged.stderr
