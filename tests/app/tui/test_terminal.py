@@ -67,3 +67,27 @@ def test_ctrl_j_in_a_burst_of_keys_breaks_the_line_where_it_was_typed(private_di
         assert "firstsecond" not in screen and "antbee" not in screen
     finally:
         quit_and_close(session)
+
+
+@pytest.mark.slow
+def test_a_file_attached_with_at_and_tab_in_a_real_terminal(private_dirs):
+    """In the folder specchat was started in: `@no` and Tab complete the file's name, Enter
+    sends the question with the file's text, and the transcript shows the file folded."""
+    folder = private_dirs / "project"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("remember the milk\nand the bread\n")
+    session = start_specchat(
+        private_dirs, "threads = 1\nmax_tokens = 8\n", name="attach", folder=folder
+    )
+    try:
+        wait_until_usable(session)
+        time.sleep(3)  # settled: the start-up notifications gone, the prompt idle
+        keys(session, "Summarise @no")
+        wait_for(session, lambda s: "Summarise @no" in s)
+        keys(session, "Tab")
+        wait_for(session, lambda s: "Summarise @notes.txt" in s)
+        keys(session, "Enter")
+        screen = wait_for(session, lambda s: "ended:" in s and "notes.txt · 2 lines" in s)
+        assert "▸ notes.txt · 2 lines" in screen and "remember the milk" not in screen
+    finally:
+        quit_and_close(session)

@@ -55,10 +55,13 @@ def keys(session: str, *names: str) -> None:
     tmux(session, "send-keys", "-t", session, *names, check=True)
 
 
-def start_specchat(root: Path, settings: str, height: int = 36, name: str = "test") -> str:
+def start_specchat(
+    root: Path, settings: str, height: int = 36, name: str = "test", folder: Path | None = None
+) -> str:
     """`specchat` in a new 120-column tmux session with its config, data and cache under `root`
-    and `settings` as its settings.toml; the session's name. The code under test runs, also
-    when it is not the installed checkout (PYTHONPATH is passed on)."""
+    and `settings` as its settings.toml, started in `folder` (default: this process's); the
+    session's name. The code under test runs, also when it is not the installed checkout
+    (PYTHONPATH is passed on)."""
     config = root / "config"
     config.mkdir(parents=True, exist_ok=True)
     (config / "settings.toml").write_text(settings)
@@ -79,6 +82,7 @@ def start_specchat(root: Path, settings: str, height: int = 36, name: str = "tes
         "120",
         "-y",
         str(height),
+        *(["-c", str(folder)] if folder is not None else []),
         command,
         check=True,
     )
