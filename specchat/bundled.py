@@ -28,11 +28,23 @@ def bundled_gguf() -> Path | None:
     return None
 
 
+def is_bundled(target: Backend) -> bool:
+    return getattr(target, "model_name", "") == BUNDLED_FILE.removesuffix(".gguf")
+
+
 def default_draft_reason(target: Backend) -> str | None:
-    """Why there is no default draft for this target (None when there is one): only the bundled
-    model has one, on the runtimes that run its smaller sibling."""
-    if target.model_name != BUNDLED_FILE.removesuffix(".gguf"):
-        return "no default draft for this model: pass --draft MODEL"
+    """Why there is no default draft for this target (None when there is one): the bundled model
+    has one on the runtimes that run its smaller sibling; another GGUF, where `specchat models`
+    lists a smaller one with its vocabulary (`models.smaller_sibling`, asked through the
+    target's `find_draft`)."""
+    if not is_bundled(target):
+        find = getattr(target, "find_draft", None)
+        if find is not None and find() is not None:
+            return None
+        return (
+            "no smaller model with this one's vocabulary among those `specchat models` lists: "
+            "pass --draft MODEL"
+        )
     made_by = runtime_of(target)
     if made_by is not None and made_by.bundled_draft:
         return None

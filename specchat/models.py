@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -252,6 +252,9 @@ def load_model(
         loaded = forced.load(ref.path, options, progress)
     if ref.model_name:  # an ollama blob's file name is its digest
         loaded.model_name = ref.model_name
+    if ref.kind == GGUF and ref.path != bundled_gguf():  # `draft`'s default: asked when needed
+        folders = options.model_folders
+        loaded.find_draft = cache(lambda: smaller_sibling(ref.path, folders))
     # what the decoders need to know of the runtime, measured now if never before: no answer
     # waits for a measurement
     loaded.calibrate(progress)
@@ -322,6 +325,8 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
             if reason:
                 raise SpecchatError(f"decoder 'draft' is unavailable: {reason}")
             options = replace(options, speculative=False)  # its runtime, unless named: measured
+            found = getattr(target, "find_draft", None)
+            spec = str(found()) if found is not None else None  # None: the bundled model
         options = replace(options, n_ctx=target.n_ctx)
         named = runtime(options.backend) if options.backend else None  # None: the chooser's
         if made_by and made_by.torch_threads and (named is None or named.torch_threads):
@@ -335,6 +340,38 @@ def load_draft(spec: str | None, options: LoadOptions, target: Backend) -> Backe
 def _load_shared_draft(spec: str | None, options: LoadOptions) -> Backend:
     """Drafts load once per process and serve every decoder instance that drafts with them."""
     return load_model(spec, options)
+
+
+# A draft found among the listed models weighs at most this share of the target's file: at a
+# third its pass costs about a third of the target's, about what a draft of 3-5 tokens can pay
+_DRAFT_SHARE = 1 / 3
+
+
+def smaller_sibling(target: Path, folders: Sequence[str] = ()) -> Path | None:
+    """The largest GGUF `specchat models` lists with the target's vocabulary (the same tokens in
+    the same order) and at most a third of its size: SmolLM2 135M for 1.7B, Qwen2.5 0.5B for 7B,
+    Gemma 3 1B for 4B. None where there is none."""
+    from specchat.backends.gguf.header import GGUFHeader
+
+    size = target.stat().st_size
+    try:
+        key = GGUFHeader(target).vocabulary_key()
+    except SpecchatError:
+        return None
+    found: list[tuple[int, Path]] = []
+    for listing in list_models(folders):
+        path = listing.path
+        if listing.kind != GGUF or path.resolve() == target.resolve():
+            continue
+        other = path.stat().st_size
+        if other > size * _DRAFT_SHARE:
+            continue
+        try:
+            if key and GGUFHeader(path).vocabulary_key() == key:
+                found.append((other, path))
+        except SpecchatError:
+            continue
+    return max(found)[1] if found else None
 
 
 def check_same_vocabulary(target: Backend, draft: Backend) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 
 from specchat.backends.base import Backend, is_server
 from specchat.backends.registry import SERVER
-from specchat.bundled import default_draft_reason
+from specchat.bundled import default_draft_reason, is_bundled
 from specchat.decoding.base import Decoder
 from specchat.decoding.beam import BeamSearchDecoder
 from specchat.decoding.draft_model import DraftModelDecoder
@@ -87,6 +87,8 @@ def default_decoder(backend: Backend | None = None) -> str:
         if backend is None:  # no draft model is a default before the model is known
             if cls.unavailable_anywhere() is None and not cls.needs_draft_model:
                 return cls.name
+        elif cls.needs_draft_model and not is_bundled(backend):  # a server has no drafts either
+            continue  # a draft found among the user's models is offered, not yet the default
         elif unavailable_reason(cls.name, backend) is None:
             return cls.name
     base = baseline_name()

@@ -11,6 +11,7 @@ dequantizer reads them as it reads its own.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
 from functools import cached_property
@@ -258,6 +259,23 @@ class GGUFHeader:
                 f"{count - len(spellings)} tokens spelled as another is, as llama.cpp reads "
                 "them (a NUL byte ends a token)"
             )
+
+    def vocabulary_key(self) -> str:
+        """A digest of the tokenizer's model and its tokens, in id order ("" without tokens):
+        two files with the same key mean the same thing by every token id, so one can draft for
+        the other."""
+        if "tokenizer.ggml.tokens" not in self._arrays:
+            return ""
+        item, count, at = self._arrays["tokenizer.ggml.tokens"]
+        if item != _STRING:
+            return ""
+        cursor = _Cursor(memoryview(self._map))
+        cursor.at = at
+        for _ in range(count):
+            cursor.raw_string()
+        digest = hashlib.sha256(str(self.metadata.get("tokenizer.ggml.model", "")).encode())
+        digest.update(self._map[at : cursor.at].tobytes())
+        return digest.hexdigest()
 
     def _invalid(self, why: str) -> SpecchatError:
         return SpecchatError(f"cannot load {self.path.name}: not a valid GGUF model ({why})")

@@ -1,0 +1,69 @@
+"""`draft` finds its draft among the user's models: the largest GGUF that `specchat models` lists
+with the target's vocabulary (its tokens, in id order) and at most a third of its size. Random-
+weight files of two sizes with the bundled tokenizer, in a folder the settings name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.random_gguf import RandomShape, write_random_gguf
+from specchat.backends.gguf.header import GGUFHeader
+from specchat.models import smaller_sibling
+from tests.cli import run_cli
+
+
+@pytest.fixture(scope="module")
+def sizes(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("models")
+    big = write_random_gguf(folder / "big.gguf", RandomShape(layers=4, dim=512, ffn=1024), "Q4_0")
+    small = write_random_gguf(folder / "small.gguf", RandomShape(), "Q4_0", seed=1)
+    return {"folder": folder, "big": big, "small": small}
+
+
+def _renamed_token(source: Path, target: Path) -> Path:
+    """`source` with one token spelled otherwise (same length): another vocabulary."""
+    data = source.read_bytes()
+    at = data.index("Ġthe".encode())
+    target.write_bytes(data[:at] + "Ġthq".encode() + data[at + len("Ġthe".encode()) :])
+    return target
+
+
+def test_the_smaller_model_with_the_same_tokens_is_the_draft(sizes, tmp_path):
+    assert smaller_sibling(sizes["big"], [str(sizes["folder"])]) == sizes["small"]
+    assert smaller_sibling(sizes["small"], [str(sizes["folder"])]) is None  # none smaller
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "big.gguf").symlink_to(sizes["big"])
+    renamed = _renamed_token(sizes["small"], other / "small-other-vocab.gguf")
+    assert GGUFHeader(renamed).vocabulary_key() != GGUFHeader(sizes["small"]).vocabulary_key()
+    assert smaller_sibling(other / "big.gguf", [str(other)]) is None
+
+
+@pytest.mark.slow
+def test_ask_with_draft_drafts_with_the_found_model(sizes, tmp_path):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "settings.toml").write_text(f"model_folders = [{json.dumps(str(sizes['folder']))}]\n")
+    env = {"SPECCHAT_CONFIG_DIR": str(config), "SPECCHAT_DATA_DIR": str(tmp_path)}
+    args = ("--max-tokens", "12", "--json", "--no-log", "-d", "draft")
+    ran = run_cli("ask", "Say hi.", "--model", str(sizes["big"]), *args, env=env)
+    assert ran.returncode == 0, ran.stderr
+    done = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert done["decoder"] == "draft" and done["token_ids"]
+    # the greedy family stays greedy's: the same tokens as greedy on the same file
+    greedy = run_cli(
+        "ask", "Say hi.", "--model", str(sizes["big"]), "--max-tokens", "12", "--json",
+        "--no-log", "-d", "greedy", env=env,
+    )  # fmt: skip
+    assert json.loads(greedy.stdout.strip().splitlines()[-1])["token_ids"] == done["token_ids"]
+    # the smaller one has no draft of its own: one line
+    alone = run_cli("ask", "Say hi.", "--model", str(sizes["small"]), *args, env=env)
+    assert alone.returncode == 2
+    assert "no smaller model with this one's vocabulary" in alone.stderr
+    # without a draft named, the default decoder stays what it was (a found draft is offered)
+    plain = run_cli("ask", "Hi", "--model", str(sizes["big"]), "--max-tokens", "2", "--json",
+                    "--no-log", env=env)  # fmt: skip
+    assert json.loads(plain.stdout.strip().splitlines()[-1])["decoder"] != "draft"
