@@ -147,7 +147,10 @@ def test_a_table_timed_while_the_machine_was_busy_is_used_but_not_kept(
     assert BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", ""))
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins a process to one core")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+    reason="pins a process's two threads to one of two or more cores",
+)
 def test_two_threads_on_one_core_are_a_busy_machine_to_the_real_runtime(tmp_path):
     """llama.cpp's two threads pinned to one core (as when another process holds the other):
     the real timing sees it, and the cache keeps no table."""
