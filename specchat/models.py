@@ -230,8 +230,9 @@ def load_model(
         ref.kind == GGUF
         and ref.path != bundled_gguf()
         and (forced is None or forced.name in (LLAMA_CPP, INT4))
-    ):  # both open it through llama.cpp, whose aborts would take this process down
-        check_opened_apart(ref.path, progress)
+    ):  # both open it through llama.cpp, whose aborts would take this process down; a pass
+        # of llama.cpp's is tried too unless the int4 runtime, which computes itself, is named
+        check_opened_apart(ref.path, progress, compute=forced is None or forced.name == LLAMA_CPP)
     device = pick(options.device, [forced] if forced else native_runtimes(ref.kind))
     options = replace(options, device=device)
     loaded = None

@@ -237,3 +237,33 @@ def test_a_file_is_opened_apart_once_and_an_abort_there_is_one_line(tmp_path):
     model.write_bytes(model.read_bytes())  # changed (a new time): opened apart again
     changed = run_cli(*args, env={**env, "SPECCHAT_TEST_ABORT_OPENING": "copy.gguf"})
     assert changed.returncode == 2 and "crashed llama.cpp" in changed.stderr
+
+
+def test_a_norm_llama_cpp_loads_but_cannot_compute_is_refused_for_it_alone(tmp_path):
+    """A fuzzed Gemma 3 file (fresh seeds, session 31): one norm stored as float16. llama.cpp
+    loads it, then aborts in the first pass ("binary_op: unsupported types"), so the child that
+    opens it first runs a pass too: on llama.cpp one line and exit 2; the int4 runtime, which
+    computes the norm itself, answers."""
+    import struct
+
+    from benchmarks.random_gguf import RandomShape, write_random_gguf
+
+    path = write_random_gguf(
+        tmp_path / "g3.gguf", RandomShape(arch="gemma3", layers=2, head_dim=32, window=8), "Q4_0"
+    )
+    data = bytearray(path.read_bytes())
+    name = b"blk.1.post_ffw_norm.weight"
+    at = data.index(name) + len(name)
+    n_dims = struct.unpack_from("<I", data, at)[0]
+    struct.pack_into("<I", data, at + 4 + 8 * n_dims, 1)  # GGML_TYPE_F16
+    path.write_bytes(bytes(data))
+    env = {"SPECCHAT_CACHE_DIR": str(tmp_path / "cache"), "SPECCHAT_DATA_DIR": str(tmp_path)}
+    args = ("ask", "Hi", "--model", str(path), "--max-tokens", "2", "--no-log")
+    on_llama = run_cli(*args, "--backend", "llama", env=env)
+    assert on_llama.returncode == 2 and not on_llama.stdout
+    assert on_llama.stderr.strip().splitlines() == [
+        "specchat: error: g3.gguf crashed llama.cpp while it was opened (signal 6, SIGABRT): "
+        "refused, this process never opened it"
+    ]
+    on_int4 = run_cli(*args, "--backend", "int4", env=env)
+    assert on_int4.returncode == 0, on_int4.stderr
