@@ -138,8 +138,14 @@ def attached_spans(attachments: list[Attachment]) -> list[tuple[str, int]]:
     return [(a.name, len(a.block()) + len(_SEPARATOR)) for a in attachments]
 
 
-# `@path` in a chat message: an @ at the start of a word, then the path (no spaces)
-_MENTION = re.compile(r"(?<!\S)@(\S+)")
+# `@path` in a chat message: an @ at the start of a word, then the path (no spaces), or
+# `@"path with spaces"`
+_MENTION = re.compile(r'(?<!\S)@(?:"([^"\n]+)"|(\S+))')
+
+
+def mention_of(path: str) -> str:
+    """How a message names `path`: `@path`, quoted where it holds a space."""
+    return f'@"{path}"' if any(c.isspace() for c in path) else f"@{path}"
 
 
 def _looks_like_path(word: str) -> bool:
@@ -160,9 +166,9 @@ def mentions(text: str, folder: Path | None = None) -> list[str]:
     folder = folder or Path.cwd()
     found: list[str] = []
     for match in _MENTION.finditer(text):
-        word = match.group(1).rstrip(",;:!?)")  # "see @a.py, then" names a.py
-        if word.endswith(".") and not _path(word, folder).exists():  # a sentence's full stop
-            word = word[:-1]
+        word = match.group(1) or match.group(2).rstrip(",;:!?)")  # "see @a.py, then": a.py
+        if not match.group(1) and word.endswith(".") and not _path(word, folder).exists():
+            word = word[:-1]  # a sentence's full stop
         if word not in found and (_path(word, folder).exists() or _looks_like_path(word)):
             found.append(word)
     return found

@@ -13,6 +13,7 @@ from specchat.attachments import (
     attach_mentions,
     complete_path,
     language_of,
+    mention_of,
     mentions,
     with_attachments,
 )
@@ -107,6 +108,10 @@ def test_at_mentions_name_files_and_paths_but_not_people(tmp_path: Path):
         attach_mentions(text, tmp_path)
     attached = attach_mentions("Fix @src/app.py and again @src/app.py.", tmp_path)
     assert attached == [Attachment("src/app.py", "x = 1\n")]  # each file once
+    (tmp_path / "my notes.txt").write_text("milk\n")
+    assert mention_of("my notes.txt") == '@"my notes.txt"' and mention_of("a.py") == "@a.py"
+    quoted = attach_mentions('Read @"my notes.txt" and @README', tmp_path)
+    assert [a.name for a in quoted] == ["my notes.txt", "README"]
 
 
 def test_tab_completes_to_what_every_match_shares(tmp_path: Path):

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import TextArea
 
 from specchat.app.tui.keys import PROMPT_KEYS, bindings
-from specchat.attachments import complete_path
+from specchat.attachments import complete_path, mention_of
 
 SEND, NEWLINE, EDIT_LAST, COMPLETE = PROMPT_KEYS
 _MENTION_AT_CURSOR = re.compile(r"(?<!\S)@(\S*)$")
@@ -93,4 +93,4 @@ class PromptInput(TextArea):
         text before does not end in one."""
         row, column = self.cursor_location
         before = self.document.get_line(row)[:column]
-        self.insert(("" if not before or before[-1].isspace() else " ") + f"@{path} ")
+        self.insert(("" if not before or before[-1].isspace() else " ") + mention_of(path) + " ")
