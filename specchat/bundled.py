@@ -38,8 +38,10 @@ def default_draft_reason(target: Backend) -> str | None:
     lists a smaller one with its vocabulary (`models.smaller_sibling`, asked through the
     target's `find_draft`)."""
     if not is_bundled(target):
-        find = getattr(target, "find_draft", None)
-        if find is not None and find() is not None:
+        find = getattr(target, "find_draft", None)  # a GGUF's: the listed models searched
+        if find is None:
+            return "no default draft for this model: pass --draft MODEL"
+        if find() is not None:
             return None
         return (
             "no smaller model with this one's vocabulary among those `specchat models` lists: "
