@@ -226,10 +226,9 @@ def load_model(
             raise SpecchatError(f"--base-url is for --backend {SERVER.name}, not {options.backend}")
         return SERVER.load(spec, options, progress)
     ref, forced = _resolve(spec, options)
-    if (
-        ref.kind == GGUF
-        and ref.path != bundled_gguf()
-        and (forced is None or forced.name in (LLAMA_CPP, INT4))
+    users_gguf = ref.kind == GGUF and ref.path != bundled_gguf()  # not the file shipped with us
+    if users_gguf and (
+        forced is None or forced.name in (LLAMA_CPP, INT4)
     ):  # both open it through llama.cpp, whose aborts would take this process down; a pass
         # of llama.cpp's is tried too unless the int4 runtime, which computes itself, is named
         check_opened_apart(ref.path, progress, compute=forced is None or forced.name == LLAMA_CPP)
@@ -253,7 +252,7 @@ def load_model(
         loaded = forced.load(ref.path, options, progress)
     if ref.model_name:  # an ollama blob's file name is its digest
         loaded.model_name = ref.model_name
-    if ref.kind == GGUF and ref.path != bundled_gguf():  # `draft`'s default: asked when needed
+    if users_gguf:  # `draft`'s default: looked for when asked
         folders = options.model_folders
         loaded.find_draft = cache(lambda: smaller_sibling(ref.path, folders))
     # what the decoders need to know of the runtime, measured now if never before: no answer

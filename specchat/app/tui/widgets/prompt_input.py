@@ -60,10 +60,11 @@ class PromptInput(TextArea):
             event.stop()
             self.post_message(self.EditLast())
             return
-        if COMPLETE.matches(event.key) and self._mention_at_cursor() is not None:
+        mention = self._mention_at_cursor() if COMPLETE.matches(event.key) else None
+        if mention is not None:
             event.prevent_default()
             event.stop()
-            self._complete(self._mention_at_cursor() or "")
+            self._complete(mention)
             return
         await super()._on_key(event)
 
