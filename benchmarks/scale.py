@@ -12,7 +12,7 @@ drafts it would make, accepted as far as greedy agrees) and charged this size's 
 A projection: a larger model's answers, and so what copying finds in them, differ.
 
     PYTHONPATH=. python benchmarks/scale.py [--sizes 360M,1.7B,3B,8B] [--threads 2] [--repeats 9]
-        [--quant Q4_K_M]
+        [--quant Q4_K_M|Q5_K_M]
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--per-category", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--quant", default="Q4_0", choices=("Q4_0", "Q4_K_M"))
+    parser.add_argument("--quant", default="Q4_0", choices=("Q4_0", "Q4_K_M", "Q5_K_M"))
     args = parser.parse_args()
 
     import torch

@@ -8,6 +8,7 @@ Copies of the bundled model in other quant types are made with llama.cpp's own q
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ import torch
 
 from specchat import cpu
 from specchat.backends.base import Block, ChatMessage
-from specchat.backends.gguf.tensors import GGUFTensors, Nibbles
+from specchat.backends.gguf.tensors import Factored, GGUFTensors, Nibbles
 from specchat.backends.int4.kernels import kernels
 from specchat.backends.int4.linear import RowsLinear
 from specchat.errors import SpecchatError
@@ -139,6 +140,47 @@ def test_other_types_are_carried_as_the_files_weights(quantized, file, kind, lev
     else:
         assert torch.equal(head.T, torch.from_numpy(exact))
         assert torch.equal(layer.T, torch.from_numpy(exact).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_k_quant_scales_read_as_the_file_stores_them_give_the_float32_scales_bits(
+    quantized, kind
+) -> None:
+    """Q4_K's and Q6_K's scales (and Q4_K's zeros) are read as the file stores them, a float16
+    factor per super-block times a small integer per group (a fifth fewer bytes a token at
+    1.7B): every level gives the bits the same weights give with float32 scales, for a slice of
+    37 rows (a partial block of eight) and for each token alone or beside five others."""
+    tensors = GGUFTensors(quantized["Q4_K_M"])
+    name = next(n for n in tensors._tensors if tensors.type_name(n) == kind and "blk." in n)
+    rows = slice(0, 37)
+    if kind == "Q4_K":
+        full = tensors.int4_blocks(name).nibbles()
+        plain = Nibbles(full.packed[rows], full.scales[rows], full.zeros[rows])
+        factored = Nibbles(
+            *dataclasses.astuple(plain)[:3], tuple(part_rows(f, rows) for f in full.factored)
+        )
+    else:
+        full = tensors.grouped_int8(name)
+        plain = dataclasses.replace(
+            full, codes=full.codes[rows], scales=full.scales[rows], factored=None
+        )
+        factored = dataclasses.replace(plain, factored=part_rows(full.factored, rows))
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((6, plain.shape[1])))
+    x = x.to(torch.bfloat16)
+    with torch.inference_mode():
+        for level in LEVELS_HERE:
+            as_stored = RowsLinear(factored, library=kernels(level))
+            as_float32 = RowsLinear(plain, library=kernels(level))
+            assert as_stored.scale_form > 1 and as_float32.scale_form == 0
+            together = as_stored(x)
+            assert together.shape == (6, 37)
+            assert torch.equal(together, as_float32(x)), level
+            alone = torch.cat([as_stored(x[i : i + 1]) for i in range(len(x))])
+            assert torch.equal(together, alone), level
+
+
+def part_rows(factored: Factored, rows: slice) -> Factored:
+    return Factored(factored.factors[rows], factored.multipliers[rows])
 
 
 @pytest.mark.parametrize("kind", ["Q6_K", "Q8_0"])

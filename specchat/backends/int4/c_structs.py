@@ -24,7 +24,7 @@ class CLinear(ctypes.Structure):
     _fields_ = [
         ("f32", ctypes.c_void_p), ("codes", ctypes.c_void_p), ("scales", ctypes.c_void_p),
         ("zeros", ctypes.c_void_p), ("group", ctypes.c_int32), ("code_bits", ctypes.c_int32),
-        ("half_scales", ctypes.c_int32), ("int8_x", ctypes.c_int32), ("rows", ctypes.c_int64),
+        ("scale_form", ctypes.c_int32), ("int8_x", ctypes.c_int32), ("rows", ctypes.c_int64),
         ("cols", ctypes.c_int64),
     ]  # fmt: skip
 
@@ -55,6 +55,6 @@ def linear_weights(linear: RowsLinear) -> CLinear:
     return CLinear(
         RowsLinear._pointer(linear.f32), RowsLinear._pointer(linear.codes),
         RowsLinear._pointer(linear.scales), RowsLinear._pointer(linear.zeros), linear.group,
-        linear.code_bits, linear.half_scales, linear.int8_x, linear.out_features,
+        linear.code_bits, linear.scale_form, linear.int8_x, linear.out_features,
         linear.in_features,
     )  # fmt: skip

@@ -41,23 +41,28 @@ class RowsLinear:
         # llama.cpp's
         self.int8_x = True
         self.code_bits = 8
-        self.half_scales = False
+        # how the kernels read scales and zeros (c/rows8.h): 0 float32, 1 float16, F > 1 as a
+        # K-quant stores them (`Factored`, F groups to a float16 factor)
+        self.scale_form = 0
         self.out_features, self.in_features = weight.shape
         if isinstance(weight, Nibbles):
             weight = weight.by_eight()  # as c/q4_rows8.c reads them
             self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
             self.group, self.f32, self.code_bits = GROUP_SIZE, None, 4
-            self._halve()
-            # Q4_0's zeros (-8 * scale) are computed, not read
-            if np.array_equal(
-                np.float32(-8.0) * self.scales.astype(np.float32), self.zeros.astype(np.float32)
-            ):
-                self.zeros = None
+            self.scale_form = weight.form
+            if not self.scale_form:
+                self._halve()
+                # Q4_0's zeros (-8 * scale) are computed, not read
+                if np.array_equal(
+                    np.float32(-8.0) * self.scales.astype(np.float32),
+                    self.zeros.astype(np.float32),
+                ):
+                    self.zeros = None
         elif isinstance(weight, GroupedInt8):
             if weight.zeros is None:  # Q8_0, Q5_0 (groups of 32), Q6_K (16)
                 weight = weight.by_eight()  # as c/q8_rows8.c reads them
             self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
-            self.group, self.f32 = weight.group, None
+            self.group, self.f32, self.scale_form = weight.group, None, weight.form
             if weight.group == GROUP_SIZE and weight.zeros is None:
                 self._halve()
         else:
@@ -77,7 +82,7 @@ class RowsLinear:
         if all(np.array_equal(h.astype(np.float32), v) for h, v in zip(halves, kept)):
             self.scales = halves[0]
             self.zeros = halves[1] if len(halves) > 1 else None
-            self.half_scales = True
+            self.scale_form = 1
 
     @property
     def form(self) -> str:
@@ -94,7 +99,7 @@ class RowsLinear:
         out = torch.empty((x.shape[0], self.out_features), dtype=out_type)
         self._kernels.matmul_rows(
             self._pointer(self.f32), self._pointer(self.codes), self._pointer(self.scales),
-            self._pointer(self.zeros), self.group, self.code_bits, self.half_scales, self.int8_x,
+            self._pointer(self.zeros), self.group, self.code_bits, self.scale_form, self.int8_x,
             self.out_features, self.in_features,
             x.data_ptr(), x.dtype == torch.bfloat16, x.shape[0], out.data_ptr(),
             out_type == torch.bfloat16, self.threads,

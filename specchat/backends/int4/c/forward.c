@@ -9,7 +9,7 @@ typedef struct {
     const float *f32;
     const uint8_t *codes;
     const float *scales, *zeros;
-    int32_t group, code_bits, half_scales, int8_x;
+    int32_t group, code_bits, scale_form, int8_x;
     int64_t rows, cols;
 } linear_weights;
 
@@ -42,7 +42,7 @@ typedef struct {
 
 static void linear(const linear_weights *w, const void *x, int32_t x_is_bf16, int64_t m, void *out,
                    int32_t out_is_bf16, int32_t threads) {
-    matmul_rows(w->f32, w->codes, w->scales, w->zeros, w->group, w->code_bits, w->half_scales,
+    matmul_rows(w->f32, w->codes, w->scales, w->zeros, w->group, w->code_bits, w->scale_form,
                 w->int8_x, w->rows, w->cols, x, x_is_bf16, m, out, out_is_bf16, threads);
 }
 

@@ -34,13 +34,13 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
 
 /* matmul.c, and the weight formats it hands a call to: out[m][n] = sum_k x[m][k] * w[n][k] */
 void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
-                 int32_t group, int32_t code_bits, int32_t half_scales, int32_t int8_x,
+                 int32_t group, int32_t code_bits, int32_t scale_form, int32_t int8_x,
                  int64_t rows, int64_t cols, const void *x, int32_t x_is_bf16, int64_t m,
                  void *out, int32_t out_is_bf16, int32_t threads);
-void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int half,
+void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,
                      int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
                      int32_t out_is_bf16, int32_t threads); /* q4_rows8.c */
-void matmul_int8x8(const uint8_t *codes, const void *scales, int half, int sub, int64_t rows,
+void matmul_int8x8(const uint8_t *codes, const void *scales, int form, int sub, int64_t rows,
                    int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads); /* q8_rows8.c */
 void matmul_dense(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,

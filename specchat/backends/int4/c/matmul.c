@@ -33,21 +33,21 @@ static const float *float_rows(const void *x, int x_is_bf16, int64_t m, int64_t 
  * and zero per 32 (Q4_0, Q4_1, Q4_K). With `int8_x`, 4-bit codes and int8 codes in groups of 32
  * or 16 without zeros (Q8_0, Q5_0, Q6_K), both then interleaved by eight rows (q4_rows8.c,
  * q8_rows8.c), meet x rounded to 8 bits (quantize.h), their scales and zeros float16 where
- * `half_scales`; everything else meets float32 x (dense.c). Each weight row is read once for all
+ * `scale_form`; everything else meets float32 x (dense.c). Each weight row is read once for all
  * m rows; every output is the same fixed-order sum whatever m is. x and out are bf16 or
  * float32. */
 void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
-                 int32_t group, int32_t code_bits, int32_t half_scales, int32_t int8_x,
+                 int32_t group, int32_t code_bits, int32_t scale_form, int32_t int8_x,
                  int64_t rows, int64_t cols, const void *x, int32_t x_is_bf16, int64_t m,
                  void *out, int32_t out_is_bf16, int32_t threads) {
     float *scratch = NULL;
     const float *xf = float_rows(x, x_is_bf16, m, cols, &scratch);
     const int scaled_codes = !f32 && code_bits != 4 && !zeros;
     if (int8_x && !f32 && code_bits == 4)
-        matmul_nibbles8(codes, scales, zeros, half_scales, rows, cols, xf, m, out, out_is_bf16,
+        matmul_nibbles8(codes, scales, zeros, scale_form, rows, cols, xf, m, out, out_is_bf16,
                         threads);
     else if (int8_x && scaled_codes && (group == QGROUP || group == QGROUP / 2))
-        matmul_int8x8(codes, scales, half_scales, QGROUP / group, rows, cols, xf, m, out,
+        matmul_int8x8(codes, scales, scale_form, QGROUP / group, rows, cols, xf, m, out,
                       out_is_bf16, threads);
     else
         matmul_dense(f32, codes, scales, zeros, group, code_bits, rows, cols, xf, m, out,

@@ -5,7 +5,7 @@
  * weights costs eight maddubs for all of them, no horizontal sum and one scale multiply
  * (llama.cpp's repacked layout does the same for prompts). For a block of 8 rows and group g,
  * chunk c (0..3) is 32 bytes: byte 4j + b holds row j's weight 8c + b in its low nibble and
- * 8c + 4 + b in its high one. Scales and zeros: [block][group][8].
+ * 8c + 4 + b in its high one. Scales and zeros: [block][group][8], or Q4_K's factored (rows8.h).
  *
  * Per row and group the integer sum of 32 products is exact whatever the order (under 2^16, so
  * int16 lanes hold eight maddubs without saturating), then row j, token t:
@@ -20,12 +20,12 @@
 /* The 4-bit tiles' last step: each token's zero terms (zero * x's group sum, group by group)
  * added to its sums. */
 static inline __attribute__((always_inline)) void add_zero_terms(
-    const void *zeros, const void *scales, int half, const int8_rows *q, int64_t r0,
+    const void *zeros, const void *scales, int form, const int8_rows *q, int64_t r0,
     int64_t groups, int count, const __m256 *acc, __m256 *results) {
     __m256 zacc[TOKENS];
     for (int j = 0; j < count; j++) zacc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        const __m256 zero = zeros8(zeros, scales, g * ROWS8, half);
+        const __m256 zero = zeros8(zeros, scales, g * ROWS8, form);
         for (int j = 0; j < count; j++)
             zacc[j] = _mm256_fmadd_ps(
                 zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
@@ -40,7 +40,7 @@ static inline __attribute__((always_inline)) void add_zero_terms(
  * of each) and vpdpbusd multiplies and sums four byte pairs a lane, so a group costs four
  * instructions a token where AVX2 spends eight maddubs and their additions. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int half, const int8_rows *q,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, const int8_rows *q,
     int64_t r0, int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m512i low = _mm512_set1_epi8(0x0f);
@@ -63,20 +63,20 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                 sums[j] = _mm512_dpbusd_epi32(sums[j], hi, _mm512_permutexvar_epi32(high_x, xv));
             }
         }
-        const __m256 scale = lanes8(scales, g * ROWS8, half);
+        const __m256 scale = lanes8(scales, g * ROWS8, form);
         for (int j = 0; j < count; j++) {
             const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sums[j]),
                                                   _mm512_extracti64x4_epi64(sums[j], 1));
             acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
         }
     }
-    add_zero_terms(zeros, scales, half, q, r0, groups, count, acc, results);
+    add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
 }
 #elif defined(HAVE_AVX2)
 /* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their eight sums
  * each, by maddubs (16-bit pair sums) of the low and the high nibbles. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int half, const int8_rows *q,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, const int8_rows *q,
     int64_t r0, int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -100,27 +100,27 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                 s16[j] = _mm256_add_epi16(s16[j], pair);
             }
         }
-        const __m256 scale = lanes8(scales, g * ROWS8, half);
+        const __m256 scale = lanes8(scales, g * ROWS8, form);
         for (int j = 0; j < count; j++)
             acc[j] = add_group(acc[j], _mm256_madd_epi16(s16[j], ones), scale, q, r0 + j, g);
     }
-    add_zero_terms(zeros, scales, half, q, r0, groups, count, acc, results);
+    add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
 }
 #endif
 
 #if defined(HAVE_AVX2)
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
 static inline __attribute__((always_inline)) int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const void *zeros,
-                                      int half, const int8_rows *q, int64_t r, int64_t m,
+                                      int form, const int8_rows *q, int64_t r, int64_t m,
                                       int64_t cols, void *out, int out_is_bf16, int64_t rows,
                                       int64_t first, int64_t kept) {
     const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
     __m256 results[TOKENS];
     switch (count) { /* constant counts: sums stay in registers */
-    case 4: nibbles8_tile(codes, scales, zeros, half, q, r, cols, 4, results); break;
-    case 3: nibbles8_tile(codes, scales, zeros, half, q, r, cols, 3, results); break;
-    case 2: nibbles8_tile(codes, scales, zeros, half, q, r, cols, 2, results); break;
-    default: nibbles8_tile(codes, scales, zeros, half, q, r, cols, 1, results); break;
+    case 4: nibbles8_tile(codes, scales, zeros, form, q, r, cols, 4, results); break;
+    case 3: nibbles8_tile(codes, scales, zeros, form, q, r, cols, 3, results); break;
+    case 2: nibbles8_tile(codes, scales, zeros, form, q, r, cols, 2, results); break;
+    default: nibbles8_tile(codes, scales, zeros, form, q, r, cols, 1, results); break;
     }
     for (int j = 0; j < count; j++) store_tile(out, out_is_bf16, (r + j) * rows + first, kept, results[j]);
     return count;
@@ -128,7 +128,7 @@ static inline __attribute__((always_inline)) int64_t nibbles8_tokens(const uint8
 #else
 /* The plain C: token r against one block, one row at a time; it took one token. */
 static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const void *zeros,
-                               int half, const int8_rows *q, int64_t r, int64_t m, int64_t cols,
+                               int form, const int8_rows *q, int64_t r, int64_t m, int64_t cols,
                                void *out, int out_is_bf16, int64_t rows, int64_t first,
                                int64_t kept) {
     (void)m;
@@ -145,11 +145,11 @@ static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const v
                     isum += (byte & 15) * x[QGROUP * g + 8 * c + b];
                     isum += (byte >> 4) * x[QGROUP * g + 8 * c + 4 + b];
                 }
-            const float factor = lane_value(scales, g * ROWS8 + j, half) * q->scales[r * q->padded + g];
+            const float factor = lane_value(scales, g * ROWS8 + j, form) * q->scales[r * q->padded + g];
             acc = fmaf((float)isum, factor, acc);
         }
         for (int64_t g = 0; g < groups; g++)
-            zacc = fmaf(zero_value(zeros, scales, g * ROWS8 + j, half), q->sums[r * q->padded + g],
+            zacc = fmaf(zero_value(zeros, scales, g * ROWS8 + j, form), q->sums[r * q->padded + g],
                         zacc);
         results[j] = acc + zacc;
     }
@@ -161,7 +161,7 @@ static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const v
 /* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit weights interleaved by eight rows (above), x
  * rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple of 8: the last block's
  * missing rows are zeros in the layout and are not stored. */
-void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int half,
+void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,
                      int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
                      int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
@@ -170,11 +170,11 @@ void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {
         const uint8_t *c = codes + block * groups * 4 * 32;
-        const int64_t at = block * groups * ROWS8 * (half ? 2 : 4); /* bytes */
+        const int64_t at = block * scale_bytes(groups, form); /* bytes */
         const void *s = (const char *)scales + at, *z = zeros ? (const char *)zeros + at : NULL;
         const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
         for (int64_t r = 0; r < m;)
-            r += nibbles8_tokens(c, s, z, half, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
+            r += nibbles8_tokens(c, s, z, form, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
     }
     free_int8_rows(&q);
 }

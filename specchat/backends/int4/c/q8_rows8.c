@@ -21,7 +21,7 @@ static inline int32_t part_sum(const int8_rows *q, int64_t r, int64_t g, int sub
 
 /* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
 static inline __attribute__((always_inline)) void int8x8_tile(
-    const uint8_t *codes, const void *scales, int half, int sub, const int8_rows *q, int64_t r0,
+    const uint8_t *codes, const void *scales, int form, int sub, const int8_rows *q, int64_t r0,
     int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -44,7 +44,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
             }
         }
         for (int h = 0; h < sub; h++) {
-            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, half);
+            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, form);
             for (int j = 0; j < count; j++) {
                 const __m256i shifted = _mm256_add_epi32(_mm512_castsi512_si256(sums[h][j]),
                                                          _mm512_extracti64x4_epi64(sums[h][j], 1));
@@ -59,7 +59,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
 #elif defined(HAVE_AVX2)
 /* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
 static inline __attribute__((always_inline)) void int8x8_tile(
-    const uint8_t *codes, const void *scales, int half, int sub, const int8_rows *q, int64_t r0,
+    const uint8_t *codes, const void *scales, int form, int sub, const int8_rows *q, int64_t r0,
     int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -82,7 +82,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
             }
         }
         for (int h = 0; h < sub; h++) {
-            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, half);
+            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, form);
             for (int j = 0; j < count; j++)
                 acc[j] = add_group(acc[j], sums[h][j], scale, q, r0 + j, g);
         }
@@ -94,33 +94,33 @@ static inline __attribute__((always_inline)) void int8x8_tile(
 #if defined(HAVE_AVX2)
 /* int8x8_tile for TOKENS or fewer tokens, with the count and the parts constants. */
 static inline __attribute__((always_inline)) void int8x8_tiles(
-    const uint8_t *codes, const void *scales, int half, int sub, const int8_rows *q, int64_t r,
+    const uint8_t *codes, const void *scales, int form, int sub, const int8_rows *q, int64_t r,
     int64_t cols, int count, __m256 *results) {
     switch (count) {
-    case 4: int8x8_tile(codes, scales, half, sub, q, r, cols, 4, results); break;
-    case 3: int8x8_tile(codes, scales, half, sub, q, r, cols, 3, results); break;
-    case 2: int8x8_tile(codes, scales, half, sub, q, r, cols, 2, results); break;
-    default: int8x8_tile(codes, scales, half, sub, q, r, cols, 1, results); break;
+    case 4: int8x8_tile(codes, scales, form, sub, q, r, cols, 4, results); break;
+    case 3: int8x8_tile(codes, scales, form, sub, q, r, cols, 3, results); break;
+    case 2: int8x8_tile(codes, scales, form, sub, q, r, cols, 2, results); break;
+    default: int8x8_tile(codes, scales, form, sub, q, r, cols, 1, results); break;
     }
 }
 
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
-static inline __attribute__((always_inline)) int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int half, int sub,
+static inline __attribute__((always_inline)) int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int form, int sub,
                                     const int8_rows *q, int64_t r, int64_t m, int64_t cols,
                                     void *out, int out_is_bf16, int64_t rows, int64_t first,
                                     int64_t kept) {
     const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
     __m256 results[TOKENS];
     if (sub == 2) /* constant parts: sums stay in registers */
-        int8x8_tiles(codes, scales, half, 2, q, r, cols, count, results);
+        int8x8_tiles(codes, scales, form, 2, q, r, cols, count, results);
     else
-        int8x8_tiles(codes, scales, half, 1, q, r, cols, count, results);
+        int8x8_tiles(codes, scales, form, 1, q, r, cols, count, results);
     for (int j = 0; j < count; j++) store_tile(out, out_is_bf16, (r + j) * rows + first, kept, results[j]);
     return count;
 }
 #else
 /* The plain C: token r against one block, one row at a time; it took one token. */
-static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int half, int sub,
+static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int form, int sub,
                              const int8_rows *q, int64_t r, int64_t m, int64_t cols, void *out,
                              int out_is_bf16, int64_t rows, int64_t first, int64_t kept) {
     (void)m;
@@ -136,7 +136,7 @@ static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int half,
                     isum[sub == 2 && c >= 4] +=
                         (int8_t)codes[(g * 8 + c) * 32 + 4 * j + b] * x[QGROUP * g + 4 * c + b];
             for (int h = 0; h < sub; h++) {
-                const float factor = lane_value(scales, (g * sub + h) * ROWS8 + j, half) *
+                const float factor = lane_value(scales, (g * sub + h) * ROWS8 + j, form) *
                                      q->scales[r * q->padded + g];
                 acc = fmaf((float)isum[h], factor, acc);
             }
@@ -148,7 +148,7 @@ static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int half,
 }
 #endif
 
-void matmul_int8x8(const uint8_t *codes, const void *scales, int half, int sub, int64_t rows,
+void matmul_int8x8(const uint8_t *codes, const void *scales, int form, int sub, int64_t rows,
                    int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads) {
     int8_rows q;
@@ -157,10 +157,10 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, int half, int sub, 
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {
         const uint8_t *c = codes + block * groups * 8 * 32;
-        const void *s = (const char *)scales + block * groups * sub * ROWS8 * (half ? 2 : 4);
+        const void *s = (const char *)scales + block * scale_bytes(groups * sub, form);
         const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
         for (int64_t r = 0; r < m;)
-            r += int8x8_tokens(c, s, half, sub, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
+            r += int8x8_tokens(c, s, form, sub, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
     }
     free_int8_rows(&q);
 }

@@ -1,9 +1,13 @@
 /* What the two weight formats interleaved by eight rows (q4_rows8.c, q8_rows8.c) share: their
  * scales as stored, one group's step of a tile, and how a block's eight outputs are stored.
  *
- * Scales and zeros are float16 where the file's are exactly that (Q4_0, Q4_1: a fifth fewer bytes
- * to read a token), float32 otherwise (Q4_K's products of two scales); the same values either way.
- * Q4_0's zeros are -8 * scale, exact in float, so they are not stored at all (zeros NULL). */
+ * Scales and zeros come in one of three forms, `form`: float32 (0); float16 (1) where the file's
+ * are exactly that (Q4_0, Q4_1, Q8_0, Q5_0: a fifth fewer bytes to read a token); or, for the
+ * K-quants' products of two scales (Q4_K, Q6_K), as the file stores them (form F > 1): per block
+ * of 8 rows and run of F groups, the rows' 8 float16 factors, then per group the rows' 8 int8
+ * multipliers. factor * multiplier is exact in float32 (11 by 8 significant bits), so every form
+ * gives the same values. Q4_0's zeros are -8 * scale, exact in float, so they are not stored at
+ * all (zeros NULL). */
 #ifndef SPECCHAT_ROWS8_H
 #define SPECCHAT_ROWS8_H
 
@@ -12,13 +16,28 @@
 #define ROWS8 8
 #define TOKENS 4 /* tokens a vector tile takes at once: their sums stay in registers */
 
-static inline float lane_value(const void *values, int64_t at, int half) {
-    return half ? from_half(((const uint16_t *)values)[at]) : ((const float *)values)[at];
-}
-static inline float zero_value(const void *zeros, const void *scales, int64_t at, int half) {
-    return zeros ? lane_value(zeros, at, half) : -8.0f * lane_value(scales, at, half);
+/* Bytes of `units` groups' scales of one block of 8 rows, in `form`. */
+static inline int64_t scale_bytes(int64_t units, int form) {
+    return form == 0 ? units * ROWS8 * 4 : form == 1 ? units * ROWS8 * 2 : units / form * (16 + ROWS8 * form);
 }
 
+/* Where a factored run's bytes start, for lane `at` (group at / 8, row at % 8). */
+static inline const uint8_t *factored_run(const void *values, int64_t at, int form) {
+    return (const uint8_t *)values + at / ROWS8 / form * (16 + ROWS8 * form);
+}
+
+static inline float lane_value(const void *values, int64_t at, int form) {
+    if (form == 0) return ((const float *)values)[at];
+    if (form == 1) return from_half(((const uint16_t *)values)[at]);
+    const uint8_t *run = factored_run(values, at, form);
+    const int64_t row = at % ROWS8, unit = at / ROWS8 % form;
+    uint16_t factor;
+    memcpy(&factor, run + 2 * row, 2);
+    return from_half(factor) * (float)((const int8_t *)run)[16 + ROWS8 * unit + row];
+}
+static inline float zero_value(const void *zeros, const void *scales, int64_t at, int form) {
+    return zeros ? lane_value(zeros, at, form) : -8.0f * lane_value(scales, at, form);
+}
 /* values[0 .. count-1] to out[first ...]: count is under ROWS8 only in a matrix's last block. */
 static inline void store_rows8(void *out, int out_is_bf16, int64_t first, int64_t count,
                                const float values[ROWS8]) {
@@ -26,12 +45,17 @@ static inline void store_rows8(void *out, int out_is_bf16, int64_t first, int64_
 }
 
 #if defined(HAVE_AVX2)
-static inline __m256 lanes8(const void *values, int64_t at, int half) {
-    return half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)values + at)))
-                : _mm256_loadu_ps((const float *)values + at);
+static inline __m256 lanes8(const void *values, int64_t at, int form) {
+    if (form == 0) return _mm256_loadu_ps((const float *)values + at);
+    if (form == 1)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)values + at)));
+    const uint8_t *run = factored_run(values, at, form);
+    const __m256 factors = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)run));
+    const __m128i eight = _mm_loadl_epi64((const __m128i *)(run + 16 + at % (ROWS8 * form)));
+    return _mm256_mul_ps(factors, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight)));
 }
-static inline __m256 zeros8(const void *zeros, const void *scales, int64_t at, int half) {
-    return zeros ? lanes8(zeros, at, half) : _mm256_mul_ps(lanes8(scales, at, half), _mm256_set1_ps(-8.0f));
+static inline __m256 zeros8(const void *zeros, const void *scales, int64_t at, int form) {
+    return zeros ? lanes8(zeros, at, form) : _mm256_mul_ps(lanes8(scales, at, form), _mm256_set1_ps(-8.0f));
 }
 
 /* acc + group g's exact integer sums of token r times (weight scale * x scale): one step of
