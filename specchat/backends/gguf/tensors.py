@@ -265,33 +265,37 @@ class GroupedInt8:
     scales: np.ndarray  # float32 [rows, cols // group]
     zeros: np.ndarray | None  # float32 [rows, cols // group], or None for pure scales
     group: int
-    factored: Factored | None = None  # Q6_K: the same scales as the file stores them
-    form: int = 0  # by eight: 0 float32 (or float16) scales, else Factored bytes, `form` units
+    # Q5_K, Q6_K: the same scales (and zeros) as the file stores them
+    factored: tuple[Factored, Factored | None] | None = None
+    form: int = 0  # by eight: 0 float32 scales and zeros, else Factored bytes, `form` units
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.codes.shape
 
     def by_eight(self) -> GroupedInt8:
-        """The same codes interleaved by eight rows, as int4/c/q8_rows8.c reads
-        them (groups of 32 or 16, no zeros; rows padded with zeros to a multiple of 8): per block
-        of 8 rows and group of 32, chunk c holds row j's codes 4c..4c+3 at bytes 4j..; scales
-        [block][group of 32][its groups of `group`][8]."""
+        """The same codes interleaved by eight rows, as int4/c/q8_rows8.c reads them (groups of
+        32, or of 16 without zeros; rows padded with zeros to a multiple of 8): per block of 8
+        rows and group of 32, chunk c holds row j's codes 4c..4c+3 at bytes 4j..; scales and
+        zeros [block][group of 32][its groups of `group`][8], or the factored bytes."""
         rows, cols = self.shape
         groups, blocks, sub = cols // 32, -(-rows // 8), 32 // self.group
         pad = blocks * 8 - rows
         codes = np.pad(self.codes, ((0, pad), (0, 0))).reshape(blocks, 8, groups, 8, 4)
         codes = np.ascontiguousarray(codes.transpose(0, 2, 3, 1, 4)).reshape(blocks * 8, cols)
         if self.factored is not None:
-            scales = self.factored
-            return GroupedInt8(codes, scales.by_eight(), None, self.group, None, scales.units)
-        scales = np.pad(self.scales, ((0, pad), (0, 0))).reshape(blocks, 8, groups, sub)
-        return GroupedInt8(
-            codes,
-            np.ascontiguousarray(scales.transpose(0, 2, 3, 1)).reshape(blocks * 8, groups * sub),
-            None,
-            self.group,
-        )
+            scales, zeros = self.factored
+            laid = None if zeros is None else zeros.by_eight()
+            return GroupedInt8(codes, scales.by_eight(), laid, self.group, None, scales.units)
+
+        def lanes(values: np.ndarray | None) -> np.ndarray | None:
+            if values is None:
+                return None
+            values = np.pad(values, ((0, pad), (0, 0))).reshape(blocks, 8, groups, sub)
+            laid = np.ascontiguousarray(values.transpose(0, 2, 3, 1))
+            return laid.reshape(blocks * 8, groups * sub)
+
+        return GroupedInt8(codes, lanes(self.scales), lanes(self.zeros), self.group)
 
     def dequantize(self) -> np.ndarray:
         rows, cols = self.codes.shape
@@ -321,12 +325,20 @@ def _grouped_scales(kind: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarr
     raise KeyError(kind)
 
 
-def _factored_scales(kind: str, blocks: np.ndarray) -> Factored | None:
-    """Q6_K's scales as it stores them (a float16 d per super-block, int8 scales per 16)."""
-    if kind != "Q6_K":
-        return None
-    sc = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8)
-    return Factored(_stored_halves(blocks[..., 208:210]), sc.reshape(len(blocks), -1))
+def _factored_scales(kind: str, blocks: np.ndarray) -> tuple[Factored, Factored | None] | None:
+    """The K-quants' scales (and zeros) as they store them: Q6_K a float16 d per super-block and
+    int8 scales per 16; Q5_K Q4_K's d, dmin and 6-bit scales and mins per 32."""
+    rows = len(blocks)
+    if kind == "Q6_K":
+        sc = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8)
+        return Factored(_stored_halves(blocks[..., 208:210]), sc.reshape(rows, -1)), None
+    if kind == "Q5_K":
+        sc, m = _q4_k_scales(blocks[..., 4:16])
+        return (
+            Factored(_stored_halves(blocks[..., 0:2]), sc.reshape(rows, -1).astype(np.int8)),
+            Factored(-_stored_halves(blocks[..., 2:4]), m.reshape(rows, -1).astype(np.int8)),
+        )
+    return None
 
 
 _BLOCK_BYTES = {

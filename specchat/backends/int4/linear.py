@@ -37,8 +37,8 @@ class RowsLinear:
         library: Kernels | None = None,
     ) -> None:
         self._kernels = library or kernels()
-        # x rounded to 8 bits for the 4-bit weights and Q8_0 / Q5_0: integer dot products, as
-        # llama.cpp's
+        # x rounded to 8 bits for the 4-bit weights and the int8 codes (Q8_0, Q5_x, Q6_K):
+        # integer dot products, as llama.cpp's
         self.int8_x = True
         self.code_bits = 8
         # how the kernels read scales and zeros (c/rows8.h): 0 float32, 1 float16, F > 1 as a
@@ -59,11 +59,11 @@ class RowsLinear:
                 ):
                     self.zeros = None
         elif isinstance(weight, GroupedInt8):
-            if weight.zeros is None:  # Q8_0, Q5_0 (groups of 32), Q6_K (16)
+            if weight.zeros is None or weight.group == GROUP_SIZE:  # all but zeros a 16
                 weight = weight.by_eight()  # as c/q8_rows8.c reads them
             self.codes, self.scales, self.zeros = weight.codes, weight.scales, weight.zeros
             self.group, self.f32, self.scale_form = weight.group, None, weight.form
-            if weight.group == GROUP_SIZE and weight.zeros is None:
+            if weight.group == GROUP_SIZE and not self.scale_form:
                 self._halve()
         else:
             self.f32 = np.ascontiguousarray(weight, dtype=np.float32)
@@ -76,7 +76,7 @@ class RowsLinear:
 
     def _halve(self) -> None:
         """Scales and zeros as float16 where that is exactly the file's (Q4_0, Q4_1, Q8_0,
-        Q5_0 store float16): fewer bytes to read a token."""
+        Q5_0, Q5_1 store float16): fewer bytes to read a token."""
         kept = [v for v in (self.scales, self.zeros) if v is not None]
         halves = [v.astype(np.float16) for v in kept]
         if all(np.array_equal(h.astype(np.float32), v) for h, v in zip(halves, kept)):

@@ -16,24 +16,6 @@
 #include "kernels.h"
 #include "rows8.h"
 
-#if defined(HAVE_AVX2)
-/* The 4-bit tiles' last step: each token's zero terms (zero * x's group sum, group by group)
- * added to its sums. */
-static inline __attribute__((always_inline)) void add_zero_terms(
-    const void *zeros, const void *scales, int form, const int8_rows *q, int64_t r0,
-    int64_t groups, int count, const __m256 *acc, __m256 *results) {
-    __m256 zacc[TOKENS];
-    for (int j = 0; j < count; j++) zacc[j] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < groups; g++) {
-        const __m256 zero = zeros8(zeros, scales, g * ROWS8, form);
-        for (int j = 0; j < count; j++)
-            zacc[j] = _mm256_fmadd_ps(
-                zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
-    }
-    for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
-}
-#endif
-
 #if defined(HAVE_VNNI512)
 /* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their
  * eight sums each. One 64-byte load holds chunks c and c + 1 (lanes 0-7 and 8-15 the eight rows

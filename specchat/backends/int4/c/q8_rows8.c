@@ -1,5 +1,5 @@
-/* int8 weights in groups of 32 or 16 (Q8_0, Q5_0; Q6_K), eight rows interleaved, against x
- * rounded to 8 bits.
+/* int8 weights in groups of 32 or 16 (Q8_0, Q5_0, Q5_1, Q5_K; Q6_K), eight rows interleaved,
+ * against x rounded to 8 bits.
  *
  * As q4_rows8.c's layout, for codes a byte each: per block of 8 rows and group g of 32, chunk c
  * (0..7) is 32 bytes, byte 4j + b holding row j's weight 32g + 4c + b; scales
@@ -8,7 +8,8 @@
  * fma((float)isum, scale * x_scale, acc), part by part, group by group. AVX2 multiplies |w| by x
  * with w's sign (maddubs takes an unsigned operand; |w| and |x| <= 127, so pairs never
  * saturate); VNNI multiplies w + 128 (w xor 0x80, unsigned) and takes 128 times x's sum over the
- * part back off: the same integers either way, and the plain C's. */
+ * part back off: the same integers either way, and the plain C's. Zeros (Q5_1, Q5_K: groups
+ * of 32) add zero * x's group sum, group by group, after the products, as q4_rows8.c's do. */
 #include "kernels.h"
 #include "rows8.h"
 
@@ -21,7 +22,7 @@ static inline int32_t part_sum(const int8_rows *q, int64_t r, int64_t g, int sub
 
 /* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
 static inline __attribute__((always_inline)) void int8x8_tile(
-    const uint8_t *codes, const void *scales, int form, int sub, const int8_rows *q, int64_t r0,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r0,
     int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -54,12 +55,15 @@ static inline __attribute__((always_inline)) void int8x8_tile(
             }
         }
     }
-    for (int j = 0; j < count; j++) results[j] = acc[j];
+    if (zeros)
+        add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
+    else
+        for (int j = 0; j < count; j++) results[j] = acc[j];
 }
 #elif defined(HAVE_AVX2)
 /* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
 static inline __attribute__((always_inline)) void int8x8_tile(
-    const uint8_t *codes, const void *scales, int form, int sub, const int8_rows *q, int64_t r0,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r0,
     int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -87,40 +91,43 @@ static inline __attribute__((always_inline)) void int8x8_tile(
                 acc[j] = add_group(acc[j], sums[h][j], scale, q, r0 + j, g);
         }
     }
-    for (int j = 0; j < count; j++) results[j] = acc[j];
+    if (zeros)
+        add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
+    else
+        for (int j = 0; j < count; j++) results[j] = acc[j];
 }
 #endif
 
 #if defined(HAVE_AVX2)
 /* int8x8_tile for TOKENS or fewer tokens, with the count and the parts constants. */
 static inline __attribute__((always_inline)) void int8x8_tiles(
-    const uint8_t *codes, const void *scales, int form, int sub, const int8_rows *q, int64_t r,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r,
     int64_t cols, int count, __m256 *results) {
     switch (count) {
-    case 4: int8x8_tile(codes, scales, form, sub, q, r, cols, 4, results); break;
-    case 3: int8x8_tile(codes, scales, form, sub, q, r, cols, 3, results); break;
-    case 2: int8x8_tile(codes, scales, form, sub, q, r, cols, 2, results); break;
-    default: int8x8_tile(codes, scales, form, sub, q, r, cols, 1, results); break;
+    case 4: int8x8_tile(codes, scales, zeros, form, sub, q, r, cols, 4, results); break;
+    case 3: int8x8_tile(codes, scales, zeros, form, sub, q, r, cols, 3, results); break;
+    case 2: int8x8_tile(codes, scales, zeros, form, sub, q, r, cols, 2, results); break;
+    default: int8x8_tile(codes, scales, zeros, form, sub, q, r, cols, 1, results); break;
     }
 }
 
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
-static inline __attribute__((always_inline)) int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int form, int sub,
+static inline __attribute__((always_inline)) int64_t int8x8_tokens(const uint8_t *codes, const void *scales, const void *zeros, int form, int sub,
                                     const int8_rows *q, int64_t r, int64_t m, int64_t cols,
                                     void *out, int out_is_bf16, int64_t rows, int64_t first,
                                     int64_t kept) {
     const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
     __m256 results[TOKENS];
     if (sub == 2) /* constant parts: sums stay in registers */
-        int8x8_tiles(codes, scales, form, 2, q, r, cols, count, results);
+        int8x8_tiles(codes, scales, zeros, form, 2, q, r, cols, count, results);
     else
-        int8x8_tiles(codes, scales, form, 1, q, r, cols, count, results);
+        int8x8_tiles(codes, scales, zeros, form, 1, q, r, cols, count, results);
     for (int j = 0; j < count; j++) store_tile(out, out_is_bf16, (r + j) * rows + first, kept, results[j]);
     return count;
 }
 #else
 /* The plain C: token r against one block, one row at a time; it took one token. */
-static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int form, int sub,
+static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, const void *zeros, int form, int sub,
                              const int8_rows *q, int64_t r, int64_t m, int64_t cols, void *out,
                              int out_is_bf16, int64_t rows, int64_t first, int64_t kept) {
     (void)m;
@@ -141,6 +148,12 @@ static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int form,
                 acc = fmaf((float)isum[h], factor, acc);
             }
         }
+        if (zeros) {
+            float zacc = 0.0f;
+            for (int64_t g = 0; g < groups; g++)
+                zacc = fmaf(lane_value(zeros, g * ROWS8 + j, form), q->sums[r * q->padded + g], zacc);
+            acc += zacc;
+        }
         results[j] = acc;
     }
     store_rows8(out, out_is_bf16, r * rows + first, kept, results);
@@ -148,7 +161,7 @@ static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, int form,
 }
 #endif
 
-void matmul_int8x8(const uint8_t *codes, const void *scales, int form, int sub, int64_t rows,
+void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, int64_t rows,
                    int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads) {
     int8_rows q;
@@ -157,10 +170,11 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, int form, int sub, 
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {
         const uint8_t *c = codes + block * groups * 8 * 32;
-        const void *s = (const char *)scales + block * scale_bytes(groups * sub, form);
+        const int64_t at = block * scale_bytes(groups * sub, form); /* bytes */
+        const void *s = (const char *)scales + at, *z = zeros ? (const char *)zeros + at : NULL;
         const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
         for (int64_t r = 0; r < m;)
-            r += int8x8_tokens(c, s, form, sub, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
+            r += int8x8_tokens(c, s, z, form, sub, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
     }
     free_int8_rows(&q);
 }

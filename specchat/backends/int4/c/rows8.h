@@ -66,6 +66,22 @@ static inline __m256 add_group(__m256 acc, __m256i isum, __m256 scale, const int
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), factor, acc);
 }
 
+/* A tile's last step where its weights have zeros (Q4_1, Q4_K, Q5_1, Q5_K): each token's zero
+ * terms (zero * x's group sum of 32, group by group) added to its sums. */
+static inline __attribute__((always_inline)) void add_zero_terms(
+    const void *zeros, const void *scales, int form, const int8_rows *q, int64_t r0,
+    int64_t groups, int count, const __m256 *acc, __m256 *results) {
+    __m256 zacc[TOKENS];
+    for (int j = 0; j < count; j++) zacc[j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        const __m256 zero = zeros8(zeros, scales, g * ROWS8, form);
+        for (int j = 0; j < count; j++)
+            zacc[j] = _mm256_fmadd_ps(
+                zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
+    }
+    for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
+}
+
 /* store_rows8 for a tile's eight sums in one register. */
 static inline void store_tile(void *out, int out_is_bf16, int64_t first, int64_t count, __m256 sums) {
     if (count == ROWS8) {
