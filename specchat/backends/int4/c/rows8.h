@@ -21,16 +21,17 @@ static inline int64_t scale_bytes(int64_t units, int form) {
     return form == 0 ? units * ROWS8 * 4 : form == 1 ? units * ROWS8 * 2 : units / form * (16 + ROWS8 * form);
 }
 
-/* Where a factored run's bytes start, for lane `at` (group at / 8, row at % 8). */
+/* Where a factored run's bytes start, for lane `at` (group at / 8, row at % 8); `form` is a
+ * power of two (8 or 16), so this is shifts, not divisions, in every group's step. */
 static inline const uint8_t *factored_run(const void *values, int64_t at, int form) {
-    return (const uint8_t *)values + at / ROWS8 / form * (16 + ROWS8 * form);
+    return (const uint8_t *)values + (at >> (3 + __builtin_ctz((unsigned)form))) * (16 + ROWS8 * form);
 }
 
 static inline float lane_value(const void *values, int64_t at, int form) {
     if (form == 0) return ((const float *)values)[at];
     if (form == 1) return from_half(((const uint16_t *)values)[at]);
     const uint8_t *run = factored_run(values, at, form);
-    const int64_t row = at % ROWS8, unit = at / ROWS8 % form;
+    const int64_t row = at & (ROWS8 - 1), unit = (at >> 3) & (form - 1);
     uint16_t factor;
     memcpy(&factor, run + 2 * row, 2);
     return from_half(factor) * (float)((const int8_t *)run)[16 + ROWS8 * unit + row];
@@ -51,7 +52,7 @@ static inline __m256 lanes8(const void *values, int64_t at, int form) {
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)values + at)));
     const uint8_t *run = factored_run(values, at, form);
     const __m256 factors = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)run));
-    const __m128i eight = _mm_loadl_epi64((const __m128i *)(run + 16 + at % (ROWS8 * form)));
+    const __m128i eight = _mm_loadl_epi64((const __m128i *)(run + 16 + (at & (ROWS8 * form - 1))));
     return _mm256_mul_ps(factors, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight)));
 }
 static inline __m256 zeros8(const void *zeros, const void *scales, int64_t at, int form) {
