@@ -50,8 +50,9 @@ class Factored:
     """Scales (or zeros) as a K-quant super-block stores them: a float16 factor per row and
     super-block and an int8 multiplier per group, value = factor * multiplier. The product is exact
     in float32 (11 by at most 8 significant bits), so a kernel that multiplies them as it reads
-    gets the float32 scale bit for bit, from 2.5 bytes a group where float32 takes 4: at 1.7B a
-    Q4_K_M pass reads about a fifth less."""
+    gets the float32 scale bit for bit, from 2.5 bytes a group of 8 rows' where float32 takes 32:
+    a Q4_K weight held in 4.6 bits, not 6 (at 8B about a gigabyte less memory). At 1.7B a pass
+    measured as fast as with float32 scales, within 3%: the decode costs what the bytes save."""
 
     factors: np.ndarray  # float16 [rows, super-blocks]
     multipliers: np.ndarray  # int8 [rows, groups]
