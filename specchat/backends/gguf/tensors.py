@@ -245,11 +245,17 @@ def _q4_k(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
     codes = np.concatenate([qs & 0x0F, qs >> 4], axis=3).reshape(rows, cols)
     scale = (d * sc).reshape(rows, cols // 32)
     offset = (dmin * m).reshape(rows, cols // 32)
-    factored = (
+    return Int4Blocks(codes, scale, 8.0 * scale - offset, _k_factors(blocks))
+
+
+def _k_factors(blocks: np.ndarray) -> tuple[Factored, Factored]:
+    """Q4_K's and Q5_K's scales d * sc and zeros -dmin * m per 32, as they store them."""
+    rows = len(blocks)
+    sc, m = _q4_k_scales(blocks[..., 4:16])
+    return (
         Factored(_stored_halves(blocks[..., 0:2]), sc.reshape(rows, -1).astype(np.int8)),
         Factored(-_stored_halves(blocks[..., 2:4]), m.reshape(rows, -1).astype(np.int8)),
     )
-    return Int4Blocks(codes, scale, 8.0 * scale - offset, factored)
 
 
 _INT4_READERS = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k}
@@ -329,17 +335,10 @@ def _grouped_scales(kind: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _factored_scales(kind: str, blocks: np.ndarray) -> tuple[Factored, Factored | None] | None:
     """The K-quants' scales (and zeros) as they store them: Q6_K a float16 d per super-block and
     int8 scales per 16; Q5_K Q4_K's d, dmin and 6-bit scales and mins per 32."""
-    rows = len(blocks)
     if kind == "Q6_K":
         sc = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8)
-        return Factored(_stored_halves(blocks[..., 208:210]), sc.reshape(rows, -1)), None
-    if kind == "Q5_K":
-        sc, m = _q4_k_scales(blocks[..., 4:16])
-        return (
-            Factored(_stored_halves(blocks[..., 0:2]), sc.reshape(rows, -1).astype(np.int8)),
-            Factored(-_stored_halves(blocks[..., 2:4]), m.reshape(rows, -1).astype(np.int8)),
-        )
-    return None
+        return Factored(_stored_halves(blocks[..., 208:210]), sc.reshape(len(blocks), -1)), None
+    return _k_factors(blocks) if kind == "Q5_K" else None
 
 
 _BLOCK_BYTES = {

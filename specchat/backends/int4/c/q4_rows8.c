@@ -118,7 +118,7 @@ static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const v
     const int8_t *x = q->codes + r * cols;
     float results[ROWS8];
     for (int j = 0; j < ROWS8; j++) {
-        float acc = 0.0f, zacc = 0.0f;
+        float acc = 0.0f;
         for (int64_t g = 0; g < groups; g++) {
             int32_t isum = 0;
             for (int c = 0; c < 4; c++)
@@ -130,10 +130,7 @@ static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const v
             const float factor = lane_value(scales, g * ROWS8 + j, form) * q->scales[r * q->padded + g];
             acc = fmaf((float)isum, factor, acc);
         }
-        for (int64_t g = 0; g < groups; g++)
-            zacc = fmaf(zero_value(zeros, scales, g * ROWS8 + j, form), q->sums[r * q->padded + g],
-                        zacc);
-        results[j] = acc + zacc;
+        results[j] = acc + row_zero_terms(zeros, scales, form, q, r, j, groups);
     }
     store_rows8(out, out_is_bf16, r * rows + first, kept, results);
     return 1;

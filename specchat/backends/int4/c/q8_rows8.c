@@ -148,13 +148,7 @@ static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, const voi
                 acc = fmaf((float)isum[h], factor, acc);
             }
         }
-        if (zeros) {
-            float zacc = 0.0f;
-            for (int64_t g = 0; g < groups; g++)
-                zacc = fmaf(lane_value(zeros, g * ROWS8 + j, form), q->sums[r * q->padded + g], zacc);
-            acc += zacc;
-        }
-        results[j] = acc;
+        results[j] = zeros ? acc + row_zero_terms(zeros, scales, form, q, r, j, groups) : acc;
     }
     store_rows8(out, out_is_bf16, r * rows + first, kept, results);
     return 1;

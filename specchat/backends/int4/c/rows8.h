@@ -39,6 +39,16 @@ static inline float lane_value(const void *values, int64_t at, int form) {
 static inline float zero_value(const void *zeros, const void *scales, int64_t at, int form) {
     return zeros ? lane_value(zeros, at, form) : -8.0f * lane_value(scales, at, form);
 }
+
+/* The plain C's zero terms of row j, token r: zero * x's group sum, group by group (the vector
+ * tiles' add_zero_terms, one lane). */
+static inline float row_zero_terms(const void *zeros, const void *scales, int form,
+                                   const int8_rows *q, int64_t r, int j, int64_t groups) {
+    float zacc = 0.0f;
+    for (int64_t g = 0; g < groups; g++)
+        zacc = fmaf(zero_value(zeros, scales, g * ROWS8 + j, form), q->sums[r * q->padded + g], zacc);
+    return zacc;
+}
 /* values[0 .. count-1] to out[first ...]: count is under ROWS8 only in a matrix's last block. */
 static inline void store_rows8(void *out, int out_is_bf16, int64_t first, int64_t count,
                                const float values[ROWS8]) {
