@@ -17,7 +17,7 @@ import torch
 
 from specchat import cpu
 from specchat.backends.base import Block, ChatMessage
-from specchat.backends.gguf.tensors import Factored, GGUFTensors, Nibbles
+from specchat.backends.gguf.tensors import Factored, GGUFTensors, GroupedInt8, Nibbles
 from specchat.backends.int4.kernels import kernels
 from specchat.backends.int4.linear import RowsLinear
 from specchat.errors import SpecchatError
@@ -179,6 +179,74 @@ def test_k_quant_scales_read_as_the_file_stores_them_give_the_float32_scales_bit
             assert torch.equal(together, alone), level
 
 
+@pytest.mark.parametrize(
+    "file,kind", [("Q4_K_M", "Q5_0"), ("Q5_1", "Q5_1"), ("Q5_K_M", "Q5_K")], ids=str
+)
+def test_five_bit_codes_give_the_int8_codes_bits_from_five_eighths_of_the_bytes(
+    quantized, file, kind
+) -> None:
+    """Q5_0, Q5_1 and Q5_K run as 5-bit codes (the 4-bit tile and a plane of fifth bits), as
+    llama.cpp reads them, where int8 codes took a byte a weight: for a slice of 37 rows (a partial
+    block of eight), every level gives the plain C's bits, each token's the same alone or beside
+    five others. Q5_1's and Q5_K's are the int8 codes' bits; Q5_0's codes shift by 16 and take a
+    zero of -16 * scale (as Q4_0's -8 * scale), the same weights summed in another order."""
+    tensors = GGUFTensors(quantized[file])
+    name = next(n for n in tensors._tensors if tensors.type_name(n) == kind and "blk." in n)
+    full = tensors.grouped_int8(name)
+    rows = slice(0, 37)
+    factored = full.factored and tuple(
+        None if f is None else part_rows(f, rows) for f in full.factored
+    )
+    grouped = dataclasses.replace(
+        full,
+        codes=full.codes[rows],
+        scales=full.scales[rows],
+        zeros=None if full.zeros is None else full.zeros[rows],
+        factored=factored,
+    )
+    x = torch.from_numpy(np.random.default_rng(5).standard_normal((6, grouped.shape[1])))
+    x = x.to(torch.bfloat16)
+    results = {}
+    with torch.inference_mode():
+        for level in LEVELS_HERE:
+            five = RowsLinear(grouped.five_bits(), float32_out=True, library=kernels(level))
+            int8 = RowsLinear(grouped, float32_out=True, library=kernels(level))
+            assert (five.form, int8.form) == ("5-bit", "int8")
+            assert five.codes.nbytes * 8 == int8.codes.nbytes * 5
+            together = results[level] = five(x)
+            if kind == "Q5_0":
+                assert torch.allclose(together, int8(x), rtol=1e-5, atol=1e-4), level
+            else:
+                assert torch.equal(together, int8(x)), level
+            alone = torch.cat([five(x[i : i + 1]) for i in range(len(x))])
+            assert torch.equal(together, alone), level
+    for level in LEVELS_HERE[1:]:
+        assert torch.equal(results[level], results["generic"]), level
+
+
+def test_five_bit_sums_at_their_largest_do_not_overflow() -> None:
+    """Every code 31 against x at its largest (each rounds to 127): the sums the AVX2 tile
+    holds in 16-bit lanes are at their largest. Every level gives the plain C's bits, and the
+    rows their float64 values."""
+    rng = np.random.default_rng(11)
+    codes = np.full((16, 256), 31, dtype=np.int8)
+    codes[8:] = rng.integers(0, 32, (8, 256))
+    scales = rng.uniform(0.5, 1.0, (16, 8)).astype(np.float16).astype(np.float32)
+    zeros = -(rng.uniform(0, 8, (16, 8)).astype(np.float16).astype(np.float32))
+    grouped = GroupedInt8(codes, scales, zeros, 32)
+    x = torch.ones((5, 256), dtype=torch.float32)
+    x[1] = -1.0
+    expected = x.double().numpy() @ grouped.dequantize().astype(np.float64).T
+    results = {}
+    with torch.inference_mode():
+        for level in LEVELS_HERE:
+            linear = RowsLinear(grouped.five_bits(), float32_out=True, library=kernels(level))
+            results[level] = linear(x)
+            assert np.allclose(results[level].numpy(), expected, rtol=1e-6), level
+    for level in LEVELS_HERE[1:]:
+        assert torch.equal(results[level], results["generic"]), level
+
+
 def part_rows(factored: Factored, rows: slice) -> Factored:
     return Factored(factored.factors[rows], factored.multipliers[rows])
 
@@ -253,10 +321,10 @@ def teacher_forced_disagreements(llama, int4, prompt: str, tokens: int) -> list[
     [
         ("Q4_1", {"4-bit"}),
         ("Q4_0", {"4-bit"}),
-        ("Q4_K_M", {"4-bit", "int8"}),
+        ("Q4_K_M", {"4-bit", "5-bit", "int8"}),
         ("Q8_0", {"int8"}),
-        ("Q5_1", {"int8"}),
-        ("Q5_K_M", {"int8"}),
+        ("Q5_1", {"5-bit"}),
+        ("Q5_K_M", {"5-bit", "int8"}),
     ],
 )
 def test_greedy_agrees_with_llama_cpp_outside_near_ties(

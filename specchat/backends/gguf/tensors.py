@@ -149,44 +149,70 @@ class Int4Blocks:
 @dataclass(frozen=True)
 class Nibbles:
     """A [rows, cols] weight as 4-bit codes two a byte and a float32 scale and zero per 32
-    weights of a row: w = code * scale + zero, one fused multiply-add (see Int4Blocks.nibbles)."""
+    weights of a row: w = code * scale + zero, one fused multiply-add (see Int4Blocks.nibbles).
+    5-bit codes (Q5_0, Q5_1, Q5_K: `GroupedInt8.five_bits`) are the same with each code's fifth
+    bit (16) beside it in `high`."""
 
-    packed: np.ndarray  # uint8 [rows, cols // 2]
+    packed: np.ndarray  # uint8 [rows, cols // 2]; by eight: the bytes q4_rows8.c reads
     scales: np.ndarray  # float32 [rows, cols // 32]; by eight: the bytes of `form`
     zeros: np.ndarray  # float32 [rows, cols // 32]; by eight: the bytes of `form`
     factored: tuple[Factored, Factored] | None = None  # the same scales and zeros, where so
     form: int = 0  # by eight: 0 float32 scales and zeros, else Factored bytes, `form` units
+    high: np.ndarray | None = None  # 5-bit codes: uint8 [rows, cols], each code's bit 16 (0/1)
+    bits: int = 4  # bits a code: 4, or 5 with `high` (by eight: in the packed bytes)
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.packed.shape[0], self.packed.shape[1] * 2
+        held = 4 if self.high is not None else self.bits  # bits a code in `packed`
+        return self.packed.shape[0], self.packed.shape[1] * 8 // held
 
     def by_eight(self) -> Nibbles:
         """The same weights interleaved by eight rows, as int4/c/q4_rows8.c reads
         them (rows padded with zeros to a multiple of 8): per block of 8 rows and group of 32,
         chunk c holds row j's weights 8c..8c+3 in the low nibbles of bytes 4j.., 8c+4..8c+7 in
-        the high ones; scales and zeros [block][group][8]."""
+        the high ones; 5-bit codes then their group's plane of fifth bits; scales and zeros
+        [block][group][8]."""
         rows, cols = self.shape
         groups, blocks = cols // 32, -(-rows // 8)
         codes = _nibbles(self.packed.reshape(rows, groups, 16))  # [rows, groups, 32] in order
+        if self.high is not None:
+            codes = codes | (self.high.reshape(rows, groups, 32) << 4)
         pad = blocks * 8 - rows
         codes = np.pad(codes, ((0, pad), (0, 0), (0, 0)))
+        # [block, group, chunk, row, 4 bytes, low/high nibble]
         halves = codes.reshape(blocks, 8, groups, 4, 2, 4).transpose(0, 2, 3, 1, 5, 4)
-        packed = (halves[..., 0] | (halves[..., 1] << 4)).astype(np.uint8)
+        packed = ((halves[..., 0] & 15) | ((halves[..., 1] & 15) << 4)).astype(np.uint8)
+        packed = packed.reshape(blocks, groups, 128)
+        if self.high is not None:
+            packed = np.concatenate([packed, _fifth_bit_plane(halves)], axis=2)
 
         def lanes(values: np.ndarray) -> np.ndarray:
             values = np.pad(values, ((0, pad), (0, 0)))
             return np.ascontiguousarray(values.reshape(blocks, 8, groups).transpose(0, 2, 1))
 
-        packed = np.ascontiguousarray(packed).reshape(blocks * 8, cols // 2)
+        packed = np.ascontiguousarray(packed).reshape(blocks * 8, -1)
         if self.factored is not None:
             scales, zeros = self.factored
-            return Nibbles(packed, scales.by_eight(), zeros.by_eight(), None, scales.units)
+            laid = (scales.by_eight(), zeros.by_eight(), None, scales.units)
+            return Nibbles(packed, *laid, bits=self.bits)
         return Nibbles(
             packed,
             lanes(self.scales).reshape(blocks * 8, groups),
             lanes(self.zeros).reshape(blocks * 8, groups),
+            bits=self.bits,
         )
+
+
+def _fifth_bit_plane(halves: np.ndarray) -> np.ndarray:
+    """5-bit codes' bit 16 as q4_rows8.c reads it, from [block, group, chunk, row, 4, nibble]:
+    per group, per pair of chunks, the low nibbles' bits of its two chunks, then the high
+    nibbles', 4 bytes a chunk (bit i for the chunk's byte i)."""
+    blocks, groups = halves.shape[:2]
+    fifth = (halves >> 4).reshape(blocks, groups, 2, 2, 32, 2)  # [.., pair, chunk, byte, nibble]
+    fifth = np.ascontiguousarray(
+        fifth.transpose(0, 1, 2, 5, 3, 4)
+    )  # [.., pair, nibble, chunk, byte]
+    return np.packbits(fifth, axis=-1, bitorder="little").reshape(blocks, groups, 32)
 
 
 def _halves(raw: np.ndarray) -> np.ndarray:
@@ -303,6 +329,26 @@ class GroupedInt8:
             return laid.reshape(blocks * 8, groups * sub)
 
         return GroupedInt8(codes, lanes(self.scales), lanes(self.zeros), self.group)
+
+    def five_bits(self) -> Nibbles | None:
+        """The same weights as 5-bit codes (Q5_0, Q5_1, Q5_K: 5.25 bits a weight where int8
+        codes take 8, as llama.cpp reads them), or None where the codes need more. Q5_1's and
+        Q5_K's codes are 0..31 with their own zeros, so the kernel sums the same integers;
+        Q5_0's are -16..15, stored as code + 16 with zero -16 * scale (exact in float32)."""
+        if self.group != GROUP_SIZE or self.codes.size == 0:
+            return None
+        low, high = int(self.codes.min()), int(self.codes.max())
+        if self.zeros is not None and low >= 0 and high <= 31:
+            codes, zeros, factored = self.codes.astype(np.uint8), self.zeros, self.factored
+        elif self.zeros is None and low >= -16 and high <= 15 and self.factored is None:
+            codes = (self.codes.astype(np.int16) + 16).astype(np.uint8)
+            zeros, factored = np.float32(-16.0) * self.scales, None
+        else:
+            return None
+        rows, cols = self.shape
+        groups = codes.reshape(rows, cols // GROUP_SIZE, 2, GROUP_SIZE // 2) & 15
+        packed = (groups[:, :, 0] | (groups[:, :, 1] << 4)).astype(np.uint8).reshape(rows, -1)
+        return Nibbles(packed, self.scales, zeros, factored, high=codes >> 4, bits=5)
 
     def dequantize(self) -> np.ndarray:
         rows, cols = self.codes.shape

@@ -21,8 +21,9 @@ from specchat.errors import SpecchatError
 
 class RowsLinear:
     """y = x W^T in the C kernels: 4-bit blocks as nibbles with a scale and zero per 32 (read
-    eight rows at a time), Q8_0, Q5_x and Q6_K as int8 codes with their blocks' scales (exactly the file's
-    weights, a byte each), anything else dequantized once to float32. Float32 sums whose order
+    eight rows at a time; Q5_x's 5-bit codes the same with a plane of fifth bits), Q8_0 and Q6_K
+    as int8 codes with their blocks' scales (exactly the file's weights, a byte each), anything
+    else dequantized once to float32. Float32 sums whose order
     does not depend on how many rows share the call; bf16 in and out in the layers, float32 for
     the LM head.
 
@@ -37,7 +38,7 @@ class RowsLinear:
         library: Kernels | None = None,
     ) -> None:
         self._kernels = library or kernels()
-        # x rounded to 8 bits for the 4-bit weights and the int8 codes (Q8_0, Q5_x, Q6_K):
+        # x rounded to 8 bits for the 4- and 5-bit weights and the int8 codes (Q8_0, Q6_K):
         # integer dot products, as llama.cpp's
         self.int8_x = True
         self.code_bits = 8
@@ -48,12 +49,12 @@ class RowsLinear:
         if isinstance(weight, Nibbles):
             weight = weight.by_eight()  # as c/q4_rows8.c reads them
             self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
-            self.group, self.f32, self.code_bits = GROUP_SIZE, None, 4
+            self.group, self.f32, self.code_bits = GROUP_SIZE, None, weight.bits
             self.scale_form = weight.form
             if not self.scale_form:
                 self._halve()
                 # Q4_0's zeros (-8 * scale) are computed, not read
-                if np.array_equal(
+                if self.code_bits == 4 and np.array_equal(
                     np.float32(-8.0) * self.scales.astype(np.float32),
                     self.zeros.astype(np.float32),
                 ):
@@ -86,8 +87,10 @@ class RowsLinear:
 
     @property
     def form(self) -> str:
-        """How the weights are held: "4-bit" nibbles, "int8" codes or "float32"."""
-        return "float32" if self.f32 is not None else "4-bit" if self.code_bits == 4 else "int8"
+        """How the weights are held: "4-bit" or "5-bit" codes, "int8" codes or "float32"."""
+        if self.f32 is not None:
+            return "float32"
+        return "int8" if self.code_bits == 8 else f"{self.code_bits}-bit"
 
     @staticmethod
     def _pointer(array: np.ndarray | None) -> int | None:
@@ -115,8 +118,10 @@ def rows_linear(
     tensors: GGUFTensors, name: str, library: Kernels, *, float32_out: bool = False
 ) -> RowsLinear:
     grouped = tensors.grouped_int8(name)
-    weight = grouped if grouped is not None else tensors.dense(name)
-    return RowsLinear(weight, float32_out=float32_out, library=library)
+    if grouped is None:
+        return RowsLinear(tensors.dense(name), float32_out=float32_out, library=library)
+    five = grouped.five_bits()  # Q5_x: fewer bytes than int8 codes for the same weights
+    return RowsLinear(five or grouped, float32_out=float32_out, library=library)
 
 
 class Projection:

@@ -1,4 +1,5 @@
-/* 4-bit weights (Q4_0, Q4_1, Q4_K), eight rows interleaved, against x rounded to 8 bits.
+/* 4-bit weights (Q4_0, Q4_1, Q4_K) and 5-bit ones (Q5_0, Q5_1, Q5_K), eight rows interleaved,
+ * against x rounded to 8 bits.
  *
  * Laid out once, at load, so that one 32-byte vector holds four consecutive weights of eight
  * rows: the eight rows' sums then sit in the eight lanes of one register, and a group of 32
@@ -6,9 +7,15 @@
  * (llama.cpp's repacked layout does the same for prompts). For a block of 8 rows and group g,
  * chunk c (0..3) is 32 bytes: byte 4j + b holds row j's weight 8c + b in its low nibble and
  * 8c + 4 + b in its high one. Scales and zeros: [block][group][8], or Q4_K's factored (rows8.h).
+ * 5-bit codes (`five`) keep that tile for their low four bits and follow it, group by group, with
+ * a 32-byte plane of their fifth (16): per pair of chunks (0-1, then 2-3) the low nibbles' bits
+ * of chunk c, of chunk c + 1 (a bit a byte, byte i of the chunk at bit i), then the high
+ * nibbles' of each, 4 bytes each. 5.25 bits a weight where int8 codes take 8: what llama.cpp
+ * reads for Q5, so the pass that waits on memory reads as much as its.
  *
- * Per row and group the integer sum of 32 products is exact whatever the order (under 2^16, so
- * int16 lanes hold eight maddubs without saturating), then row j, token t:
+ * Per row and group the integer sum of 32 products is exact whatever the order (4-bit codes: under
+ * 2^15 for all eight maddubs in int16 lanes; 5-bit: under 2^15 for a pair of chunks), then row j,
+ * token t:
  *   acc = fma((float)isum, scale * x_scale, acc), group by group; zacc = fma(zero, x_sum, zacc);
  *   result = acc + zacc.
  * A fixed sequence per row and token, so a block of tokens gives each the bits it gets alone,
@@ -16,16 +23,44 @@
 #include "kernels.h"
 #include "rows8.h"
 
+/* Bytes of one group of 32 of a block of eight rows: the nibble tile, and 5-bit codes' plane. */
+static inline int64_t group_bytes(int five) { return five ? 160 : 128; }
+
+/* Row j's code at byte i (4j + b) of chunk c, low (0) or high (1) nibble, its fifth bit added. */
+static inline int code_at(const uint8_t *tile, int five, int c, int i, int high) {
+    const int nibble = (tile[c * 32 + i] >> (4 * high)) & 15;
+    if (!five) return nibble;
+    uint32_t bits;
+    memcpy(&bits, tile + 128 + (c >> 1) * 16 + high * 8 + (c & 1) * 4, 4);
+    return nibble | (int)((bits >> i) & 1u) << 4;
+}
+
+#if defined(HAVE_AVX2) && !defined(HAVE_VNNI512)
+/* 16 in each of 32 bytes whose bit is set in the 4 bytes at `plane` (byte i, bit i): each byte
+ * takes its mask byte (i / 8), keeps its own bit, and compares. */
+static inline __m256i fifth_bits(const uint8_t *plane) {
+    uint32_t bits;
+    memcpy(&bits, plane, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                         3, 3, 3, 3, 3, 3, 3));
+    const __m256i own = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, own), own);
+    return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+#endif
+
 #if defined(HAVE_VNNI512)
 /* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their
  * eight sums each. One 64-byte load holds chunks c and c + 1 (lanes 0-7 and 8-15 the eight rows
  * of each) and vpdpbusd multiplies and sums four byte pairs a lane, so a group costs four
  * instructions a token where AVX2 spends eight maddubs and their additions. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, const int8_rows *q,
-    int64_t r0, int64_t cols, int count, __m256 *results) {
-    const int64_t groups = cols / QGROUP;
-    const __m512i low = _mm512_set1_epi8(0x0f);
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
+    const int8_rows *q, int64_t r0, int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP, stride = group_bytes(five);
+    const __m512i low = _mm512_set1_epi8(0x0f), fifth = _mm512_set1_epi8(16);
     /* x's four dwords of a chunk pair (c low, c high, c+1 low, c+1 high) spread to the lanes */
     const __m512i low_x = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
     const __m512i high_x = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
@@ -35,9 +70,17 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
         __m512i sums[TOKENS];
         for (int j = 0; j < count; j++) sums[j] = _mm512_setzero_si512();
         for (int c = 0; c < 4; c += 2) {
-            const __m512i raw = _mm512_loadu_si512((const void *)(codes + (g * 4 + c) * 32));
-            const __m512i lo = _mm512_and_si512(raw, low);
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            const uint8_t *tile = codes + g * stride;
+            const __m512i raw = _mm512_loadu_si512((const void *)(tile + c * 32));
+            __m512i lo = _mm512_and_si512(raw, low);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            if (five) { /* a byte's fifth bit from the plane's mask: one masked add each */
+                uint64_t lo_bits, hi_bits;
+                memcpy(&lo_bits, tile + 128 + c * 8, 8);
+                memcpy(&hi_bits, tile + 128 + c * 8 + 8, 8);
+                lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(lo_bits), lo, fifth);
+                hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(hi_bits), hi, fifth);
+            }
             for (int j = 0; j < count; j++) {
                 const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
                 const __m512i xv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)x));
@@ -58,19 +101,25 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
 /* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their eight sums
  * each, by maddubs (16-bit pair sums) of the low and the high nibbles. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, const int8_rows *q,
-    int64_t r0, int64_t cols, int count, __m256 *results) {
-    const int64_t groups = cols / QGROUP;
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
+    const int8_rows *q, int64_t r0, int64_t cols, int count, __m256 *results) {
+    const int64_t groups = cols / QGROUP, stride = group_bytes(five);
     const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     __m256 acc[TOKENS];
     for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        __m256i s16[TOKENS];
-        for (int j = 0; j < count; j++) s16[j] = _mm256_setzero_si256();
+        __m256i s16[TOKENS], s32[TOKENS];
+        for (int j = 0; j < count; j++) s16[j] = s32[j] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(codes + (g * 4 + c) * 32));
-            const __m256i lo = _mm256_and_si256(raw, low);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            const uint8_t *tile = codes + g * stride;
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(tile + c * 32));
+            __m256i lo = _mm256_and_si256(raw, low);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            if (five) {
+                const uint8_t *plane = tile + 128 + (c >> 1) * 16 + (c & 1) * 4;
+                lo = _mm256_or_si256(lo, fifth_bits(plane));
+                hi = _mm256_or_si256(hi, fifth_bits(plane + 8));
+            }
             for (int j = 0; j < count; j++) {
                 const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
                 int32_t first, second;
@@ -81,10 +130,17 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                     _mm256_maddubs_epi16(hi, _mm256_set1_epi32(second)));
                 s16[j] = _mm256_add_epi16(s16[j], pair);
             }
+            if (five && (c & 1)) /* a pair of chunks' 5-bit sums is all int16 lanes hold */
+                for (int j = 0; j < count; j++) {
+                    s32[j] = _mm256_add_epi32(s32[j], _mm256_madd_epi16(s16[j], ones));
+                    s16[j] = _mm256_setzero_si256();
+                }
         }
         const __m256 scale = lanes8(scales, g * ROWS8, form);
-        for (int j = 0; j < count; j++)
-            acc[j] = add_group(acc[j], _mm256_madd_epi16(s16[j], ones), scale, q, r0 + j, g);
+        for (int j = 0; j < count; j++) {
+            const __m256i isum = five ? s32[j] : _mm256_madd_epi16(s16[j], ones);
+            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
+        }
     }
     add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
 }
@@ -92,17 +148,17 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
 
 #if defined(HAVE_AVX2)
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
-static inline __attribute__((always_inline)) int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const void *zeros,
-                                      int form, const int8_rows *q, int64_t r, int64_t m,
-                                      int64_t cols, void *out, int out_is_bf16, int64_t rows,
-                                      int64_t first, int64_t kept) {
+static inline __attribute__((always_inline)) int64_t nibbles8_tokens(
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
+    const int8_rows *q, int64_t r, int64_t m, int64_t cols, void *out, int out_is_bf16,
+    int64_t rows, int64_t first, int64_t kept) {
     const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
     __m256 results[TOKENS];
     switch (count) { /* constant counts: sums stay in registers */
-    case 4: nibbles8_tile(codes, scales, zeros, form, q, r, cols, 4, results); break;
-    case 3: nibbles8_tile(codes, scales, zeros, form, q, r, cols, 3, results); break;
-    case 2: nibbles8_tile(codes, scales, zeros, form, q, r, cols, 2, results); break;
-    default: nibbles8_tile(codes, scales, zeros, form, q, r, cols, 1, results); break;
+    case 4: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 4, results); break;
+    case 3: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 3, results); break;
+    case 2: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 2, results); break;
+    default: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 1, results); break;
     }
     for (int j = 0; j < count; j++) store_tile(out, out_is_bf16, (r + j) * rows + first, kept, results[j]);
     return count;
@@ -110,9 +166,9 @@ static inline __attribute__((always_inline)) int64_t nibbles8_tokens(const uint8
 #else
 /* The plain C: token r against one block, one row at a time; it took one token. */
 static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const void *zeros,
-                               int form, const int8_rows *q, int64_t r, int64_t m, int64_t cols,
-                               void *out, int out_is_bf16, int64_t rows, int64_t first,
-                               int64_t kept) {
+                               int form, int five, const int8_rows *q, int64_t r, int64_t m,
+                               int64_t cols, void *out, int out_is_bf16, int64_t rows,
+                               int64_t first, int64_t kept) {
     (void)m;
     const int64_t groups = cols / QGROUP;
     const int8_t *x = q->codes + r * cols;
@@ -120,12 +176,12 @@ static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const v
     for (int j = 0; j < ROWS8; j++) {
         float acc = 0.0f;
         for (int64_t g = 0; g < groups; g++) {
+            const uint8_t *tile = codes + g * group_bytes(five);
             int32_t isum = 0;
             for (int c = 0; c < 4; c++)
                 for (int b = 0; b < 4; b++) {
-                    const uint8_t byte = codes[(g * 4 + c) * 32 + 4 * j + b];
-                    isum += (byte & 15) * x[QGROUP * g + 8 * c + b];
-                    isum += (byte >> 4) * x[QGROUP * g + 8 * c + 4 + b];
+                    isum += code_at(tile, five, c, 4 * j + b, 0) * x[QGROUP * g + 8 * c + b];
+                    isum += code_at(tile, five, c, 4 * j + b, 1) * x[QGROUP * g + 8 * c + 4 + b];
                 }
             const float factor = lane_value(scales, g * ROWS8 + j, form) * q->scales[r * q->padded + g];
             acc = fmaf((float)isum, factor, acc);
@@ -137,23 +193,34 @@ static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const v
 }
 #endif
 
-/* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit weights interleaved by eight rows (above), x
- * rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple of 8: the last block's
- * missing rows are zeros in the layout and are not stored. */
-void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,
-                     int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
-                     int32_t out_is_bf16, int32_t threads) {
-    int8_rows q;
-    quantize_rows(xf, m, cols, 0, &q);
+/* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit (or, `five`, 5-bit) weights interleaved by
+ * eight rows (above), x rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple
+ * of 8: the last block's missing rows are zeros in the layout and are not stored. */
+static inline __attribute__((always_inline)) void nibbles8_blocks(
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
+    int64_t rows, int64_t cols, const int8_rows *q, int64_t m, void *out, int32_t out_is_bf16,
+    int32_t threads) {
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {
-        const uint8_t *c = codes + block * groups * 4 * 32;
+        const uint8_t *c = codes + block * groups * group_bytes(five);
         const int64_t at = block * scale_bytes(groups, form); /* bytes */
         const void *s = (const char *)scales + at, *z = zeros ? (const char *)zeros + at : NULL;
         const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
         for (int64_t r = 0; r < m;)
-            r += nibbles8_tokens(c, s, z, form, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
+            r += nibbles8_tokens(c, s, z, form, five, q, r, m, cols, out, out_is_bf16, rows,
+                                 first, kept);
     }
+}
+
+void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,
+                     int five, int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
+                     int32_t out_is_bf16, int32_t threads) {
+    int8_rows q;
+    quantize_rows(xf, m, cols, 0, &q);
+    if (five) /* constant in each copy: the 4-bit tile keeps its own code */
+        nibbles8_blocks(codes, scales, zeros, form, 1, rows, cols, &q, m, out, out_is_bf16, threads);
+    else
+        nibbles8_blocks(codes, scales, zeros, form, 0, rows, cols, &q, m, out, out_is_bf16, threads);
     free_int8_rows(&q);
 }
