@@ -8,11 +8,10 @@
  * chunk c (0..3) is 32 bytes: byte 4j + b holds row j's weight 8c + b in its low nibble and
  * 8c + 4 + b in its high one. Scales and zeros: [block][group][8], or Q4_K's factored (rows8.h).
  * 5-bit codes (`five`) keep that tile for their low four bits and follow it, group by group, with
- * a 32-byte plane of their fifth (16): per pair of chunks (0-1, then 2-3) the low nibbles' bits
- * of chunk c, of chunk c + 1 (a bit a byte, byte i of the chunk at bit i), then the high
- * nibbles' of each, 4 bytes each. 5.25 bits a weight where int8 codes take 8: what llama.cpp
- * reads for Q5, so the pass that waits on memory reads as much as its.
- *
+ * a 32-byte plane of their fifth (16): plane byte i holds, at bit 2c + h, the fifth bit of chunk
+ * c's byte i, low (h 0) or high (h 1) nibble. 5.25 bits a weight where int8 codes take 8: what
+ * llama.cpp reads for Q5, so the pass that waits on memory reads as much as its. A bit reaches
+ * its place in two shifts and a mask (AVX2) or one test (AVX-512) a vector.
  * Per row and group the integer sum of 32 products is exact whatever the order (4-bit codes: under
  * 2^15 for all eight maddubs in int16 lanes; 5-bit: under 2^15 for a pair of chunks), then row j,
  * token t:
@@ -29,29 +28,15 @@ static inline int64_t group_bytes(int five) { return five ? 160 : 128; }
 /* Row j's code at byte i (4j + b) of chunk c, low (0) or high (1) nibble, its fifth bit added. */
 static inline int code_at(const uint8_t *tile, int five, int c, int i, int high) {
     const int nibble = (tile[c * 32 + i] >> (4 * high)) & 15;
-    if (!five) return nibble;
-    uint32_t bits;
-    memcpy(&bits, tile + 128 + (c >> 1) * 16 + high * 8 + (c & 1) * 4, 4);
-    return nibble | (int)((bits >> i) & 1u) << 4;
+    return five ? nibble | ((tile[128 + i] >> (2 * c + high)) & 1) << 4 : nibble;
 }
-
-#if defined(HAVE_AVX2) && !defined(HAVE_VNNI512)
-/* 16 in each of 32 bytes whose bit is set in the 4 bytes at `plane` (byte i, bit i): each byte
- * takes its mask byte (i / 8), keeps its own bit, and compares. */
-static inline __m256i fifth_bits(const uint8_t *plane) {
-    uint32_t bits;
-    memcpy(&bits, plane, 4);
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)bits),
-        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                         3, 3, 3, 3, 3, 3, 3));
-    const __m256i own = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, own), own);
-    return _mm256_and_si256(set, _mm256_set1_epi8(16));
-}
-#endif
 
 #if defined(HAVE_VNNI512)
+/* `low_half` in each byte of a vector's first 32 bytes, `high_half` in its last 32. */
+static inline __m512i pair_bits(int low_half, int high_half) {
+    return _mm512_inserti64x4(_mm512_set1_epi8((char)low_half), _mm256_set1_epi8((char)high_half), 1);
+}
+
 /* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their
  * eight sums each. One 64-byte load holds chunks c and c + 1 (lanes 0-7 and 8-15 the eight rows
  * of each) and vpdpbusd multiplies and sums four byte pairs a lane, so a group costs four
@@ -61,6 +46,9 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
     const int8_rows *q, int64_t r0, int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP, stride = group_bytes(five);
     const __m512i low = _mm512_set1_epi8(0x0f), fifth = _mm512_set1_epi8(16);
+    /* the plane's bits of chunks c and c + 1 (one 64-byte load's halves), low and high nibbles */
+    const __m512i bit_pairs[4] = {pair_bits(1, 4), pair_bits(2, 8), pair_bits(16, 64),
+                                  pair_bits(32, 128)};
     /* x's four dwords of a chunk pair (c low, c high, c+1 low, c+1 high) spread to the lanes */
     const __m512i low_x = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
     const __m512i high_x = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
@@ -74,12 +62,12 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
             const __m512i raw = _mm512_loadu_si512((const void *)(tile + c * 32));
             __m512i lo = _mm512_and_si512(raw, low);
             __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
-            if (five) { /* a byte's fifth bit from the plane's mask: one masked add each */
-                uint64_t lo_bits, hi_bits;
-                memcpy(&lo_bits, tile + 128 + c * 8, 8);
-                memcpy(&hi_bits, tile + 128 + c * 8 + 8, 8);
-                lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(lo_bits), lo, fifth);
-                hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(hi_bits), hi, fifth);
+            if (five) { /* a byte's fifth bit: one test and one masked add each */
+                const __m512i plane =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(tile + 128)));
+                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(plane, bit_pairs[c]), lo, fifth);
+                hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(plane, bit_pairs[c + 1]), hi,
+                                          fifth);
             }
             for (int j = 0; j < count; j++) {
                 const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
@@ -105,6 +93,7 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
     const int8_rows *q, int64_t r0, int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP, stride = group_bytes(five);
     const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i fifth = _mm256_set1_epi8(16);
     __m256 acc[TOKENS];
     for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
@@ -115,10 +104,13 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(tile + c * 32));
             __m256i lo = _mm256_and_si256(raw, low);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-            if (five) {
-                const uint8_t *plane = tile + 128 + (c >> 1) * 16 + (c & 1) * 4;
-                lo = _mm256_or_si256(lo, fifth_bits(plane));
-                hi = _mm256_or_si256(hi, fifth_bits(plane + 8));
+            if (five) { /* bits 2c, 2c + 1 to bit 4: chunks 0-1 from the plane moved up 4 */
+                const __m256i plane = _mm256_loadu_si256((const __m256i *)(tile + 128));
+                const __m256i from = c < 2 ? _mm256_slli_epi16(plane, 4) : plane;
+                const int shift = 2 * (c & 1);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(from, shift), fifth));
+                hi = _mm256_or_si256(hi,
+                                     _mm256_and_si256(_mm256_srli_epi16(from, shift + 1), fifth));
             }
             for (int j = 0; j < count; j++) {
                 const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
