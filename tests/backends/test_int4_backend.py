@@ -180,19 +180,16 @@ def test_k_quant_scales_read_as_the_file_stores_them_give_the_float32_scales_bit
 
 
 @pytest.mark.parametrize(
-    "file,kind",
-    [("Q4_K_M", "Q5_0"), ("Q5_1", "Q5_1"), ("Q5_K_M", "Q5_K"), ("Q4_K_M", "Q6_K")],
-    ids=str,
+    "file,kind", [("Q4_K_M", "Q5_0"), ("Q5_1", "Q5_1"), ("Q5_K_M", "Q5_K")], ids=str
 )
-def test_five_and_six_bit_codes_give_the_int8_codes_bits_from_fewer_bytes(
+def test_five_bit_codes_give_the_int8_codes_bits_from_five_eighths_of_the_bytes(
     quantized, file, kind
 ) -> None:
-    """Q5_0, Q5_1, Q5_K and Q6_K run as 5- and 6-bit codes (the 4-bit tile and a plane a further
-    bit), as llama.cpp reads them, where int8 codes took a byte a weight: for a slice of 37 rows
-    (a partial block of eight), every level gives the plain C's bits, each token's the same alone
-    or beside five others. Q5_1's, Q5_K's and Q6_K's are the int8 codes' bits; Q5_0's codes
-    shift by 16 and take a zero of -16 * scale (as Q4_0's -8 * scale), the same weights summed
-    in another order."""
+    """Q5_0, Q5_1 and Q5_K run as 5-bit codes (the 4-bit tile and a plane of fifth bits), as
+    llama.cpp reads them, where int8 codes took a byte a weight: for a slice of 37 rows (a partial
+    block of eight), every level gives the plain C's bits, each token's the same alone or beside
+    five others. Q5_1's and Q5_K's are the int8 codes' bits; Q5_0's codes shift by 16 and take a
+    zero of -16 * scale (as Q4_0's -8 * scale), the same weights summed in another order."""
     tensors = GGUFTensors(quantized[file])
     name = next(n for n in tensors._tensors if tensors.type_name(n) == kind and "blk." in n)
     full = tensors.grouped_int8(name)
@@ -212,11 +209,10 @@ def test_five_and_six_bit_codes_give_the_int8_codes_bits_from_fewer_bytes(
     results = {}
     with torch.inference_mode():
         for level in LEVELS_HERE:
-            five = RowsLinear(grouped.packed_codes(), float32_out=True, library=kernels(level))
+            five = RowsLinear(grouped.five_bits(), float32_out=True, library=kernels(level))
             int8 = RowsLinear(grouped, float32_out=True, library=kernels(level))
-            bits = 6 if kind == "Q6_K" else 5
-            assert (five.form, int8.form) == (f"{bits}-bit", "int8")
-            assert five.codes.nbytes * 8 == int8.codes.nbytes * bits
+            assert (five.form, int8.form) == ("5-bit", "int8")
+            assert five.codes.nbytes * 8 == int8.codes.nbytes * 5
             together = results[level] = five(x)
             if kind == "Q5_0":
                 assert torch.allclose(together, int8(x), rtol=1e-5, atol=1e-4), level
@@ -228,30 +224,25 @@ def test_five_and_six_bit_codes_give_the_int8_codes_bits_from_fewer_bytes(
         assert torch.equal(results[level], results["generic"]), level
 
 
-@pytest.mark.parametrize("bits", [5, 6])
-def test_wider_codes_sums_at_their_largest_do_not_overflow(bits) -> None:
-    """Every code at its largest against x at its largest (each rounds to 127): the sums the
-    AVX2 tile holds in 16-bit lanes are at their largest. Every level gives the plain C's bits,
-    and the rows their float64 values."""
+def test_five_bit_sums_at_their_largest_do_not_overflow() -> None:
+    """Every code 31 against x at its largest (each rounds to 127): the sums the AVX2 tile
+    holds in 16-bit lanes are at their largest. Every level gives the plain C's bits, and the
+    rows their float64 values."""
     rng = np.random.default_rng(11)
-    top, group = (31, 32) if bits == 5 else (31, 16)
-    codes = np.full((16, 256), top, dtype=np.int8)
-    codes[8:] = rng.integers(top - 2**bits + 1, top + 1, (8, 256))
-    codes[4] = top - 2**bits + 1  # Q6_K's -32
-    scales = rng.uniform(0.5, 1.0, (16, 256 // group)).astype(np.float16).astype(np.float32)
+    codes = np.full((16, 256), 31, dtype=np.int8)
+    codes[8:] = rng.integers(0, 32, (8, 256))
+    scales = rng.uniform(0.5, 1.0, (16, 8)).astype(np.float16).astype(np.float32)
     zeros = -(rng.uniform(0, 8, (16, 8)).astype(np.float16).astype(np.float32))
-    grouped = GroupedInt8(codes, scales, zeros if bits == 5 else None, group)
+    grouped = GroupedInt8(codes, scales, zeros, 32)
     x = torch.ones((5, 256), dtype=torch.float32)
     x[1] = -1.0
     expected = x.double().numpy() @ grouped.dequantize().astype(np.float64).T
     results = {}
     with torch.inference_mode():
         for level in LEVELS_HERE:
-            linear = RowsLinear(grouped.packed_codes(), float32_out=True, library=kernels(level))
-            assert linear.form == f"{bits}-bit"
+            linear = RowsLinear(grouped.five_bits(), float32_out=True, library=kernels(level))
             results[level] = linear(x)
-            scale = np.abs(expected).max()
-            assert np.allclose(results[level].numpy(), expected, rtol=1e-6, atol=1e-6 * scale)
+            assert np.allclose(results[level].numpy(), expected, rtol=1e-6), level
     for level in LEVELS_HERE[1:]:
         assert torch.equal(results[level], results["generic"]), level
 
@@ -330,10 +321,10 @@ def teacher_forced_disagreements(llama, int4, prompt: str, tokens: int) -> list[
     [
         ("Q4_1", {"4-bit"}),
         ("Q4_0", {"4-bit"}),
-        ("Q4_K_M", {"4-bit", "5-bit", "6-bit", "int8"}),
+        ("Q4_K_M", {"4-bit", "5-bit", "int8"}),
         ("Q8_0", {"int8"}),
         ("Q5_1", {"5-bit"}),
-        ("Q5_K_M", {"5-bit", "6-bit", "int8"}),
+        ("Q5_K_M", {"5-bit", "int8"}),
     ],
 )
 def test_greedy_agrees_with_llama_cpp_outside_near_ties(

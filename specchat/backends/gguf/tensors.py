@@ -150,18 +150,16 @@ class Int4Blocks:
 class Nibbles:
     """A [rows, cols] weight as 4-bit codes two a byte and a float32 scale and zero per 32
     weights of a row: w = code * scale + zero, one fused multiply-add (see Int4Blocks.nibbles).
-    5- and 6-bit codes (Q5_0, Q5_1, Q5_K; Q6_K: `GroupedInt8.packed_codes`) are the same with
-    each code's bits above the fourth beside it in `high`; Q6_K's have a scale per 16, no zeros,
-    and are raised by 32 (int4/c/q4_rows8.c)."""
+    5-bit codes (Q5_0, Q5_1, Q5_K: `GroupedInt8.five_bits`) are the same with each code's fifth
+    bit (16) beside it in `high`."""
 
     packed: np.ndarray  # uint8 [rows, cols // 2]; by eight: the bytes q4_rows8.c reads
-    scales: np.ndarray  # float32 [rows, cols // group]; by eight: the bytes of `form`
-    zeros: np.ndarray | None  # float32 [rows, cols // 32] or None; by eight: the bytes of `form`
-    factored: tuple[Factored, Factored | None] | None = None  # the same scales and zeros
+    scales: np.ndarray  # float32 [rows, cols // 32]; by eight: the bytes of `form`
+    zeros: np.ndarray  # float32 [rows, cols // 32]; by eight: the bytes of `form`
+    factored: tuple[Factored, Factored] | None = None  # the same scales and zeros, where so
     form: int = 0  # by eight: 0 float32 scales and zeros, else Factored bytes, `form` units
-    high: np.ndarray | None = None  # 5- and 6-bit codes: uint8 [rows, cols], each code >> 4
-    bits: int = 4  # bits a code: 4, or 5 or 6 with `high` (by eight: in the packed bytes)
-    group: int = GROUP_SIZE  # weights a scale: 32, or Q6_K's 16
+    high: np.ndarray | None = None  # 5-bit codes: uint8 [rows, cols], each code's bit 16 (0/1)
+    bits: int = 4  # bits a code: 4, or 5 with `high` (by eight: in the packed bytes)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -172,8 +170,8 @@ class Nibbles:
         """The same weights interleaved by eight rows, as int4/c/q4_rows8.c reads
         them (rows padded with zeros to a multiple of 8): per block of 8 rows and group of 32,
         chunk c holds row j's weights 8c..8c+3 in the low nibbles of bytes 4j.., 8c+4..8c+7 in
-        the high ones; wider codes then their group's planes of further bits; scales and zeros
-        [block][group][part][8]."""
+        the high ones; 5-bit codes then their group's plane of fifth bits; scales and zeros
+        [block][group][8]."""
         rows, cols = self.shape
         groups, blocks = cols // 32, -(-rows // 8)
         codes = _nibbles(self.packed.reshape(rows, groups, 16))  # [rows, groups, 32] in order
@@ -184,32 +182,34 @@ class Nibbles:
         # [block, group, chunk, row, 4 bytes, low/high nibble]
         halves = codes.reshape(blocks, 8, groups, 4, 2, 4).transpose(0, 2, 3, 1, 5, 4)
         packed = ((halves[..., 0] & 15) | ((halves[..., 1] & 15) << 4)).astype(np.uint8)
-        planes = [_bit_plane(halves, 4 + p) for p in range(self.bits - 4)]
-        packed = np.concatenate([packed.reshape(blocks, groups, 128), *planes], axis=2)
+        packed = packed.reshape(blocks, groups, 128)
+        if self.high is not None:
+            packed = np.concatenate([packed, _fifth_bit_plane(halves)], axis=2)
 
-        def lanes(values: np.ndarray | None) -> np.ndarray | None:
-            if values is None:
-                return None
+        def lanes(values: np.ndarray) -> np.ndarray:
             values = np.pad(values, ((0, pad), (0, 0)))
-            laid = values.reshape(blocks, 8, -1).transpose(0, 2, 1)  # [block][group][part][8]
-            return np.ascontiguousarray(laid).reshape(blocks * 8, -1)
+            return np.ascontiguousarray(values.reshape(blocks, 8, groups).transpose(0, 2, 1))
 
         packed = np.ascontiguousarray(packed).reshape(blocks * 8, -1)
-        kept = {"bits": self.bits, "group": self.group}
         if self.factored is not None:
             scales, zeros = self.factored
-            laid_zeros = None if zeros is None else zeros.by_eight()
-            return Nibbles(packed, scales.by_eight(), laid_zeros, None, scales.units, **kept)
-        return Nibbles(packed, lanes(self.scales), lanes(self.zeros), **kept)
+            laid = (scales.by_eight(), zeros.by_eight(), None, scales.units)
+            return Nibbles(packed, *laid, bits=self.bits)
+        return Nibbles(
+            packed,
+            lanes(self.scales).reshape(blocks * 8, groups),
+            lanes(self.zeros).reshape(blocks * 8, groups),
+            bits=self.bits,
+        )
 
 
-def _bit_plane(halves: np.ndarray, bit: int) -> np.ndarray:
-    """Wider codes' `bit` as q4_rows8.c reads it, from [block, group, chunk, row, 4, nibble]: per
-    group 32 bytes, byte i holding at bit 2c + h that bit of chunk c's byte i, nibble h."""
+def _fifth_bit_plane(halves: np.ndarray) -> np.ndarray:
+    """5-bit codes' bit 16 as q4_rows8.c reads it, from [block, group, chunk, row, 4, nibble]:
+    per group 32 bytes, byte i holding at bit 2c + h the bit of chunk c's byte i, nibble h."""
     blocks, groups = halves.shape[:2]
-    bits = ((halves >> bit) & 1).astype(np.uint8).reshape(blocks, groups, 4, 32, 2)
+    fifth = (halves >> 4).astype(np.uint8).reshape(blocks, groups, 4, 32, 2)
     place = np.arange(8, dtype=np.uint8).reshape(4, 1, 2)  # bit 2c + h
-    return (bits << place).sum(axis=(2, 4), dtype=np.uint8)  # bits apart: the sum is their or
+    return (fifth << place).sum(axis=(2, 4), dtype=np.uint8)  # bits apart: the sum is their or
 
 
 def _halves(raw: np.ndarray) -> np.ndarray:
@@ -327,31 +327,25 @@ class GroupedInt8:
 
         return GroupedInt8(codes, lanes(self.scales), lanes(self.zeros), self.group)
 
-    def packed_codes(self) -> Nibbles | None:
-        """The same weights in as few bits as their codes take (Q5_0, Q5_1, Q5_K: 5 bits a
-        weight; Q6_K: 6, and their scales), as llama.cpp reads them, where int8 codes take 8;
-        None where they need more. Q5_1's and Q5_K's codes are 0..31 with their own zeros, Q6_K's -32..31
-        raised by 32 and summed back in integers, so the kernel sums the int8 codes' integers;
+    def five_bits(self) -> Nibbles | None:
+        """The same weights as 5-bit codes (Q5_0, Q5_1, Q5_K: 5.25 bits a weight where int8
+        codes take 8, as llama.cpp reads them), or None where the codes need more. Q5_1's and
+        Q5_K's codes are 0..31 with their own zeros, so the kernel sums the same integers;
         Q5_0's are -16..15, stored as code + 16 with zero -16 * scale (exact in float32)."""
-        if self.codes.size == 0:
+        if self.group != GROUP_SIZE or self.codes.size == 0:
             return None
         low, high = int(self.codes.min()), int(self.codes.max())
-        zeros, factored, bits = self.zeros, self.factored, 5
-        if self.group == 16 and self.zeros is None and low >= -32 and high <= 31:
-            codes, bits = (self.codes.astype(np.int16) + 32).astype(np.uint8), 6
-        elif self.group != GROUP_SIZE:
-            return None
-        elif self.zeros is not None and low >= 0 and high <= 31:
-            codes = self.codes.astype(np.uint8)
+        if self.zeros is not None and low >= 0 and high <= 31:
+            codes, zeros, factored = self.codes.astype(np.uint8), self.zeros, self.factored
         elif self.zeros is None and low >= -16 and high <= 15 and self.factored is None:
             codes = (self.codes.astype(np.int16) + 16).astype(np.uint8)
-            zeros = np.float32(-16.0) * self.scales
+            zeros, factored = np.float32(-16.0) * self.scales, None
         else:
             return None
         rows, cols = self.shape
         groups = codes.reshape(rows, cols // GROUP_SIZE, 2, GROUP_SIZE // 2) & 15
         packed = (groups[:, :, 0] | (groups[:, :, 1] << 4)).astype(np.uint8).reshape(rows, -1)
-        return Nibbles(packed, self.scales, zeros, factored, 0, codes >> 4, bits, self.group)
+        return Nibbles(packed, self.scales, zeros, factored, high=codes >> 4, bits=5)
 
     def dequantize(self) -> np.ndarray:
         rows, cols = self.codes.shape

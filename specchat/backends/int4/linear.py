@@ -21,7 +21,7 @@ from specchat.errors import SpecchatError
 
 class RowsLinear:
     """y = x W^T in the C kernels: 4-bit blocks as nibbles with a scale and zero per 32 (read
-    eight rows at a time; Q5_x's and Q6_K's codes the same with planes of further bits), Q8_0
+    eight rows at a time; Q5_x's 5-bit codes the same with a plane of fifth bits), Q8_0 and Q6_K
     as int8 codes with their blocks' scales (exactly the file's weights, a byte each), anything
     else dequantized once to float32. Float32 sums whose order
     does not depend on how many rows share the call; bf16 in and out in the layers, float32 for
@@ -38,7 +38,7 @@ class RowsLinear:
         library: Kernels | None = None,
     ) -> None:
         self._kernels = library or kernels()
-        # x rounded to 8 bits for the 4- to 6-bit weights and the int8 codes (Q8_0):
+        # x rounded to 8 bits for the 4- and 5-bit weights and the int8 codes (Q8_0, Q6_K):
         # integer dot products, as llama.cpp's
         self.int8_x = True
         self.code_bits = 8
@@ -49,7 +49,7 @@ class RowsLinear:
         if isinstance(weight, Nibbles):
             weight = weight.by_eight()  # as c/q4_rows8.c reads them
             self.codes, self.scales, self.zeros = weight.packed, weight.scales, weight.zeros
-            self.group, self.f32, self.code_bits = weight.group, None, weight.bits
+            self.group, self.f32, self.code_bits = GROUP_SIZE, None, weight.bits
             self.scale_form = weight.form
             if not self.scale_form:
                 self._halve()
@@ -120,8 +120,8 @@ def rows_linear(
     grouped = tensors.grouped_int8(name)
     if grouped is None:
         return RowsLinear(tensors.dense(name), float32_out=float32_out, library=library)
-    packed = grouped.packed_codes()  # Q5_x, Q6_K: fewer bytes than int8 codes, same weights
-    return RowsLinear(packed or grouped, float32_out=float32_out, library=library)
+    five = grouped.five_bits()  # Q5_x: fewer bytes than int8 codes for the same weights
+    return RowsLinear(five or grouped, float32_out=float32_out, library=library)
 
 
 class Projection:

@@ -30,8 +30,8 @@ static const float *float_rows(const void *x, int x_is_bf16, int64_t m, int64_t 
 /* out[m][n] = sum_k x[m][k] * w[n][k] (cols a multiple of 32), for weights in the kernels' own
  * forms: float32 rows (`f32`), int8 codes with a float32 scale (and zero) per `group` weights
  * (the exact form of Q8_0, Q5_x and Q6_K blocks), or 4-bit codes (`code_bits` 4) with a scale
- * and zero per 32 (Q4_0, Q4_1, Q4_K), or 5- and 6-bit codes (Q5_0, Q5_1, Q5_K; Q6_K), which
- * only the interleaved layout holds. With `int8_x`, 4- to 6-bit codes and int8 codes in groups of 32
+ * and zero per 32 (Q4_0, Q4_1, Q4_K), or 5-bit codes (5: Q5_0, Q5_1, Q5_K, which only the
+ * interleaved layout holds). With `int8_x`, 4-bit and 5-bit codes and int8 codes in groups of 32
  * (Q8_0) or 16 without zeros (Q6_K), all then interleaved by eight rows (q4_rows8.c,
  * q8_rows8.c), meet x rounded to 8 bits (quantize.h), their scales and zeros in `scale_form`
  * (rows8.h); everything else meets float32 x (dense.c). Each weight row is read once for all
@@ -44,8 +44,8 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
     float *scratch = NULL;
     const float *xf = float_rows(x, x_is_bf16, m, cols, &scratch);
     const int int8_codes = !f32 && code_bits == 8 && (group == QGROUP || (group == QGROUP / 2 && !zeros));
-    if (!f32 && (code_bits == 5 || code_bits == 6 || (int8_x && code_bits == 4)))
-        matmul_nibbles8(codes, scales, zeros, scale_form, code_bits, rows, cols, xf, m, out,
+    if (!f32 && (code_bits == 5 || (int8_x && code_bits == 4)))
+        matmul_nibbles8(codes, scales, zeros, scale_form, code_bits == 5, rows, cols, xf, m, out,
                         out_is_bf16, threads);
     else if (int8_x && int8_codes)
         matmul_int8x8(codes, scales, zeros, scale_form, QGROUP / group, rows, cols, xf, m, out,

@@ -1,44 +1,34 @@
-/* 4-bit weights (Q4_0, Q4_1, Q4_K), 5-bit (Q5_0, Q5_1, Q5_K) and 6-bit ones (Q6_K), eight rows
- * interleaved, against x rounded to 8 bits.
+/* 4-bit weights (Q4_0, Q4_1, Q4_K) and 5-bit ones (Q5_0, Q5_1, Q5_K), eight rows interleaved,
+ * against x rounded to 8 bits.
  *
  * Laid out once, at load, so that one 32-byte vector holds four consecutive weights of eight
  * rows: the eight rows' sums then sit in the eight lanes of one register, and a group of 32
  * weights costs eight maddubs for all of them, no horizontal sum and one scale multiply
  * (llama.cpp's repacked layout does the same for prompts). For a block of 8 rows and group g,
  * chunk c (0..3) is 32 bytes: byte 4j + b holds row j's weight 8c + b in its low nibble and
- * 8c + 4 + b in its high one. Scales and zeros: [block][group][part][8], or the K-quants'
- * factored (rows8.h).
- *
- * Codes of 5 and 6 bits keep that tile for their low four bits and follow it, group by group,
- * with a 32-byte plane per further bit p (16 << p): plane byte i holds, at bit 2c + h, that bit
- * of chunk c's byte i, low (h 0) or high (h 1) nibble. 5 and 6 bits a weight where int8 codes
- * take 8, and their scales: what llama.cpp reads for Q5 and Q6_K, so a pass that waits on memory reads as
- * much as its. A bit reaches its place in two shifts and a mask (AVX2) or one test (AVX-512).
- * 6-bit codes are Q6_K's: a scale per 16 (two parts a group: chunks 0-1, then 2-3), no zeros,
- * stored q + 32 and summed back less 32 times x's integer sum over the part — the integers its
- * int8 codes give (q8_rows8.c), so both give the same bits.
- *
- * Per row and part the integer sum of products is exact whatever the order (under 2^15 in int16
- * lanes: 4-bit codes for all eight maddubs, 5-bit for a pair of chunks, 6-bit for one), then
- * row j, token t:
- *   acc = fma((float)isum, scale * x_scale, acc), part by part, group by group;
- *   zacc = fma(zero, x_sum, zacc), group by group; result = acc + zacc.
+ * 8c + 4 + b in its high one. Scales and zeros: [block][group][8], or Q4_K's factored (rows8.h).
+ * 5-bit codes (`five`) keep that tile for their low four bits and follow it, group by group, with
+ * a 32-byte plane of their fifth (16): plane byte i holds, at bit 2c + h, the fifth bit of chunk
+ * c's byte i, low (h 0) or high (h 1) nibble. 5.25 bits a weight where int8 codes take 8: what
+ * llama.cpp reads for Q5, so the pass that waits on memory reads as much as its. A bit reaches
+ * its place in two shifts and a mask (AVX2) or one test (AVX-512) a vector.
+ * Per row and group the integer sum of 32 products is exact whatever the order (4-bit codes: under
+ * 2^15 for all eight maddubs in int16 lanes; 5-bit: under 2^15 for a pair of chunks), then row j,
+ * token t:
+ *   acc = fma((float)isum, scale * x_scale, acc), group by group; zacc = fma(zero, x_sum, zacc);
+ *   result = acc + zacc.
  * A fixed sequence per row and token, so a block of tokens gives each the bits it gets alone,
  * and every level's tile below gives the plain C's bits. */
 #include "kernels.h"
 #include "rows8.h"
 
-/* Bytes of one group of 32 of a block of eight rows: the nibble tile and a plane a further bit. */
-static inline int64_t group_bytes(int bits) { return 128 + 32 * (bits - 4); }
-/* Scales a group (Q6_K's per 16: 2), and what its codes were raised by (Q6_K's 32). */
-static inline int parts_of(int bits) { return bits == 6 ? 2 : 1; }
-static inline int32_t raised_by(int bits) { return bits == 6 ? 32 : 0; }
+/* Bytes of one group of 32 of a block of eight rows: the nibble tile, and 5-bit codes' plane. */
+static inline int64_t group_bytes(int five) { return five ? 160 : 128; }
 
-/* Row j's code at byte i (4j + b) of chunk c, low (0) or high (1) nibble, its planes' bits added. */
-static inline int code_at(const uint8_t *tile, int bits, int c, int i, int high) {
-    int code = (tile[c * 32 + i] >> (4 * high)) & 15;
-    for (int p = 0; p < bits - 4; p++) code |= ((tile[128 + 32 * p + i] >> (2 * c + high)) & 1) << (4 + p);
-    return code;
+/* Row j's code at byte i (4j + b) of chunk c, low (0) or high (1) nibble, its fifth bit added. */
+static inline int code_at(const uint8_t *tile, int five, int c, int i, int high) {
+    const int nibble = (tile[c * 32 + i] >> (4 * high)) & 15;
+    return five ? nibble | ((tile[128 + i] >> (2 * c + high)) & 1) << 4 : nibble;
 }
 
 #if defined(HAVE_VNNI512)
@@ -52,12 +42,11 @@ static inline __m512i pair_bits(int low_half, int high_half) {
  * of each) and vpdpbusd multiplies and sums four byte pairs a lane, so a group costs four
  * instructions a token where AVX2 spends eight maddubs and their additions. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, int bits,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
     const int8_rows *q, int64_t r0, int64_t cols, int count, __m256 *results) {
-    const int64_t groups = cols / QGROUP, stride = group_bytes(bits);
-    const int parts = parts_of(bits);
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    /* the planes' bits of chunks c and c + 1 (one 64-byte load's halves), low and high nibbles */
+    const int64_t groups = cols / QGROUP, stride = group_bytes(five);
+    const __m512i low = _mm512_set1_epi8(0x0f), fifth = _mm512_set1_epi8(16);
+    /* the plane's bits of chunks c and c + 1 (one 64-byte load's halves), low and high nibbles */
     const __m512i bit_pairs[4] = {pair_bits(1, 4), pair_bits(2, 8), pair_bits(16, 64),
                                   pair_bits(32, 128)};
     /* x's four dwords of a chunk pair (c low, c high, c+1 low, c+1 high) spread to the lanes */
@@ -66,75 +55,62 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
     __m256 acc[TOKENS];
     for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *tile = codes + g * stride;
-        __m512i sums[2][TOKENS];
-        for (int j = 0; j < count; j++) sums[0][j] = sums[1][j] = _mm512_setzero_si512();
+        __m512i sums[TOKENS];
+        for (int j = 0; j < count; j++) sums[j] = _mm512_setzero_si512();
         for (int c = 0; c < 4; c += 2) {
-            const int h = parts == 2 && c >= 2;
+            const uint8_t *tile = codes + g * stride;
             const __m512i raw = _mm512_loadu_si512((const void *)(tile + c * 32));
             __m512i lo = _mm512_and_si512(raw, low);
             __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
-            for (int p = 0; p < bits - 4; p++) { /* a further bit: one test, one masked add */
-                const __m512i plane = _mm512_broadcast_i64x4(
-                    _mm256_loadu_si256((const __m256i *)(tile + 128 + 32 * p)));
-                const __m512i bit = _mm512_set1_epi8((char)(16 << p));
-                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(plane, bit_pairs[c]), lo, bit);
+            if (five) { /* a byte's fifth bit: one test and one masked add each */
+                const __m512i plane =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(tile + 128)));
+                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(plane, bit_pairs[c]), lo, fifth);
                 hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(plane, bit_pairs[c + 1]), hi,
-                                          bit);
+                                          fifth);
             }
             for (int j = 0; j < count; j++) {
                 const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
                 const __m512i xv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)x));
-                sums[h][j] = _mm512_dpbusd_epi32(sums[h][j], lo, _mm512_permutexvar_epi32(low_x, xv));
-                sums[h][j] = _mm512_dpbusd_epi32(sums[h][j], hi, _mm512_permutexvar_epi32(high_x, xv));
+                sums[j] = _mm512_dpbusd_epi32(sums[j], lo, _mm512_permutexvar_epi32(low_x, xv));
+                sums[j] = _mm512_dpbusd_epi32(sums[j], hi, _mm512_permutexvar_epi32(high_x, xv));
             }
         }
-        for (int h = 0; h < parts; h++) {
-            const __m256 scale = lanes8(scales, (g * parts + h) * ROWS8, form);
-            for (int j = 0; j < count; j++) {
-                __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sums[h][j]),
-                                                _mm512_extracti64x4_epi64(sums[h][j], 1));
-                if (raised_by(bits))
-                    isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(raised_by(bits) *
-                                                                    part_sum(q, r0 + j, g, parts, h)));
-                acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
-            }
+        const __m256 scale = lanes8(scales, g * ROWS8, form);
+        for (int j = 0; j < count; j++) {
+            const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sums[j]),
+                                                  _mm512_extracti64x4_epi64(sums[j], 1));
+            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
         }
     }
-    if (zeros || bits < 6)
-        add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
-    else
-        for (int j = 0; j < count; j++) results[j] = acc[j];
+    add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
 }
 #elif defined(HAVE_AVX2)
 /* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their eight sums
  * each, by maddubs (16-bit pair sums) of the low and the high nibbles. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, int bits,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
     const int8_rows *q, int64_t r0, int64_t cols, int count, __m256 *results) {
-    const int64_t groups = cols / QGROUP, stride = group_bytes(bits);
-    const int parts = parts_of(bits);
+    const int64_t groups = cols / QGROUP, stride = group_bytes(five);
     const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const __m256i fifth = _mm256_set1_epi8(16);
     __m256 acc[TOKENS];
     for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *tile = codes + g * stride;
-        __m256i s16[TOKENS], s32[2][TOKENS];
-        for (int j = 0; j < count; j++) s16[j] = s32[0][j] = s32[1][j] = _mm256_setzero_si256();
+        __m256i s16[TOKENS], s32[TOKENS];
+        for (int j = 0; j < count; j++) s16[j] = s32[j] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
+            const uint8_t *tile = codes + g * stride;
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(tile + c * 32));
             __m256i lo = _mm256_and_si256(raw, low);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-            for (int p = 0; p < bits - 4; p++) {
-                /* bits 2c, 2c + 1 to bit 4 (chunks 0-1 from the plane moved up 4), then to 4 + p */
-                const __m256i plane = _mm256_loadu_si256((const __m256i *)(tile + 128 + 32 * p));
+            if (five) { /* bits 2c, 2c + 1 to bit 4: chunks 0-1 from the plane moved up 4 */
+                const __m256i plane = _mm256_loadu_si256((const __m256i *)(tile + 128));
                 const __m256i from = c < 2 ? _mm256_slli_epi16(plane, 4) : plane;
                 const int shift = 2 * (c & 1);
-                const __m256i lo_bit = _mm256_and_si256(_mm256_srli_epi16(from, shift), fifth);
-                const __m256i hi_bit = _mm256_and_si256(_mm256_srli_epi16(from, shift + 1), fifth);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(lo_bit, p));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(hi_bit, p));
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(from, shift), fifth));
+                hi = _mm256_or_si256(hi,
+                                     _mm256_and_si256(_mm256_srli_epi16(from, shift + 1), fifth));
             }
             for (int j = 0; j < count; j++) {
                 const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
@@ -146,44 +122,35 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                     _mm256_maddubs_epi16(hi, _mm256_set1_epi32(second)));
                 s16[j] = _mm256_add_epi16(s16[j], pair);
             }
-            if (bits == 6 || (bits == 5 && (c & 1))) /* all that int16 lanes hold of wider codes */
+            if (five && (c & 1)) /* a pair of chunks' 5-bit sums is all int16 lanes hold */
                 for (int j = 0; j < count; j++) {
-                    const int h = parts == 2 && c >= 2;
-                    s32[h][j] = _mm256_add_epi32(s32[h][j], _mm256_madd_epi16(s16[j], ones));
+                    s32[j] = _mm256_add_epi32(s32[j], _mm256_madd_epi16(s16[j], ones));
                     s16[j] = _mm256_setzero_si256();
                 }
         }
-        for (int h = 0; h < parts; h++) {
-            const __m256 scale = lanes8(scales, (g * parts + h) * ROWS8, form);
-            for (int j = 0; j < count; j++) {
-                __m256i isum = bits == 4 ? _mm256_madd_epi16(s16[j], ones) : s32[h][j];
-                if (raised_by(bits))
-                    isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(raised_by(bits) *
-                                                                    part_sum(q, r0 + j, g, parts, h)));
-                acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
-            }
+        const __m256 scale = lanes8(scales, g * ROWS8, form);
+        for (int j = 0; j < count; j++) {
+            const __m256i isum = five ? s32[j] : _mm256_madd_epi16(s16[j], ones);
+            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
         }
     }
-    if (zeros || bits < 6)
-        add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
-    else
-        for (int j = 0; j < count; j++) results[j] = acc[j];
+    add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
 }
 #endif
 
 #if defined(HAVE_AVX2)
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
 static inline __attribute__((always_inline)) int64_t nibbles8_tokens(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, int bits,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
     const int8_rows *q, int64_t r, int64_t m, int64_t cols, void *out, int out_is_bf16,
     int64_t rows, int64_t first, int64_t kept) {
     const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
     __m256 results[TOKENS];
     switch (count) { /* constant counts: sums stay in registers */
-    case 4: nibbles8_tile(codes, scales, zeros, form, bits, q, r, cols, 4, results); break;
-    case 3: nibbles8_tile(codes, scales, zeros, form, bits, q, r, cols, 3, results); break;
-    case 2: nibbles8_tile(codes, scales, zeros, form, bits, q, r, cols, 2, results); break;
-    default: nibbles8_tile(codes, scales, zeros, form, bits, q, r, cols, 1, results); break;
+    case 4: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 4, results); break;
+    case 3: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 3, results); break;
+    case 2: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 2, results); break;
+    default: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 1, results); break;
     }
     for (int j = 0; j < count; j++) store_tile(out, out_is_bf16, (r + j) * rows + first, kept, results[j]);
     return count;
@@ -191,70 +158,61 @@ static inline __attribute__((always_inline)) int64_t nibbles8_tokens(
 #else
 /* The plain C: token r against one block, one row at a time; it took one token. */
 static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const void *zeros,
-                               int form, int bits, const int8_rows *q, int64_t r, int64_t m,
+                               int form, int five, const int8_rows *q, int64_t r, int64_t m,
                                int64_t cols, void *out, int out_is_bf16, int64_t rows,
                                int64_t first, int64_t kept) {
     (void)m;
     const int64_t groups = cols / QGROUP;
-    const int parts = parts_of(bits);
     const int8_t *x = q->codes + r * cols;
     float results[ROWS8];
     for (int j = 0; j < ROWS8; j++) {
         float acc = 0.0f;
         for (int64_t g = 0; g < groups; g++) {
-            const uint8_t *tile = codes + g * group_bytes(bits);
-            int32_t isum[2] = {0, 0};
+            const uint8_t *tile = codes + g * group_bytes(five);
+            int32_t isum = 0;
             for (int c = 0; c < 4; c++)
                 for (int b = 0; b < 4; b++) {
-                    const int h = parts == 2 && c >= 2;
-                    isum[h] += (code_at(tile, bits, c, 4 * j + b, 0) - raised_by(bits)) *
-                               x[QGROUP * g + 8 * c + b];
-                    isum[h] += (code_at(tile, bits, c, 4 * j + b, 1) - raised_by(bits)) *
-                               x[QGROUP * g + 8 * c + 4 + b];
+                    isum += code_at(tile, five, c, 4 * j + b, 0) * x[QGROUP * g + 8 * c + b];
+                    isum += code_at(tile, five, c, 4 * j + b, 1) * x[QGROUP * g + 8 * c + 4 + b];
                 }
-            for (int h = 0; h < parts; h++) {
-                const float factor = lane_value(scales, (g * parts + h) * ROWS8 + j, form) *
-                                     q->scales[r * q->padded + g];
-                acc = fmaf((float)isum[h], factor, acc);
-            }
+            const float factor = lane_value(scales, g * ROWS8 + j, form) * q->scales[r * q->padded + g];
+            acc = fmaf((float)isum, factor, acc);
         }
-        results[j] = zeros || bits < 6 ? acc + row_zero_terms(zeros, scales, form, q, r, j, groups)
-                                       : acc;
+        results[j] = acc + row_zero_terms(zeros, scales, form, q, r, j, groups);
     }
     store_rows8(out, out_is_bf16, r * rows + first, kept, results);
     return 1;
 }
 #endif
 
-/* out[m][n] = sum_k x[m][k] * w[n][k] for weights of `bits` interleaved by eight rows (above), x
- * rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple of 8: the last block's
- * missing rows are zeros in the layout and are not stored. */
+/* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit (or, `five`, 5-bit) weights interleaved by
+ * eight rows (above), x rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple
+ * of 8: the last block's missing rows are zeros in the layout and are not stored. */
 static inline __attribute__((always_inline)) void nibbles8_blocks(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, int bits,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
     int64_t rows, int64_t cols, const int8_rows *q, int64_t m, void *out, int32_t out_is_bf16,
     int32_t threads) {
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t block = 0; block < blocks; block++) {
-        const uint8_t *c = codes + block * groups * group_bytes(bits);
-        const int64_t at = block * scale_bytes(groups * parts_of(bits), form); /* bytes */
+        const uint8_t *c = codes + block * groups * group_bytes(five);
+        const int64_t at = block * scale_bytes(groups, form); /* bytes */
         const void *s = (const char *)scales + at, *z = zeros ? (const char *)zeros + at : NULL;
         const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
         for (int64_t r = 0; r < m;)
-            r += nibbles8_tokens(c, s, z, form, bits, q, r, m, cols, out, out_is_bf16, rows,
+            r += nibbles8_tokens(c, s, z, form, five, q, r, m, cols, out, out_is_bf16, rows,
                                  first, kept);
     }
 }
 
 void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,
-                     int bits, int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
+                     int five, int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
                      int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
-    quantize_rows(xf, m, cols, parts_of(bits) == 2, &q);
-    switch (bits) { /* constant in each copy: the 4-bit tile keeps its own code */
-    case 6: nibbles8_blocks(codes, scales, zeros, form, 6, rows, cols, &q, m, out, out_is_bf16, threads); break;
-    case 5: nibbles8_blocks(codes, scales, zeros, form, 5, rows, cols, &q, m, out, out_is_bf16, threads); break;
-    default: nibbles8_blocks(codes, scales, zeros, form, 4, rows, cols, &q, m, out, out_is_bf16, threads); break;
-    }
+    quantize_rows(xf, m, cols, 0, &q);
+    if (five) /* constant in each copy: the 4-bit tile keeps its own code */
+        nibbles8_blocks(codes, scales, zeros, form, 1, rows, cols, &q, m, out, out_is_bf16, threads);
+    else
+        nibbles8_blocks(codes, scales, zeros, form, 0, rows, cols, &q, m, out, out_is_bf16, threads);
     free_int8_rows(&q);
 }

@@ -14,6 +14,12 @@
 #include "rows8.h"
 
 #if defined(HAVE_VNNI512)
+/* x's integer sum over part h of group g (of `sub`), token r */
+static inline int32_t part_sum(const int8_rows *q, int64_t r, int64_t g, int sub, int h) {
+    const int32_t all = q->isums[r * q->padded + g], low = q->lows[r * q->padded + g];
+    return sub == 1 ? all : h == 0 ? low : all - low;
+}
+
 /* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
 static inline __attribute__((always_inline)) void int8x8_tile(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r0,

@@ -40,14 +40,6 @@ static inline float zero_value(const void *zeros, const void *scales, int64_t at
     return zeros ? lane_value(zeros, at, form) : -8.0f * lane_value(scales, at, form);
 }
 
-/* x's integer sum over part h (of `parts`: 2 for scales per 16) of group g, token r. */
-static inline int32_t part_sum(const int8_rows *q, int64_t r, int64_t g, int parts, int h) {
-    const int32_t all = q->isums[r * q->padded + g];
-    if (parts == 1) return all;
-    const int32_t low = q->lows[r * q->padded + g]; /* asked for where parts are 2 */
-    return h == 0 ? low : all - low;
-}
-
 /* The plain C's zero terms of row j, token r: zero * x's group sum, group by group (the vector
  * tiles' add_zero_terms, one lane). */
 static inline float row_zero_terms(const void *zeros, const void *scales, int form,
