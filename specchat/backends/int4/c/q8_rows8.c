@@ -1,5 +1,6 @@
-/* int8 weights in groups of 32 or 16 (Q8_0, Q5_0, Q5_1, Q5_K; Q6_K), eight rows interleaved,
- * against x rounded to 8 bits.
+/* int8 weights in groups of 32 or 16 (Q8_0; Q6_K), eight rows interleaved, against x rounded to
+ * 8 bits. (Q5_0, Q5_1 and Q5_K run as 5-bit codes, q4_rows8.c; as int8 codes here, with their
+ * zeros, they are what the tests hold those to.)
  *
  * As q4_rows8.c's layout, for codes a byte each: per block of 8 rows and group g of 32, chunk c
  * (0..7) is 32 bytes, byte 4j + b holding row j's weight 32g + 4c + b; scales
