@@ -328,8 +328,8 @@ class GroupedInt8:
         return GroupedInt8(codes, lanes(self.scales), lanes(self.zeros), self.group)
 
     def five_bits(self) -> Nibbles | None:
-        """The same weights as 5-bit codes (Q5_0, Q5_1, Q5_K: 5.25 bits a weight where int8
-        codes take 8, as llama.cpp reads them), or None where the codes need more. Q5_1's and
+        """The same weights as 5-bit codes (Q5_0, Q5_1, Q5_K: 5 bits a weight where int8 codes
+        take 8, as llama.cpp reads them), or None where the codes need more. Q5_1's and
         Q5_K's codes are 0..31 with their own zeros, so the kernel sums the same integers;
         Q5_0's are -16..15, stored as code + 16 with zero -16 * scale (exact in float32)."""
         if self.group != GROUP_SIZE or self.codes.size == 0:

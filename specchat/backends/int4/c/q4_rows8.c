@@ -9,7 +9,7 @@
  * 8c + 4 + b in its high one. Scales and zeros: [block][group][8], or Q4_K's factored (rows8.h).
  * 5-bit codes (`five`) keep that tile for their low four bits and follow it, group by group, with
  * a 32-byte plane of their fifth (16): plane byte i holds, at bit 2c + h, the fifth bit of chunk
- * c's byte i, low (h 0) or high (h 1) nibble. 5.25 bits a weight where int8 codes take 8: what
+ * c's byte i, low (h 0) or high (h 1) nibble. 5 bits a weight where int8 codes take 8: what
  * llama.cpp reads for Q5, so the pass that waits on memory reads as much as its. A bit reaches
  * its place in two shifts and a mask (AVX2) or one test (AVX-512) a vector.
  * Per row and group the integer sum of 32 products is exact whatever the order (4-bit codes: under
