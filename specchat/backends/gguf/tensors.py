@@ -122,11 +122,8 @@ class Int4Blocks:
         the zeros are Q4_1's minimum, Q4_0's -8 * scale and Q4_K's -dmin * m, each exact in
         float32), for the int4 kernels (int4/c/dense.c). A group's 16 bytes hold weight j low and j + 16 high,
         ggml's own order."""
-        rows, cols = self.codes.shape
-        codes = self.codes.reshape(rows, cols // GROUP_SIZE, 2, GROUP_SIZE // 2)
-        packed = (codes[:, :, 0] | (codes[:, :, 1] << 4)).astype(np.uint8).reshape(rows, -1)
         return Nibbles(
-            packed,
+            _packed_nibbles(self.codes),
             self.scales.astype(np.float32),
             (self.zeros - 8.0 * self.scales).astype(np.float32),
             self.factored,
@@ -220,6 +217,13 @@ def _halves(raw: np.ndarray) -> np.ndarray:
 def _stored_halves(raw: np.ndarray) -> np.ndarray:
     """float16 stored little-endian in the last axis (2 bytes), as float16."""
     return np.ascontiguousarray(raw).view(np.float16)[..., 0]
+
+
+def _packed_nibbles(codes: np.ndarray) -> np.ndarray:
+    """[rows, cols] codes 0..15 two a byte in ggml's order (`_nibbles` reads them back)."""
+    rows, cols = codes.shape
+    halves = codes.reshape(rows, cols // GROUP_SIZE, 2, GROUP_SIZE // 2)
+    return (halves[:, :, 0] | (halves[:, :, 1] << 4)).astype(np.uint8).reshape(rows, -1)
 
 
 def _nibbles(qs: np.ndarray) -> np.ndarray:
@@ -342,10 +346,8 @@ class GroupedInt8:
             zeros, factored = np.float32(-16.0) * self.scales, None
         else:
             return None
-        rows, cols = self.shape
-        groups = codes.reshape(rows, cols // GROUP_SIZE, 2, GROUP_SIZE // 2) & 15
-        packed = (groups[:, :, 0] | (groups[:, :, 1] << 4)).astype(np.uint8).reshape(rows, -1)
-        return Nibbles(packed, self.scales, zeros, factored, high=codes >> 4, bits=5)
+        low_four = _packed_nibbles(codes & 15)
+        return Nibbles(low_four, self.scales, zeros, factored, high=codes >> 4, bits=5)
 
     def dequantize(self) -> np.ndarray:
         rows, cols = self.codes.shape
