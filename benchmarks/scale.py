@@ -40,6 +40,8 @@ SHAPES = {
     "1.7B": RandomShape(layers=24, dim=2048, ffn=8192, heads=32, kv_heads=32),  # SmolLM2-1.7B
     "3B": RandomShape(layers=28, dim=3072, ffn=8192, heads=24, kv_heads=8),  # Llama-3.2-3B
     "8B": RandomShape(layers=32, dim=4096, ffn=14336, heads=32, kv_heads=8),  # Llama-3.1-8B
+    # SmolLM3-3B: every fourth layer without RoPE
+    "smollm3-3B": RandomShape(arch="smollm3", layers=36, dim=2048, ffn=11008, heads=16, kv_heads=4),
     # Gemma 2 2B: every other layer local (4096-token window); Gemma 3 1B and 4B: five of six
     "gemma2-2B": RandomShape(arch="gemma2", layers=26, dim=2304, ffn=9216, heads=8, kv_heads=4, head_dim=256, window=4096),
     "gemma3-1B": RandomShape(arch="gemma3", layers=26, dim=1152, ffn=6912, heads=4, kv_heads=1, head_dim=256, window=512),

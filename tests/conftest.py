@@ -137,6 +137,8 @@ FAMILY_SHAPES = {
     "qwen3": dict(arch="qwen3", head_dim=32),
     "qwen3-yarn": dict(arch="qwen3", head_dim=32, rope_scale=4.0, rope_scaling="yarn"),
     "phi3": dict(arch="phi3", kv_heads=4, window=1024),
+    # four layers: the fourth attends without RoPE
+    "smollm3": dict(arch="smollm3", layers=4),
     # six layers: five local ones (a window of 8, past which the tests' texts run) and a global one
     "gemma3": dict(arch="gemma3", layers=6, head_dim=32, window=8),
     # a local layer and a global one; a cap on the scores low enough to bend these random ones

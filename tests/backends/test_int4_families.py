@@ -1,12 +1,13 @@
 """The int4 runtime on each model family it runs besides the bundled Llama (conftest.FAMILY_SHAPES:
-Llama 3 with frequency factors and linear RoPE scaling, qwen2, qwen3, qwen3 with YaRN, phi3), on
-random-weight files quantized by llama.cpp's own quantizer, with llama.cpp on the same file as the
-oracle.
+Llama 3 with frequency factors and linear RoPE scaling, SmolLM3, qwen2, qwen3, qwen3 with YaRN,
+phi3, Gemma 2 and 3), on random-weight files quantized by llama.cpp's own quantizer, with
+llama.cpp on the same file as the oracle.
 
 The tolerance: both round a matmul's input to 8 bits per 32 values; the int4 runtime also keeps
 bf16 between the matmuls. Measured on these files at every level, the largest logit difference
 from llama.cpp's is 0.07-0.10 of the row's standard deviation; a forward that pairs RoPE's
-dimensions wrongly or skips qwen2's biases is 0.88-2.0 off, YaRN computed as linear scaling 2.6.
+dimensions wrongly or skips qwen2's biases is 0.88-2.0 off, YaRN computed as linear scaling 2.6,
+SmolLM3 with RoPE in its fourth layer too 0.65.
 Every logit within `TOLERANCE` also means the two pick the same greedy token wherever llama.cpp's
 top two are more than twice that apart. (The Backend contract on these files, blocks bitwise
 equal to one-token passes included, is test_contract.py's.)

@@ -37,7 +37,8 @@ _ABOVE_ZERO = (
     "attention.value_length", "rope.dimension_count",
 )  # fmt: skip
 _MAX_LAYERS = 512  # LLAMA_MAX_LAYERS
-_WHOLE_HEAD_ROPE = ("llama", "qwen2", "qwen3", "phi3")  # RoPE over the whole head, keys = values
+# RoPE over the whole head, keys = values
+_WHOLE_HEAD_ROPE = ("llama", "smollm3", "qwen2", "qwen3", "phi3")
 _EPSILONS = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon")
 _WHOLE_NUMBER_TYPES = {24, 25, 26, 27}  # I8, I16, I32, I64: never a weight
 

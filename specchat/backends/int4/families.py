@@ -15,6 +15,9 @@ scaled by sqrt(dim), an RMS norm on each sublayer's output before the residual a
 of their own), and soft caps, c * tanh(x / c), on the attention scores and the logits (Gemma 2
 always: llama.cpp's defaults where the file declares none).
 
+SmolLM3 is Llama with every fourth layer attending without RoPE (NoPE: positions reach those
+layers only through the others' outputs), as llama.cpp's `n_no_rope_layer_step` fixes it.
+
 Not here: LongRoPE scaling (phi3's 128k files: per-length factor tables).
 """
 
@@ -39,10 +42,16 @@ class Family:
     default_window: int = 0  # the local layers' window where the file declares none
     attn_softcap: float = 0.0  # the scores' soft cap where the file declares none (0: none)
     final_softcap: float = 0.0  # the logits' soft cap where the file declares none (0: none)
+    no_rope_every: int = 0  # each N-th layer (counting from 1) attends without RoPE (smollm3: 4)
+
+    def uses_rope(self, layer: int) -> bool:
+        """Whether layer `layer` (from 0) rotates its q and k."""
+        return not self.no_rope_every or (layer + 1) % self.no_rope_every != 0
 
 
 FAMILIES = {
     "llama": Family(),  # Llama 2/3 (with rope_freqs), SmolLM, Mistral 7B (written as llama)
+    "smollm3": Family(no_rope_every=4),
     "qwen2": Family(neox_rope=True, qkv_bias=True),
     "qwen3": Family(neox_rope=True, qk_norm=True),
     "phi3": Family(neox_rope=True, fused_qkv=True, fused_gate_up=True),

@@ -52,6 +52,7 @@ class Layer:
     held: list[np.ndarray]  # the arrays `ops` and the post norms point into
     post_norms: tuple[int | None, int | None] = (None, None)  # Gemma's, after the sublayers
     local: bool = False  # Gemma 3's local layers: a sliding window and the local RoPE
+    rope: bool = True  # False: q and k unrotated (SmolLM3's every fourth layer)
 
     @classmethod
     def read(cls, tensors: GGUFTensors, shape: ModelShape, i: int, library: Kernels) -> Layer:
@@ -87,6 +88,7 @@ class Layer:
             held=held,
             post_norms=post_norms,
             local=shape.is_local(i),
+            rope=family.uses_rope(i),
         )
 
 
@@ -235,7 +237,8 @@ def whole_model(model: Int4Model) -> CModel:
         target.attn_norm, target.ffn_norm = layer.attn_norm.data_ptr(), layer.ffn_norm.data_ptr()
         target.attn_post_norm, target.ffn_post_norm = layer.post_norms
         cos, sin = (model.local_cos, model.local_sin) if layer.local else (model.cos, model.sin)
-        target.cos_table, target.sin_table = cos.data_ptr(), sin.data_ptr()
+        if layer.rope:  # no tables: the forward leaves q and k as they are
+            target.cos_table, target.sin_table = cos.data_ptr(), sin.data_ptr()
         target.window = shape.local_window if layer.local else 0
         target.qkv_parts, target.gate_up_parts = len(layer.qkv.linears), len(layer.gate_up.linears)
         for part, linear in enumerate(layer.qkv.linears):

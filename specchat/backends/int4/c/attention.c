@@ -228,7 +228,8 @@ static inline void softmax(float *weights, int64_t count) {
  * alone would have them; key t of that order sits at position t. `window` > 0 (a local layer of
  * Gemma 3): row i sees only keys at positions past positions[i] - window, as llama.cpp masks them
  * (the earlier ones weigh exactly nothing). `softcap` > 0 (Gemma 2): each scaled score becomes
- * softcap * tanh(score / softcap) before the softmax. out: bf16 [rows, heads * head_dim]. */
+ * softcap * tanh(score / softcap) before the softmax. No `cos_table` (SmolLM3's layers without
+ * RoPE): q and k are not rotated. out: bf16 [rows, heads * head_dim]. */
 void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
                int64_t v_stride, const float *cos_table, const float *sin_table,
                const int32_t *positions, int32_t window, float *k_cache, bf16 *v_cache,
@@ -243,19 +244,19 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
     float *q_rot = malloc(sizeof(float) * (size_t)rows * heads * head_dim);
     float rotated[MAX_HEAD_DIM];
     for (int32_t i = 0; i < rows; i++) {
-        const float *cos_row = cos_table + (int64_t)positions[i] * half;
-        const float *sin_row = sin_table + (int64_t)positions[i] * half;
+        const float *cos_row = cos_table ? cos_table + (int64_t)positions[i] * half : NULL;
+        const float *sin_row = sin_table ? sin_table + (int64_t)positions[i] * half : NULL;
         const int64_t slot = (int64_t)n_prefix + i;
         for (int32_t h = 0; h < heads; h++) {
             float *qh = q_rot + ((int64_t)i * heads + h) * head_dim;
             head_in(q + i * q_stride + h * head_dim, q_bias ? q_bias + h * head_dim : NULL,
                     ops->q_norm, ops->eps, qh, head_dim);
-            rope(qh, cos_row, sin_row, head_dim, ops->neox);
+            if (cos_row) rope(qh, cos_row, sin_row, head_dim, ops->neox);
         }
         for (int32_t g = 0; g < kv_heads; g++) {
             head_in(k + i * k_stride + g * head_dim, k_bias ? k_bias + g * head_dim : NULL,
                     ops->k_norm, ops->eps, rotated, head_dim);
-            rope(rotated, cos_row, sin_row, head_dim, ops->neox);
+            if (cos_row) rope(rotated, cos_row, sin_row, head_dim, ops->neox);
             float *keys = k_cache + (int64_t)g * head_dim * slots;
             for (int d = 0; d < head_dim; d++) keys[d * slots + slot] = rotated[d];
             bf16 *values = v_cache + ((int64_t)g * slots + slot) * head_dim;

@@ -16,7 +16,7 @@ typedef struct {
 typedef struct {
     const float *attn_norm, *ffn_norm;
     const float *attn_post_norm, *ffn_post_norm; /* Gemma's norms of the sublayers' outputs */
-    const float *cos_table, *sin_table;          /* this layer's RoPE (Gemma 3's local base) */
+    const float *cos_table, *sin_table; /* this layer's RoPE (Gemma 3's local base; NULL: none) */
     int32_t window;                              /* a local layer's sliding window (0: none) */
     linear_weights qkv[3]; /* one fused weight (parts 1) or q, k and v (parts 3) */
     int32_t qkv_parts;
