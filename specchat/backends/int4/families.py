@@ -51,10 +51,10 @@ class Family:
 
 FAMILIES = {
     "llama": Family(),  # Llama 2/3 (with rope_freqs), SmolLM, Mistral 7B (written as llama)
-    "smollm3": Family(no_rope_every=4),
     "qwen2": Family(neox_rope=True, qkv_bias=True),
     "qwen3": Family(neox_rope=True, qk_norm=True),
     "phi3": Family(neox_rope=True, fused_qkv=True, fused_gate_up=True),
+    "smollm3": Family(no_rope_every=4),
     "gemma2": Family(
         neox_rope=True, gelu=True, scaled_embeddings=True, post_norms=True, local_pattern=2,
         default_window=4096, attn_softcap=50.0, final_softcap=30.0,
