@@ -168,6 +168,19 @@ static inline int shared_values_vector(const float *const *weights, int nq, int6
     }
     return 1;
 }
+/* own_values for head sizes a multiple of VEC: each dimension's running sum held in a vector. */
+static inline int own_values_vector(const float *weights, int64_t count, const int32_t *rows,
+                                    const bf16 *values, int dim, float *acc) {
+    if (dim % VEC) return 0;
+    for (int first = 0; first < dim; first += VEC) {
+        vecf sum = vec_load(acc + first);
+        for (int64_t t = 0; t < count; t++)
+            sum = vec_fmadd(vec_set1(weights[t]), vec_load_bf16(values + rows[t] * dim + first), sum);
+        vec_store(acc + first, sum);
+    }
+    return 1;
+}
+
 #else
 static inline int64_t lane_sums_vector(const float *values, int64_t count, float acc[LANES]) {
     (void)values, (void)count, (void)acc;
@@ -195,6 +208,11 @@ static inline int64_t shared_scores_vector(const float *const *q, int nq, const 
 static inline int shared_values_vector(const float *const *weights, int nq, int64_t count,
                                        const bf16 *values, int dim, float *const *acc) {
     (void)weights, (void)nq, (void)count, (void)values, (void)dim, (void)acc;
+    return 0;
+}
+static inline int own_values_vector(const float *weights, int64_t count, const int32_t *rows,
+                                    const bf16 *values, int dim, float *acc) {
+    (void)weights, (void)count, (void)rows, (void)values, (void)dim, (void)acc;
     return 0;
 }
 #endif
@@ -292,6 +310,17 @@ static void shared_values(const float *const *weights, int nq, int64_t count, co
             const bf16 *row = values + t * dim;
             for (int d = 0; d < dim; d++) acc[j][d] = fmaf(w, from_bf16(row[d]), acc[j][d]);
         }
+    }
+}
+
+/* acc += sum over t of weights[t] * value(slot rows[t]), continuing each dimension's sum over
+ * the keys in order (a block row's own keys, after the prefix's). */
+static void own_values(const float *weights, int64_t count, const int32_t *rows, const bf16 *values,
+                       int dim, float *acc) {
+    if (own_values_vector(weights, count, rows, values, dim, acc)) return;
+    for (int64_t t = 0; t < count; t++) {
+        const bf16 *row = values + rows[t] * dim;
+        for (int d = 0; d < dim; d++) acc[d] = fmaf(weights[t], from_bf16(row[d]), acc[d]);
     }
 }
 
@@ -423,12 +452,8 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
             for (int j = 0; j < nq; j++) {
                 const int32_t i = row_of[j];
                 const int32_t *mine = seen + (int64_t)i * seen_stride;
-                const float *w = ws[j];
                 float *a = accs[j];
-                for (int64_t t = n_prefix; t < (int64_t)n_prefix + n_seen[i]; t++) {
-                    const bf16 *row = values + (n_prefix + mine[t - n_prefix]) * head_dim;
-                    for (int d = 0; d < head_dim; d++) a[d] = fmaf(w[t], from_bf16(row[d]), a[d]);
-                }
+                own_values(ws[j] + n_prefix, n_seen[i], mine, values + n_prefix * head_dim, head_dim, a);
                 bf16 *o = out + (int64_t)i * heads * head_dim + (int64_t)head_of[j] * head_dim;
                 for (int d = 0; d < head_dim; d++) o[d] = to_bf16(a[d]);
             }
