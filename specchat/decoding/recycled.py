@@ -23,7 +23,7 @@ import hashlib
 import os
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +69,29 @@ def _kernels():
         return kernels()
     except SpecchatError:
         return None
+
+
+def checkpoint() -> Callable[[], None]:
+    """A function that puts every table of this process back as it is now (one made later:
+    empty). A race runs each entrant from the same tables: otherwise a run would draft the answer
+    that the run before it, to the same prompt, taught the table (a repeat, or another lane)."""
+    with _tables_lock:
+        kept = {key: (table.table.copy(), table._learned.copy()) for key, table in _tables.items()}
+
+    def restore() -> None:
+        with _tables_lock:
+            tables = dict(_tables)
+        for key, table in tables.items():
+            rows, learned = kept.get(key, (None, None))
+            with table._lock:
+                if rows is None:
+                    table.table.fill(-1)
+                    table._learned[:] = False
+                else:
+                    table.table[:] = rows
+                    table._learned[:] = learned
+
+    return restore
 
 
 def table_path(backend: Backend) -> Path:
