@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
-from benchmarks.measure_int4 import CONTEXT, FILLER, say
+from benchmarks.measure_int4 import CONTEXT, FILLER, say, settled_seconds
 from benchmarks.scale import model_file
 from specchat import cpu
-from specchat.backends.base import Block
 from specchat.backends.block_cost import interpolate
 from specchat.backends.registry import INT4
 
@@ -55,11 +53,9 @@ def chain_costs(backends: dict, sizes: dict[str, tuple[int, ...]], repeats: int)
         say(f"  round {repeat + 1} of {repeats}")
         for name, backend in backends.items():
             for k in sizes[name]:
-                started = time.perf_counter()
-                backend.evaluate(Block.chain(draft[:k]))
+                seconds = settled_seconds(backend, draft[:k], CONTEXT)
                 if repeat >= 0:
-                    times[name][k].append(time.perf_counter() - started)
-                backend.rollback(CONTEXT)
+                    times[name][k].append(seconds)
     return {name: {k: statistics.median(v) for k, v in ks.items()} for name, ks in times.items()}
 
 

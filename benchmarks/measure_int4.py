@@ -2,7 +2,9 @@
 
 Prints each runtime's 1-token pass (ms) and its k = 2, 4, 8, 16 chain passes as multiples of its
 own 1-token pass, behind 256 cached tokens (medians over repeats, the runtimes and sizes taken in
-turn so load changes hit all alike), then greedy tokens/s over 128 tokens of a short chat prompt
+turn so load changes hit all alike, each timed pass after an untimed one-token pass of its own
+runtime: right after the other runtime's pass, whose threads still spin on the same cores, a
+pass took 15-20% longer, which inflated the 1-token pass and flattered every k's multiple), then greedy tokens/s over 128 tokens of a short chat prompt
 (median of a few runs) and whether the two greedy answers agree.
 
     PYTHONPATH=. python benchmarks/measure_int4.py [--threads 2] [--repeats 30]
@@ -55,6 +57,19 @@ def load(threads: int):
     return {"llama.cpp": llama, "int4": int4}
 
 
+def settled_seconds(backend, chain: list[int], context: int) -> float:
+    """Seconds of a pass over `chain` behind `context` cached tokens, timed as decoding meets it:
+    after an untimed one-token pass of the same runtime (after another runtime's pass, whose
+    threads still spin on the same cores, a pass took 15-20% longer)."""
+    backend.evaluate(Block.chain(chain[:1]))
+    backend.rollback(context)
+    started = time.perf_counter()
+    backend.evaluate(Block.chain(chain))
+    seconds = time.perf_counter() - started
+    backend.rollback(context)
+    return seconds
+
+
 def pass_costs(backends: dict, repeats: int) -> dict[str, dict[int, float]]:
     """Median seconds of a k-token chain pass behind CONTEXT cached tokens, per runtime and k."""
     times: dict[str, dict[int, list[float]]] = {name: {k: [] for k in SIZES} for name in backends}
@@ -68,11 +83,7 @@ def pass_costs(backends: dict, repeats: int) -> dict[str, dict[int, float]]:
             say(f"  timing passes: round {repeat + 1} of {repeats}")
         for name, backend in backends.items():
             for k in SIZES:
-                block = Block.chain(draft[:k])
-                started = time.perf_counter()
-                backend.evaluate(block)
-                times[name][k].append(time.perf_counter() - started)
-                backend.rollback(CONTEXT)
+                times[name][k].append(settled_seconds(backend, draft[:k], CONTEXT))
     return {
         name: {k: statistics.median(v) for k, v in per_k.items()} for name, per_k in times.items()
     }
