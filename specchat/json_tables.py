@@ -24,6 +24,11 @@ def put_entry(path: Path, key: str, value: object, *, indent: int | None = 1) ->
     when it cannot be written (the temporary file is removed)."""
     data = read_table(path)
     data[key] = value
+    write_table(path, data, indent=indent)
+
+
+def write_table(path: Path, data: dict, *, indent: int | None = 1) -> None:
+    """Write the whole mapping, atomically (raises OSError as `put_entry` does)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:

@@ -36,12 +36,12 @@ import contextlib
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specchat import locations
 from specchat.backends.base import Backend
-from specchat.json_tables import put_entry, read_table
+from specchat.json_tables import put_entry, read_table, write_table
 
 # Depths share statistics in buckets: depth 1, 2, 3, 4, 5-6, 7-8, 9-12, 13-16, 17-24, 25-32, ...
 _DEPTH_EDGES = (1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49)
@@ -232,6 +232,20 @@ class DraftLengthPolicy:
             table[json.dumps(list(key))] = [stats.accepted, stats.tried]
         with contextlib.suppress(OSError):  # learned rates that cannot be kept stop nothing
             put_entry(locations.data_dir() / _STORE_FILE, model_key, table, indent=None)
+
+
+def checkpoint() -> Callable[[], None]:
+    """A function that puts every model's learned rates back as they are now. A race runs each
+    entrant from the same rates: otherwise a run would start from what the run before it, on
+    the same prompt, taught them (a repeat, or another lane)."""
+    kept = _read_store()
+
+    def restore() -> None:
+        if _read_store() != kept:
+            with contextlib.suppress(OSError):
+                write_table(locations.data_dir() / _STORE_FILE, kept, indent=None)
+
+    return restore
 
 
 def _read_store() -> dict:

@@ -22,7 +22,7 @@ import numpy as np
 
 from specchat.answers import build_engine, make_decoder
 from specchat.backends.base import AnyBackend, Backend, Block, ChatMessage
-from specchat.decoding import recycled
+from specchat.decoding import draft_policy, recycled
 from specchat.decoding.registry import decoder_class
 from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
@@ -217,14 +217,16 @@ def race_runs(
     """Every entrant's run, `repeats` rounds, one after another. A run that fails (an entrant
     that cannot run, a server that broke off: its figures would mean nothing) is reported and
     the others go on; `cancel` stops the race at the next step boundary. Every run starts from
-    the recycled candidates as the race found them; the last run's lesson is kept."""
+    what decoders learn across answers (the recycled candidates, the draft policy's rates) as
+    the race found it; the last run's lesson is kept."""
     cancel_flags = cancel
-    tables_at_start = recycled.checkpoint()
+    learned_at_start = (recycled.checkpoint(), draft_policy.checkpoint())
     for _ in range(repeats):
         for lane, entrant in enumerate(entrants):
             if _cancelled(cancel_flags):
                 return
-            tables_at_start()
+            for restore in learned_at_start:
+                restore()
             yield RunStarted(lane)
             steps: list[StepEvent] = []
             done = None

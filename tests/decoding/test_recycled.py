@@ -21,8 +21,6 @@ from specchat.decoding.sources import RECYCLED
 from specchat.engine.events import StepEvent
 from specchat.engine.local import Engine
 from specchat.engine.protocol import GenerationRequest
-from specchat.evaluation.race import RaceTurn, line_up_entrants, race
-from specchat.evaluation.variants import parse_variant
 from specchat.prompting import chat_prompt_ids
 
 
@@ -182,18 +180,3 @@ def test_recycled_trees_grow_where_a_pass_costs_the_same_for_many_tokens(fresh_l
     chain_and_two_depths = 1 + 4 + (WIDTH - 1) + 3
     assert widest[False] <= chain_and_two_depths, widest
     assert widest[True] > chain_and_two_depths, widest
-
-
-def test_every_run_of_a_race_drafts_from_the_tables_the_race_found(fresh_llama):
-    """A repeat of a race, or a lane after another, never drafts the answer that the run before
-    it taught the table: every run of the same decoder passes alike; the last run's lesson stays."""
-    messages = (ChatMessage("user", STORY),)
-    turn = RaceTurn(messages, tuple(chat_prompt_ids(fresh_llama, list(messages))), 64)
-    variants = [parse_variant(v) for v in ("suffix:recycle=true,fixed_draft=3",) * 2]
-    entrants = line_up_entrants(variants, lambda v: fresh_llama, lambda v: dict(v.params))
-    lanes = race(fresh_llama, turn, entrants, baseline="greedy", repeats=2)
-    steps = [run.stats.steps for lane in lanes for run in lane.runs]
-    assert len(steps) == 4 and len(set(steps)) == 1, steps
-    # afterwards the table knows the answer: the chat's next answer drafts from it
-    _, after = _answer(fresh_llama, "suffix", turn.prompt_ids, fixed_draft=3, recycle=True)
-    assert len(after) < steps[0], (len(after), steps)
