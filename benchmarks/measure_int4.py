@@ -3,9 +3,8 @@
 Prints each runtime's 1-token pass (ms) and its k = 2, 4, 8, 16 chain passes as multiples of its
 own 1-token pass, behind 256 cached tokens (medians over repeats, the runtimes and sizes taken in
 turn so load changes hit all alike, each timed pass after an untimed one-token pass of its own
-runtime: right after the other runtime's pass, whose threads still spin on the same cores, a
-pass took 15-20% longer, which inflated the 1-token pass and flattered every k's multiple), then greedy tokens/s over 128 tokens of a short chat prompt
-(median of a few runs) and whether the two greedy answers agree.
+runtime: `settled_seconds`), then greedy tokens/s over 128 tokens of a short chat prompt (median
+of a few runs) and whether the two greedy answers agree.
 
     PYTHONPATH=. python benchmarks/measure_int4.py [--threads 2] [--repeats 30]
 """
@@ -59,8 +58,9 @@ def load(threads: int):
 
 def settled_seconds(backend, chain: list[int], context: int) -> float:
     """Seconds of a pass over `chain` behind `context` cached tokens, timed as decoding meets it:
-    after an untimed one-token pass of the same runtime (after another runtime's pass, whose
-    threads still spin on the same cores, a pass took 15-20% longer)."""
+    after an untimed one-token pass of the same runtime. Right after the other runtime's pass,
+    whose threads still spin on the same cores, a one-token pass took 15-20% longer, and every
+    multiple of it read flattered (docs/benchmarks.md, session 35)."""
     backend.evaluate(Block.chain(chain[:1]))
     backend.rollback(context)
     started = time.perf_counter()
