@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.measure_int4 import say
+from benchmarks.measure_int4 import say, settled_seconds
 from specchat.backends.base import Block
 from specchat.bundled import bundled_gguf
 
@@ -52,7 +51,8 @@ def compare(
     before, after, context: int, rounds: int
 ) -> tuple[dict[int, tuple[float, float]], bool]:
     """Per size, the median seconds of (old, new) passes behind `context` filler tokens, taken in
-    turn (the order flipped every round); and whether a two-token block's logits are equal."""
+    turn (the order flipped every round), each after a one-token pass of its own build; and
+    whether a two-token block's logits are equal."""
     for backend in (before, after):
         backend.rollback(0)
         backend.prefill([_FILLER] * context)
@@ -61,10 +61,8 @@ def compare(
         for k in SIZES:
             order = ((0, before), (1, after)) if round_ % 2 else ((1, after), (0, before))
             for side, backend in order:
-                start = time.perf_counter()
-                backend.evaluate(Block.chain([_FILLER + i for i in range(k)]))
-                times[k, side].append(time.perf_counter() - start)
-                backend.rollback(context)
+                chain = [_FILLER + i for i in range(k)]
+                times[k, side].append(settled_seconds(backend, chain, context))
     logits = []
     for backend in (before, after):
         logits.append(backend.evaluate(Block.chain([_FILLER + 2, _FILLER + 3])))
