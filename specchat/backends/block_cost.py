@@ -105,7 +105,9 @@ class BlockCostTable:
         seconds do not show, and the plain passes it slows are not yet settled."""
         start = time.perf_counter()
         yield
-        if len(block) > 1:
+        by_load = getattr(self._backend, "threads_by_load", None)
+        if len(block) > 1 or (by_load is not None and by_load.reduced):
+            # (a pass on fewer threads than the table's is not the table's to learn from)
             self._plain_run = 0
             return
         self._plain_run += 1

@@ -24,6 +24,7 @@ from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.gguf.header import GGUFHeader
 from specchat.backends.gguf.vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
 from specchat.backends.registry import LLAMA_CPP
+from specchat.backends.threads_by_load import ThreadsByLoad, following_load
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -115,6 +116,8 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
             llama_cpp.llama_model_free(self._model)
             raise SpecchatError(f"cannot create a llama.cpp context for {path.name}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        # on a CPU the thread count follows the machine's load (threads_by_load.py); None: fixed
+        self.threads_by_load = ThreadsByLoad.here(self.threads) if device == "cpu" else None
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
 
         self.eos_ids = self.vocabulary.eos_ids
@@ -192,9 +195,13 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         return self._committed[self._valid[seq] :]
 
     def evaluate(self, block: Block) -> np.ndarray:
-        """Logits of every block token in one pass (timed: use refines the pass costs)."""
-        with self._costs.timing(block):
+        """Logits of every block token in one pass (timed: use refines the pass costs), on the
+        thread count the machine's load leaves (`threads_by_load.py`)."""
+        with following_load(self, self._set_threads), self._costs.timing(block):
             return self._evaluate(block)
+
+    def _set_threads(self, threads: int) -> None:
+        self._lib.llama_set_n_threads(self._ctx, threads, threads)
 
     def _evaluate(self, block: Block) -> np.ndarray:
         self._drop_block()

@@ -1,37 +1,41 @@
-"""The thread count a runtime's passes run with, chosen by their measured time as the load on the
-machine changes.
+"""The thread count a runtime's passes run with, following the load other processes put on the
+machine.
 
 Why: a pass's threads meet at a barrier after every matmul. Beside a busy process, one of two
 threads on two cores shares its core and every barrier waits for it, so each pass takes several
-times what it takes alone (measured: greedy at a quarter of its idle speed with one busy shell
-loop beside it) — while one thread alone keeps a whole core. So when passes run much slower than
-they do alone, the next passes try fewer threads and keep them where they are faster; now and
-then a few passes try the full count again, and it comes back when the load has gone.
+times what it takes alone (measured: greedy at a quarter to a third of its idle speed with one
+busy shell loop beside it) — while one thread alone keeps a whole core (0.7x the idle speed on an
+AMD EPYC, docs/benchmarks.md). So the count is the cores other processes leave free.
 
-A pass's result does not depend on its thread count (each output row is one thread's fixed sum),
-so this changes speed only, never an answer.
+What other processes use is read, not guessed from pass times: the machine's CPU time
+(`/proc/stat`, the cores this process may run on) less this process's own. An earlier version
+judged the load from pass times; it had no idle time to compare with when the load was there
+from the start, and its tries of the full count stalled a pass by 100+ ms each time. Where
+`/proc/stat` cannot be read (macOS, Windows) the count stays the full one.
+
+A pass's result does not depend on its thread count (each output row is one thread's fixed sum,
+on int4 and llama.cpp alike: tests/backends/test_threads_by_load.py), so this changes speed only,
+never an answer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import statistics
-from collections import deque
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
-SLOW = 1.6  # a pass this many times slower than the same size alone: the machine is busy
-WINDOW = 6  # passes judged together
-SETTLE = 2  # passes after a change of count that are not judged (the threads' caches refill)
-PROBE_EVERY = 48  # passes on fewer threads between two tries of the full count
-RETRY_AFTER = 400  # passes before fewer threads are tried again, where they did not help
-SWITCH = "SPECCHAT_ADAPT_THREADS"  # "1": the count follows the load; else always the full count
+SAMPLE = 0.25  # seconds of wall time a reading of the load spans at least
+STALE = 2.0  # a reading spanning more than this is restarted (the machine idled between answers)
+BUSY = 0.5  # more than this share of a core used by others takes a thread away
+CONFIRM = 2  # readings in a row that must agree before a thread is given back
+SWITCH = "SPECCHAT_ADAPT_THREADS"  # "0": always the full count
 
 
 def adapting() -> bool:
-    """Off unless asked for: measured end to end (`benchmarks/measure_busy.py`), answers beside a
-    busy process were no faster with it yet, though single passes were (docs/benchmarks.md)."""
-    return os.environ.get(SWITCH, "0") == "1"
+    """On unless turned off (`SPECCHAT_ADAPT_THREADS=0`: the test suite, and measurements of a
+    fixed count)."""
+    return os.environ.get(SWITCH, "1") != "0"
 
 
 def held_threads(backend) -> contextlib.AbstractContextManager:
@@ -41,28 +45,89 @@ def held_threads(backend) -> contextlib.AbstractContextManager:
     return by_load.held() if by_load is not None else contextlib.nullcontext()
 
 
+def following_load(backend, set_threads: Callable[[int], None]):
+    """A pass of `backend` on the thread count the load leaves, where its count follows the load:
+    `set_threads` is called before the pass where the count changed, and the load read after."""
+    by_load = getattr(backend, "threads_by_load", None)
+    return by_load.passing(set_threads) if by_load is not None else contextlib.nullcontext()
+
+
+class ProcStatLoad:
+    """Cores used by other processes since the last reading, from `/proc/stat` (Linux)."""
+
+    def __init__(self) -> None:
+        self._cpus = {f"cpu{n}" for n in cores_here()}
+        self._hz = os.sysconf("SC_CLK_TCK")
+        self._last = self._now()
+
+    @classmethod
+    def here(cls) -> ProcStatLoad | None:
+        """A reader where this system has `/proc/stat`, else None."""
+        try:
+            reader = cls()
+        except (OSError, ValueError, AttributeError):
+            return None
+        return reader if reader._last is not None else None
+
+    def _busy_seconds(self) -> float | None:
+        """CPU seconds spent on this process's cores by anything, since boot."""
+        total, seen = 0, False
+        with open("/proc/stat", encoding="ascii") as stat:
+            for line in stat:
+                name, _, rest = line.partition(" ")
+                if name not in self._cpus:
+                    continue
+                # user nice system idle iowait irq softirq steal: all but idle and iowait
+                fields = [int(v) for v in rest.split()[:8]]
+                total += sum(fields) - fields[3] - fields[4]
+                seen = True
+        return total / self._hz if seen else None
+
+    def _now(self) -> tuple[float, float, float] | None:
+        busy = self._busy_seconds()
+        return None if busy is None else (time.monotonic(), busy, time.process_time())
+
+    def __call__(self) -> float | None:
+        """Cores other processes used since the last call; None while the reading spans less
+        than `SAMPLE` seconds (too few clock ticks to tell), or spanned more than `STALE` (then
+        it starts again from now)."""
+        now = self._now()
+        if now is None or self._last is None:
+            return None
+        wall = now[0] - self._last[0]
+        if wall < SAMPLE:
+            return None
+        others = ((now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
+        self._last = now
+        return None if wall > STALE else max(0.0, others)
+
+
 class ThreadsByLoad:
-    """Watches pass times (`observe`) and says the thread count for the next pass (`threads`).
+    """Says the thread count for the next pass (`threads`), told after every pass (`tick`).
 
-    Each pass is compared with the fastest pass of its size seen on the full count (the machine
-    alone, as near as this process has seen it). On the full count: a window whose median pass
-    is SLOW × that or slower moves to half the threads. On fewer: after a window, kept if it took
-    less time than the full count's last window, else back to the full count (and not tried
-    again for a while); every PROBE_EVERY passes a window runs on the full count again, and stays
-    there when it is no longer slow."""
+    Each reading of the load gives the cores other processes left free; a count above that
+    drops at once (a thread sharing its core stalls every barrier), one below it rises once
+    `CONFIRM` readings in a row agree (a load that pauses for a moment is still there)."""
 
-    def __init__(self, full: int) -> None:
+    def __init__(
+        self, full: int, load: Callable[[], float | None] | None, cores: int | None = None
+    ) -> None:
         self.full = max(1, full)
         self.threads = self.full
-        self._fastest: dict[int, float] = {}  # seconds of a k-token pass on the full count
-        self._window: deque[float] = deque(maxlen=WINDOW)
-        self._busy_ratio = 0.0  # the full count's last slow window
-        self._passes_on_fewer = 0
-        self._settling = 0
-        self._probing = False
-        self._confirming = False
-        self._wait = 0  # passes before fewer threads may be tried again
+        self._load = load
+        self._cores = cores or len(cores_here())
+        self._rising = 0
         self._held = 0
+        self._applied = self.full  # the count the runtime was last set to
+
+    @classmethod
+    def here(cls, full: int) -> ThreadsByLoad | None:
+        """One that follows this machine's load where it can be read and more than one thread
+        runs (else None: the count stays)."""
+        if full <= 1 or not adapting():
+            return None
+        load = ProcStatLoad.here()
+        return cls(full, load) if load is not None else None
 
     @property
     def reduced(self) -> bool:
@@ -71,74 +136,46 @@ class ThreadsByLoad:
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """Passes on the full count, unjudged (a measurement of the pass costs)."""
+        """Passes on the full count while it lasts (a measurement of the pass costs)."""
         self._held += 1
-        self._set(self.full)
+        kept, self.threads = self.threads, self.full
         try:
             yield
         finally:
             self._held -= 1
+            self.threads = kept
 
-    def observe(self, k: int, seconds: float) -> None:
-        if self._held or self.full == 1 or seconds <= 0:
+    @contextlib.contextmanager
+    def passing(self, set_threads: Callable[[int], None]) -> Iterator[None]:
+        """One pass: on `threads` (`set_threads` called where it changed), the load read after."""
+        if self.threads != self._applied:
+            set_threads(self.threads)
+            self._applied = self.threads
+        yield
+        self.tick()
+
+    def tick(self) -> None:
+        """After a pass: read the load when a reading is due, and move the count by it."""
+        if self._held or self._load is None:
             return
-        if self._settling:
-            self._settling -= 1
-            if self.threads < self.full:
-                self._passes_on_fewer += 1
+        others = self._load()
+        if others is None:
             return
-        if self.threads == self.full:
-            fastest = self._fastest.get(k)
-            if fastest is None or seconds < fastest:
-                self._fastest[k] = fastest = seconds
-            self._window.append(seconds / fastest)
-            self._on_full()
+        free = self._cores - others
+        wanted = max(1, min(self.full, int(free + 1.0 - BUSY)))
+        if wanted < self.threads:
+            self.threads, self._rising = wanted, 0
+        elif wanted > self.threads:
+            self._rising += 1
+            if self._rising >= CONFIRM:
+                self.threads, self._rising = wanted, 0
         else:
-            fastest = self._fastest.get(k)
-            if fastest is None:  # a size never timed on the full count: no judgement
-                return
-            self._window.append(seconds / fastest)
-            self._on_fewer()
+            self._rising = 0
 
-    def _on_full(self) -> None:
-        if self._wait:
-            self._wait -= 1
-        if len(self._window) < WINDOW:
-            return
-        slow = statistics.median(self._window) >= SLOW  # most passes slow: not one stray pass
-        if self._probing:  # a try of the full count while on fewer threads
-            self._probing = False
-            if not slow:
-                self._window.clear()  # the load has gone: stay
-                return
-            self._busy_ratio = statistics.fmean(self._window)
-            self._set(max(1, self.full // 2))
-        elif slow and not self._wait and not self._confirming:
-            self._confirming = True  # this window may have begun before the load: one more
-            self._window.clear()
-        elif self._confirming:
-            self._confirming = False
-            if slow:
-                self._busy_ratio = statistics.fmean(self._window)
-                self._set(max(1, self.full // 2))
-            else:
-                self._window.clear()
 
-    def _on_fewer(self) -> None:
-        self._passes_on_fewer += 1
-        judged = len(self._window) == WINDOW and self._passes_on_fewer == SETTLE + WINDOW
-        # judged by the mean: time is what a window costs, and a thread that waits for a core
-        # makes a few passes very slow rather than every pass a little
-        if judged and statistics.fmean(self._window) >= self._busy_ratio:  # fewer did not help
-            self._wait = RETRY_AFTER
-            self._set(self.full)
-            return
-        if self._passes_on_fewer >= PROBE_EVERY:
-            self._probing = True
-            self._set(self.full)
-
-    def _set(self, threads: int) -> None:
-        self.threads = threads
-        self._window.clear()
-        self._passes_on_fewer = 0
-        self._settling = SETTLE
+def cores_here() -> set[int]:
+    """The cores this process may run on."""
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:
+        return set(range(os.cpu_count() or 1))

@@ -1,79 +1,190 @@
-"""The thread count follows the machine's load, judged from pass times given here (the suite never
-depends on how fast its machine is); and a pass's result does not depend on its thread count."""
+"""The thread count follows the load other processes put on the machine: judged here from given
+readings of that load (the suite never depends on how busy its machine is), read from the real
+`/proc/stat` beside a real busy process, applied to both CPU runtimes between passes; and a pass's
+result does not depend on its thread count."""
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from specchat.backends.base import Block, ChatMessage
 from specchat.backends.threads_by_load import (
-    PROBE_EVERY,
-    RETRY_AFTER,
-    SETTLE,
-    WINDOW,
+    CONFIRM,
+    SAMPLE,
+    ProcStatLoad,
     ThreadsByLoad,
+    cores_here,
 )
 from specchat.prompting import chat_prompt_ids
 
-ALONE = 0.005  # a one-token pass on two threads, the machine alone
+ALONE, ONE_BUSY_PROCESS = 0.05, 1.0  # cores other processes use
 
 
-def run(by_load: ThreadsByLoad, passes: int, seconds_on) -> list[int]:
-    """`passes` one-token passes, each taking `seconds_on(threads)`; the counts they ran on."""
+class Readings:
+    """The load, as a test sets it: what each reading of it says."""
+
+    def __init__(self, others: float = ALONE) -> None:
+        self.others = others
+
+    def __call__(self) -> float | None:
+        return self.others
+
+
+def passes(by_load: ThreadsByLoad, n: int) -> list[int]:
+    """The thread counts `n` passes ran on, the load read after each."""
     used = []
-    for _ in range(passes):
+    for _ in range(n):
         used.append(by_load.threads)
-        by_load.observe(1, seconds_on(by_load.threads))
+        by_load.tick()
     return used
 
 
 def test_alone_every_pass_runs_on_every_thread() -> None:
-    by_load = ThreadsByLoad(2)
-    assert set(run(by_load, 500, lambda t: ALONE * (1.3 if t == 1 else 1.0))) == {2}
+    by_load = ThreadsByLoad(2, Readings(ALONE), cores=2)
+    assert set(passes(by_load, 200)) == {2} and not by_load.reduced
 
 
-def test_beside_a_busy_process_it_runs_on_fewer_threads_and_comes_back_when_the_load_goes() -> None:
-    """Busy: two threads wait at every barrier (4x slower), one thread keeps a core (1.8x)."""
-    by_load = ThreadsByLoad(2)
-    run(by_load, 20, lambda t: ALONE)  # learns what a pass costs alone
-    busy = run(by_load, 300, lambda t: ALONE * (4.0 if t == 2 else 1.8))
-    assert busy.count(1) / len(busy) > 0.8 and by_load.reduced
-    # the full count is still tried now and then, a window at a time
-    assert busy[-PROBE_EVERY * 2 :].count(2) <= 2 * (SETTLE + WINDOW)
-    idle = run(by_load, 200, lambda t: ALONE * (1.0 if t == 2 else 1.8))
-    assert idle[-100:] == [2] * 100 and not by_load.reduced
+def test_beside_a_busy_process_it_runs_on_one_thread_and_comes_back_when_the_load_goes() -> None:
+    load = Readings(ALONE)
+    by_load = ThreadsByLoad(2, load, cores=2)
+    passes(by_load, 5)
+    load.others = 0.67  # a busy process beside two spinning threads gets two thirds of a core
+    assert passes(by_load, 3) == [2, 1, 1]  # the next pass already runs on one
+    load.others = ONE_BUSY_PROCESS  # beside one thread it gets a whole core: it stays busy
+    assert set(passes(by_load, 100)) == {1} and by_load.reduced
+    load.others = ALONE
+    assert passes(by_load, CONFIRM + 2) == [1] * CONFIRM + [2, 2] and not by_load.reduced
 
 
-def test_where_fewer_threads_do_not_help_it_keeps_every_thread_for_a_while() -> None:
-    by_load = ThreadsByLoad(2)
-    run(by_load, 20, lambda t: ALONE)
-    used = run(by_load, RETRY_AFTER, lambda t: ALONE * (3.0 if t == 2 else 5.0))
-    assert used.count(1) <= SETTLE + WINDOW  # one try, then the full count
+def test_a_load_that_pauses_for_a_moment_keeps_the_thread_away() -> None:
+    load = Readings(ONE_BUSY_PROCESS)
+    by_load = ThreadsByLoad(2, load, cores=2)
+    passes(by_load, 3)
+    for _ in range(20):  # a build between two jobs: idle one reading in every three
+        load.others = ALONE
+        passes(by_load, 1)
+        load.others = ONE_BUSY_PROCESS
+        assert set(passes(by_load, 2)) == {1}
+
+
+def test_on_more_cores_it_keeps_what_the_others_leave() -> None:
+    load = Readings(2.9)  # three busy processes on eight cores
+    by_load = ThreadsByLoad(8, load, cores=8)
+    passes(by_load, 2)
+    assert by_load.threads == 5
+    load.others = 9.0  # more than the machine: one thread still runs
+    passes(by_load, 2)
+    assert by_load.threads == 1
 
 
 def test_a_measurement_of_pass_costs_runs_on_every_thread() -> None:
-    by_load = ThreadsByLoad(2)
-    run(by_load, 20, lambda t: ALONE)
-    run(by_load, 30, lambda t: ALONE * (4.0 if t == 2 else 1.8))
+    by_load = ThreadsByLoad(2, Readings(ONE_BUSY_PROCESS), cores=2)
+    passes(by_load, 3)
     assert by_load.reduced
     with by_load.held():
-        assert run(by_load, 50, lambda t: ALONE * 4.0) == [2] * 50
+        assert passes(by_load, 20) == [2] * 20
+    assert by_load.reduced
 
 
-def test_the_answer_is_the_same_on_one_thread_and_two(int4_backend) -> None:
-    """What lets the count change between passes: the same logits bit for bit."""
-    backend = int4_backend
+def test_no_reading_of_the_load_leaves_the_count_as_it_is() -> None:
+    by_load = ThreadsByLoad(2, lambda: None, cores=2)
+    assert set(passes(by_load, 50)) == {2}
+
+
+needs_proc_stat = pytest.mark.skipif(
+    not Path("/proc/stat").exists() or len(cores_here()) < 2, reason="reads Linux's /proc/stat"
+)
+
+
+def reading(load: ProcStatLoad) -> float:
+    """One reading of the load over a little more than `SAMPLE` seconds."""
+    time.sleep(SAMPLE * 1.2)
+    others = load()
+    assert others is not None
+    return others
+
+
+@needs_proc_stat
+def test_the_machine_reading_sees_a_busy_process() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # started
+        load = ProcStatLoad()
+        assert reading(load) >= 0.6
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+@needs_proc_stat
+def test_the_machine_reading_leaves_out_this_process_itself() -> None:
+    """Two threads of this process busy on two cores are not load: the reading stays below what
+    they use (another worker of the suite may still use a core)."""
+    stop = threading.Event()
+    data = b"x" * 1_000_000
+
+    def spin() -> None:
+        while not stop.is_set():
+            hashlib.sha256(data).digest()  # without the GIL: a core each
+
+    spinners = [threading.Thread(target=spin) for _ in range(2)]
+    for thread in spinners:
+        thread.start()
+    try:
+        load = ProcStatLoad()
+        others = reading(load)
+    finally:
+        stop.set()
+        for thread in spinners:
+            thread.join()
+    assert others <= len(cores_here()) - 0.5
+
+
+def backends_on_two_threads(bundled_gguf):
+    from specchat.backends.int4.backend import Int4Backend
+    from specchat.backends.llama import LlamaBackend
+
+    return {
+        "int4": (Int4Backend(bundled_gguf, n_ctx=512, threads=2), lambda b: b.model.threads),
+        "llama": (
+            LlamaBackend(bundled_gguf, n_ctx=512, threads=2),
+            lambda b: b._lib.llama_n_threads(b._ctx),
+        ),
+    }
+
+
+@pytest.mark.parametrize("runtime", ["int4", "llama"])
+def test_the_runtime_runs_on_the_count_the_load_leaves_and_answers_the_same(
+    runtime, bundled_gguf
+) -> None:
+    """What lets the count change between passes: the same logits bit for bit, on every runtime
+    it changes on; and the runtime is set to the count before its next pass."""
+    backend, runtime_threads = backends_on_two_threads(bundled_gguf)[runtime]
+    load = Readings(ALONE)
+    backend.threads_by_load = ThreadsByLoad(2, load, cores=2)
     ids = chat_prompt_ids(backend, [ChatMessage("user", "Name three rivers.")])
     rows = {}
     try:
-        for threads in (1, 2):
-            backend.model.threads = threads
+        for others in (ALONE, ONE_BUSY_PROCESS):
+            load.others = others
             backend.rollback(0)
-            backend.prefill(ids[:-1])
-            rows[threads] = backend.evaluate(Block.chain([ids[-1], *ids[-4:-1]]))
+            backend.prefill(ids[:-4])
+            for token in ids[-4:-1]:  # the load is read after each pass
+                backend.evaluate(Block.chain([token]))
+                backend.commit([0])
+            rows[backend.threads_by_load.threads] = backend.evaluate(Block.chain(ids[-1:] * 3))
+            assert runtime_threads(backend) == backend.threads_by_load.threads
     finally:
-        backend.model.threads = 1
-        backend.rollback(0)
+        backend.close()
+    assert sorted(rows) == [1, 2]
     assert np.array_equal(rows[1], rows[2])
 
 
@@ -87,11 +198,13 @@ def test_the_status_line_says_when_the_chat_runs_on_fewer_threads(int4_backend, 
         config, config, HistoryStore(tmp_path / "chat.sqlite3"), backend=int4_backend,
         save_settings_file=False,
     )  # fmt: skip
-    int4_backend.threads_by_load = by_load = ThreadsByLoad(2)
+    load = Readings(ALONE)
+    int4_backend.threads_by_load = by_load = ThreadsByLoad(2, load, cores=2)
     try:
-        run(by_load, 20, lambda t: ALONE)
+        passes(by_load, 3)
         assert "threads" not in session.model_label
-        run(by_load, 20, lambda t: ALONE * (4.0 if t == 2 else 1.8))
+        load.others = ONE_BUSY_PROCESS
+        passes(by_load, 1)
         assert "1 of 2 threads: the machine is busy" in session.model_label
     finally:
         int4_backend.threads_by_load = None

@@ -10,7 +10,6 @@ llama.cpp's for the same file (`gguf/vocab.py`), so prompts tokenize as on the l
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from specchat.backends.gguf.vocab import LlamaVocabulary, VocabularyOf
 from specchat.backends.int4.families import FAMILIES, ROPE_SCALINGS
 from specchat.backends.int4.kernels import kernels
 from specchat.backends.registry import INT4
-from specchat.backends.threads_by_load import ThreadsByLoad, adapting
+from specchat.backends.threads_by_load import ThreadsByLoad, following_load
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -165,8 +164,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             progress=progress,
         )
         # the thread count follows the machine's load (threads_by_load.py); None: fixed
-        self.threads_by_load = ThreadsByLoad(self.threads) if adapting() else None
-        self._threads_applied = self.threads
+        self.threads_by_load = ThreadsByLoad.here(self.threads)
 
     # -- KV cache and blocks ---------------------------------------------------------------------
 
@@ -190,19 +188,13 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             self._n_committed += len(chunk)
 
     def evaluate(self, block: Block) -> np.ndarray:
-        """Logits of every block token in one pass (timed: use refines the pass costs, and the
-        thread count follows the load)."""
-        by_load = self.threads_by_load
-        if by_load is not None and by_load.threads != self._threads_applied:
-            self.model.threads = self._threads_applied = by_load.threads
-        if by_load is None:
-            with self._costs.timing(block):
-                return self._evaluate(block)
-        start = time.perf_counter()
-        with self._costs.timing(block):
-            logits = self._evaluate(block)
-        by_load.observe(len(block), time.perf_counter() - start)
-        return logits
+        """Logits of every block token in one pass (timed: use refines the pass costs), on the
+        thread count the machine's load leaves (`threads_by_load.py`)."""
+        with following_load(self, self._set_threads), self._costs.timing(block):
+            return self._evaluate(block)
+
+    def _set_threads(self, threads: int) -> None:
+        self.model.threads = threads
 
     def _evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass; its cache entries stay until `commit`."""
