@@ -63,6 +63,8 @@ class BlockCostTable:
         self._plain_run = 0  # one-token passes in a row, in use
         self._unsaved = False  # a refinement not yet written (`keep`)
         self._recent: list[float] = []  # settled plain passes' seconds, not yet refined from
+        self._recent_share = [0.0, 0.0]  # those passes' CPU seconds and wall seconds
+        self._refined_busy = False  # the last refinement came from passes that lacked the cores
         self._timed_busy = False  # measured while other work took the cores: not kept
 
     @staticmethod
@@ -103,7 +105,7 @@ class BlockCostTable:
         """Time a pass in use (`_observe`). Only settled plain passes refine the table, as they
         were timed for it: a larger pass's cost includes what it slows after it, which its own
         seconds do not show, and the plain passes it slows are not yet settled."""
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         yield
         by_load = getattr(self._backend, "threads_by_load", None)
         if len(block) > 1 or (by_load is not None and by_load.reduced):
@@ -112,9 +114,9 @@ class BlockCostTable:
             return
         self._plain_run += 1
         if self._plain_run > _SETTLE and self._costs:
-            self._observe(time.perf_counter() - start)
+            self._observe(time.perf_counter() - start, time.process_time() - cpu)
 
-    def _observe(self, seconds: float) -> None:
+    def _observe(self, seconds: float, cpu_seconds: float) -> None:
         """The table follows what a plain pass typically costs now — lower than measured where
         the machine was busy then, higher where it is busy now — by the median of a window of
         passes, moving every size by one factor to keep the shape it was measured with (the
@@ -122,23 +124,30 @@ class BlockCostTable:
         down, to the luckiest of thousands of passes, and the runtime chosen for a model compares
         the tables of two runtimes used unequally. Written by `keep`, which the engine calls after
         each answer: never inside a pass, and a process that never closes its model still keeps
-        it."""
+        it — unless the window's passes lacked the cores (`had_the_cores`): a busy moment's
+        refinement serves this run only, as a table timed while busy does."""
         self._recent.append(seconds)
+        self._recent_share[0] += cpu_seconds
+        self._recent_share[1] += seconds
         if len(self._recent) < _WINDOW:
             return
         factor = statistics.median(self._recent) / self.cost(1)
+        alone = had_the_cores(*self._recent_share, self._backend)
         self._recent.clear()
+        self._recent_share = [0.0, 0.0]
         if abs(factor - 1.0) <= _TOLERANCE:
+            self._refined_busy &= not alone  # passes alone confirm the table as it stands
             return
         for size in self._costs:
             self._costs[size] *= factor
         self._memo.clear()
-        self._unsaved = True
+        self._unsaved, self._refined_busy = True, not alone
 
     def keep(self) -> None:
         """Write the refinements made since the last `keep` (none: nothing is written; nor for a
-        table timed while the machine was busy, whose shape is the busy moment's)."""
-        if self._unsaved and not self._timed_busy:
+        table timed while the machine was busy, whose shape is the busy moment's, nor for a
+        refinement from passes that lacked the cores)."""
+        if self._unsaved and not self._timed_busy and not self._refined_busy:
             self._unsaved = False
             with contextlib.suppress(OSError):  # a cache that cannot be written stops nothing
                 self._save()

@@ -126,6 +126,32 @@ def test_the_table_follows_the_typical_plain_pass_not_the_luckiest(
 
 
 @pytest.mark.measured_costs
+def test_a_table_refined_while_the_machine_is_busy_is_used_but_not_kept(
+    char_ngram_model, tmp_path, monkeypatch
+):
+    """Passes in use that lacked the cores (another process took half of them) move the table
+    for this run only: kept, the busy moment's costs priced the runtime at three times its cost
+    for good (seen on a 2-core AMD EPYC after a benchmark beside busy processes), and the
+    chooser compares runtimes by them. Alone again, the table comes down and is kept."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    table = BlockCostTable(runtime, "stand-in")
+    assert table.cost(1) == pytest.approx(1.0)
+    runtime.cpu_share = 0.5
+    runtime.pass_seconds = lambda k: 3.0 * (1.0 if k == 1 else 0.5 + 0.5 * k)
+    decode(runtime, table, [1], times=80)
+    assert table.cost(1) == pytest.approx(3.0)
+    table.keep()
+    kept = BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", ""))
+    assert kept is not None and kept.cost(1) == pytest.approx(1.0)
+    runtime.cpu_share = 1.0
+    runtime.pass_seconds = lambda k: 0.9 if k == 1 else 0.5 + 0.5 * k
+    decode(runtime, table, [1], times=80)
+    table.keep()
+    kept = BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", ""))
+    assert kept is not None and kept.cost(1) == pytest.approx(0.9)
+
+
+@pytest.mark.measured_costs
 def test_a_table_timed_while_the_machine_was_busy_is_used_but_not_kept(
     char_ngram_model, tmp_path, monkeypatch
 ):
