@@ -91,12 +91,12 @@ class ProcStatLoad:
         """Cores other processes used since the last call; None while the reading spans less
         than `SAMPLE` seconds (too few clock ticks to tell), or spanned more than `STALE` (then
         it starts again from now)."""
+        if self._last is None or time.monotonic() - self._last[0] < SAMPLE:
+            return None  # (the clock first: `/proc/stat` is read four times a second, not a pass)
         now = self._now()
-        if now is None or self._last is None:
+        if now is None:
             return None
         wall = now[0] - self._last[0]
-        if wall < SAMPLE:
-            return None
         others = ((now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
         self._last = now
         return None if wall > STALE else max(0.0, others)
