@@ -8,13 +8,15 @@ branches.svg (the answer regenerated with Ctrl+R: two versions, ‹2/2›), sear
 race.svg (the race mid-replay: the replay clock is stopped where the first decoder has finished),
 race-done.svg (the replay over, with the summary), code.svg (a code edit on a file attached with
 `@maths.py`, Tab completing its name: the runs the decoder copied, tinted inside the highlighted
-code block) and drafts.svg (that answer's drafts, `d`).
+code block) and drafts.svg (that answer's drafts, `d`); `take.py busy` writes busy.svg (the chat's
+answer beside a busy process: the status line says it runs on fewer threads, and at what speed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -152,6 +154,29 @@ async def code_shots() -> None:
         app.save_screenshot("drafts.svg", str(HERE))
 
 
+async def busy_shot() -> None:
+    """The chat answering while another process keeps a core busy (a shell loop): the thread
+    count follows the load (`backends/threads_by_load.py`) and the status line says so."""
+    from specchat.app.tui.app import SpecchatApp
+    from specchat.options import RunConfig
+
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        app = SpecchatApp(settings=RunConfig(max_tokens=160), save_settings_file=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            app.screen.query_one("#prompt").insert(PROMPT)
+            await pilot.press("enter")
+            await pilot.pause(0.2)
+            await app.workers.wait_for_complete()
+            await pilot.pause(0.3)
+            app.screen.query_one("#prompt").cursor_blink = False
+            app.save_screenshot("busy.svg", str(HERE))
+    finally:
+        loop.kill()
+        loop.wait()
+
+
 def main() -> None:
     folder = tempfile.mkdtemp(prefix="specchat-shots-")
     os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(folder, "config")
@@ -161,6 +186,8 @@ def main() -> None:
         asyncio.run(chat_shots())
     if "code" in which:
         asyncio.run(code_shots())
+    if "busy" in which:  # only when asked: it needs a second core that a busy process takes
+        asyncio.run(busy_shot())
 
 
 if __name__ == "__main__":
