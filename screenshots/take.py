@@ -59,6 +59,16 @@ async def loaded(app, pilot) -> None:
     await pilot.pause(0.3)
 
 
+async def answered(app, pilot, prompt: str) -> None:
+    """`prompt` sent as a user sends it, and its answer finished (the cursor still, for the shot)."""
+    app.screen.query_one("#prompt").insert(prompt)
+    await pilot.press("enter")
+    await pilot.pause(0.2)
+    await app.workers.wait_for_complete()
+    await pilot.pause(0.3)
+    app.screen.query_one("#prompt").cursor_blink = False
+
+
 async def chat_shots() -> None:
     from specchat.app.tui.app import SpecchatApp
     from specchat.app.tui.screens.race import RaceScreen
@@ -68,12 +78,7 @@ async def chat_shots() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await loaded(app, pilot)
         speculative = app.session.decoder_name  # what the chat starts on
-        app.screen.query_one("#prompt").insert(PROMPT)
-        await pilot.press("enter")
-        await pilot.pause(0.2)
-        await app.workers.wait_for_complete()
-        await pilot.pause(0.3)
-        app.screen.query_one("#prompt").cursor_blink = False
+        await answered(app, pilot, PROMPT)
         app.save_screenshot("chat.svg", str(HERE))
         app.theme = "specchat-light"
         await pilot.pause(0.3)
@@ -165,12 +170,7 @@ async def busy_shot() -> None:
         app = SpecchatApp(settings=RunConfig(max_tokens=160), save_settings_file=False)
         async with app.run_test(size=SIZE) as pilot:
             await loaded(app, pilot)
-            app.screen.query_one("#prompt").insert(PROMPT)
-            await pilot.press("enter")
-            await pilot.pause(0.2)
-            await app.workers.wait_for_complete()
-            await pilot.pause(0.3)
-            app.screen.query_one("#prompt").cursor_blink = False
+            await answered(app, pilot, PROMPT)
             app.save_screenshot("busy.svg", str(HERE))
     finally:
         loop.kill()
