@@ -257,6 +257,26 @@ def _pass_cost(target: Backend, plan: Plan, depth: int) -> float:
     return target.block_cost(plan.base + plan.branches * depth) + plan.draft_cost * depth
 
 
+def break_even_acceptance(
+    target: Backend, draft_share: float, longest: int = 8, margin: float = _MARGIN
+) -> float:
+    """The lowest per-token acceptance (to a hundredth) at which a draft model whose pass costs
+    `draft_share` of the target's one-token pass gains `margin` over plain passes, at the best
+    chain length up to `longest`, by the target's measured pass costs (1.0: at none). On int4 a
+    135M draft pays its 1.7B sibling from about 0.3, on llama.cpp, whose extra tokens cost more,
+    from about two in three (benchmarks/draft_pairing.py)."""
+    plain = target.block_cost(1)
+    costs = [target.block_cost(1 + g) + g * draft_share * plain for g in range(longest + 1)]
+    for hundredths in range(1, 100):
+        rate = hundredths / 100
+        if any(
+            expected_tokens(rate, g) / costs[g] >= (1.0 + margin) / plain
+            for g in range(1, longest + 1)
+        ):
+            return rate
+    return 1.0
+
+
 def best_depth(expected: list[float], costs: Sequence[float]) -> int:
     """The d with the most expected[d] / costs[d] (ties go to the shorter draft)."""
     best_d, best_rate = 0, expected[0] / costs[0]

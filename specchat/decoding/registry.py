@@ -7,6 +7,7 @@ adding a decoder is writing its class and one `register` line. No decoder name a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from specchat.backends.base import Backend, is_server
 from specchat.backends.registry import SERVER
@@ -14,6 +15,7 @@ from specchat.bundled import default_draft_reason, is_bundled
 from specchat.decoding.base import Decoder
 from specchat.decoding.beam import BeamSearchDecoder
 from specchat.decoding.draft_model import DraftModelDecoder
+from specchat.decoding.draft_policy import break_even_acceptance
 from specchat.decoding.lookahead import LookaheadDecoder
 from specchat.decoding.plain import GreedyDecoder, SampleDecoder
 from specchat.decoding.prompt_lookup import PromptLookupDecoder
@@ -87,14 +89,35 @@ def default_decoder(backend: Backend | None = None) -> str:
         if backend is None:  # no draft model is a default before the model is known
             if cls.unavailable_anywhere() is None and not cls.needs_draft_model:
                 return cls.name
-        elif cls.needs_draft_model and not is_bundled(backend):  # a server has no drafts either
-            continue  # a draft found among the user's models is offered, not yet the default
+        elif cls.needs_draft_model and not is_bundled(backend) and not found_draft_pays(backend):
+            continue  # a server has no drafts, and a found draft too dear is only offered
         elif unavailable_reason(cls.name, backend) is None:
             return cls.name
     base = baseline_name()
     if backend is None or unavailable_reason(base, backend) is None:
         return base
     return next((n for n in DECODERS if unavailable_reason(n, backend) is None), base)
+
+
+# A draft found among the user's models is the default where it would gain at this acceptance:
+# what a draft of the target's family reaches on most text (the draft decoder's prior is 0.8).
+# Then the policy learns the pair's own acceptance from the first answer, and drafts with the
+# model only while that pays; below it the answer runs as `suffix` would.
+FOUND_DRAFT_ACCEPTANCE = 0.6
+
+
+def found_draft_pays(backend: Backend) -> bool:
+    """Whether the draft that `draft` finds for this GGUF (`models.smaller_sibling`) would pay
+    at `FOUND_DRAFT_ACCEPTANCE`, by the target's measured pass costs and the draft's size: a
+    pass reads every weight once, so a draft's pass costs about its file's share of the
+    target's (135M Q4_1 for an F32 copy of it: 0.18 by size, 0.22 measured)."""
+    find = getattr(backend, "find_draft", None)
+    path = getattr(backend, "model_path", None)
+    found = find() if find is not None and path else None
+    if found is None:
+        return False
+    share = found.stat().st_size / max(1, Path(path).stat().st_size)
+    return break_even_acceptance(backend, share) <= FOUND_DRAFT_ACCEPTANCE
 
 
 def speculates(name: str | None) -> bool:

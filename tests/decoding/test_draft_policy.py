@@ -7,7 +7,12 @@ import random
 
 import pytest
 
-from specchat.decoding.draft_policy import DraftLengthPolicy, Plan, expected_from_rates
+from specchat.decoding.draft_policy import (
+    DraftLengthPolicy,
+    Plan,
+    break_even_acceptance,
+    expected_from_rates,
+)
 from specchat.decoding.ngram_index import RECENT, NgramIndex
 from specchat.decoding.prompt_lookup import PromptLookupDrafter, copy_prior, match_bucket
 from specchat.decoding.suffix import SuffixDrafter
@@ -30,6 +35,27 @@ def test_expected_tokens_from_conditional_rates():
     assert expected_from_rates([]) == [1.0]
     assert expected_from_rates([0.5, 0.5]) == [1.0, 1.5, 1.75]
     assert expected_from_rates([1.0, 0.0, 1.0]) == [1.0, 2.0, 2.0, 2.0]
+
+
+def test_a_draft_model_pays_from_a_lower_acceptance_where_extra_tokens_are_cheap():
+    cheap = _Costs(per_token=0.05, overhead=0.95)  # int4-like: 8 tokens cost 1.35 passes
+    dear = _Costs()  # llama.cpp-like: 8 tokens cost 4.35 passes
+    # a draft a tenth of the target's pass
+    assert break_even_acceptance(cheap, 0.1) < 0.45 < break_even_acceptance(dear, 0.1)
+    # the dearer the draft, the surer its tokens must be; one as dear as the target never pays
+    assert break_even_acceptance(cheap, 0.1) < break_even_acceptance(cheap, 0.3)
+    assert break_even_acceptance(cheap, 1.0) == 1.0
+    # at the break-even rate the best chain gains the margin, just below it none does
+    rate = break_even_acceptance(cheap, 0.1)
+    plain = cheap.block_cost(1)
+
+    def best(a: float) -> float:
+        return max(
+            expected_from_rates([a] * g)[g] / (cheap.block_cost(1 + g) + g * 0.1 * plain)
+            for g in range(1, 9)
+        ) * plain
+
+    assert best(rate) >= 1.1 > best(rate - 0.01)
 
 
 def test_policy_drafts_long_on_a_sure_copy_and_not_on_a_coin_flip():
