@@ -189,11 +189,15 @@ class ChatSession:
         """Make the engine on `backend` with the chosen decoder, or with the backend's default
         (`registry.default_decoder`; a remote server's own method) when that one cannot be
         built (the returned warning says why, unless no decoder was chosen)."""
+        # the model before's own default was not chosen either (a draft found for it)
+        defaults = {default_decoder()}
+        if self.backend is not None and self.backend is not backend:
+            defaults.add(default_decoder(self.backend))
         self.backend = backend
         warning = None
         if not self.config.decoder and (
-            self.decoder_name == default_decoder() or self.unavailable_reason(self.decoder_name)
-        ):  # none chosen: the backend's own default (a draft model's on transformers)
+            self.decoder_name in defaults or self.unavailable_reason(self.decoder_name)
+        ):  # none chosen: the backend's own default (a draft model's where one pays)
             self.decoder_name = chosen_decoder(self.config, backend)
         for fallback in (False, True):
             try:

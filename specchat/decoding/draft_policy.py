@@ -92,7 +92,9 @@ class Plan:
 
     The pass evaluates `base` tokens (the pending token, plus e.g. lookahead's window) and
     `branches` candidates of the chosen depth; drafting costs `draft_cost` seconds per drafted
-    token (a draft model's own passes; zero for copied drafts). `key` names the situation whose
+    token (a draft model's own passes; zero for copied drafts) and `draft_base` seconds before
+    its first (a draft model reading what it has not yet read: the token its last draft ended
+    on when all were taken, every token a copy added). `key` names the situation whose
     acceptance is learned apart; `prior` is the per-token acceptance assumed before any evidence.
     """
 
@@ -102,6 +104,7 @@ class Plan:
     branches: int = 1
     draft_cost: float = 0.0
     prior: float = 0.5
+    draft_base: float = 0.0
 
 
 @dataclass
@@ -254,7 +257,8 @@ def _read_store() -> dict:
 
 def _pass_cost(target: Backend, plan: Plan, depth: int) -> float:
     """Seconds of a step drafting `depth` tokens in `plan`: its target pass and the drafting."""
-    return target.block_cost(plan.base + plan.branches * depth) + plan.draft_cost * depth
+    drafting = plan.draft_base + plan.draft_cost * depth if depth else 0.0
+    return target.block_cost(plan.base + plan.branches * depth) + drafting
 
 
 def break_even_acceptance(
@@ -266,14 +270,14 @@ def break_even_acceptance(
     135M draft pays its 1.7B sibling from about 0.3, on llama.cpp, whose extra tokens cost more,
     from about two in three (benchmarks/draft_pairing.py)."""
     plain = target.block_cost(1)
-    costs = [target.block_cost(1 + g) + g * draft_share * plain for g in range(longest + 1)]
     for hundredths in range(1, 100):
         rate = hundredths / 100
-        if any(
-            expected_tokens(rate, g) / costs[g] >= (1.0 + margin) / plain
-            for g in range(1, longest + 1)
-        ):
-            return rate
+        for g in range(1, longest + 1):
+            # g passes of the draft's own, and one more where all g were taken (it reads the
+            # last before its next draft)
+            cost = target.block_cost(1 + g) + (g + rate**g) * draft_share * plain
+            if expected_tokens(rate, g) / cost >= (1.0 + margin) / plain:
+                return rate
     return 1.0
 
 

@@ -10,8 +10,12 @@ from pathlib import Path
 import pytest
 
 from benchmarks.random_gguf import RandomShape, write_random_gguf
+from specchat.app.session import ChatSession
 from specchat.backends.gguf.header import GGUFHeader
-from specchat.models import smaller_sibling
+from specchat.decoding.registry import default_decoder
+from specchat.history import HistoryStore
+from specchat.models import LoadOptions, load_model, smaller_sibling
+from specchat.options import RunConfig
 from tests.cli import run_cli
 
 
@@ -77,3 +81,29 @@ def test_ask_with_draft_drafts_with_the_found_model(sizes, tmp_path):
     llama = run_cli("ask", "Hi", "--model", str(sizes["big"]), "--backend", "llama",
                     "--max-tokens", "2", "--json", "--no-log", env=env)  # fmt: skip
     assert json.loads(llama.stdout.strip().splitlines()[-1])["decoder"] == "suffix"
+
+
+@pytest.mark.slow
+def test_a_chat_given_another_model_runs_that_ones_own_default(sizes, tmp_path):
+    """Nothing chosen: the chat drafts with the found model where that is the default, and
+    when it is handed a model whose default is another (the same file on llama.cpp, where the
+    draft is only offered) it runs that one, not the draft decoder it happened to run before."""
+    config = RunConfig(
+        backend="int4", model=str(sizes["big"]), model_folders=[str(sizes["folder"])], max_tokens=4
+    )
+    store = HistoryStore(tmp_path / "chat.sqlite3")
+    session = ChatSession(config, config, store, save_settings_file=False)
+    on_llama = load_model(
+        str(sizes["big"]), LoadOptions(backend="llama", model_folders=tuple(config.model_folders))
+    )
+    try:
+        session.load(lambda text: None)
+        assert session.decoder_name == "draft"
+        assert session.unavailable_reason("draft") is None
+        session.use_model(on_llama)
+        assert session.unavailable_reason("draft") is None  # offered there
+        assert session.decoder_name == default_decoder(on_llama) == "suffix"
+    finally:
+        session.close()
+        on_llama.close()
+        store.close()

@@ -52,7 +52,8 @@ def test_a_draft_model_pays_from_a_lower_acceptance_where_extra_tokens_are_cheap
     def best(a: float) -> float:
         return (
             max(
-                expected_from_rates([a] * g)[g] / (cheap.block_cost(1 + g) + g * 0.1 * plain)
+                expected_from_rates([a] * g)[g]
+                / (cheap.block_cost(1 + g) + (g + a**g) * 0.1 * plain)
                 for g in range(1, 9)
             )
             * plain
