@@ -103,7 +103,7 @@ class ProcStatLoad:
 
 
 class ThreadsByLoad:
-    """Says the thread count for the next pass (`threads`), told after every pass (`tick`).
+    """Says the thread count for the next pass (`threads`), told before every pass (`tick`).
 
     Each reading of the load gives the cores other processes left free; a count above that
     drops at once (a thread sharing its core stalls every barrier), one below it rises once
@@ -147,15 +147,19 @@ class ThreadsByLoad:
 
     @contextlib.contextmanager
     def passing(self, set_threads: Callable[[int], None]) -> Iterator[None]:
-        """One pass: on `threads` (`set_threads` called where it changed), the load read after."""
+        """One pass: the load read first where a reading is due, then on `threads`
+        (`set_threads` called where it changed). Read before the pass, not after: an answer's
+        first pass (its prompt, the longest of all) already runs on what the load leaves; read
+        after, it ran on every thread (beside two busy processes, 1.33 s of one answer's
+        prefill)."""
+        self.tick()
         if self.threads != self._applied:
             set_threads(self.threads)
             self._applied = self.threads
         yield
-        self.tick()
 
     def tick(self) -> None:
-        """After a pass: read the load when a reading is due, and move the count by it."""
+        """Before a pass: read the load when a reading is due, and move the count by it."""
         if self._held or self._load is None:
             return
         others = self._load()

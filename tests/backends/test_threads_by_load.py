@@ -64,6 +64,15 @@ def test_beside_a_busy_process_it_runs_on_one_thread_and_comes_back_when_the_loa
     assert passes(by_load, CONFIRM + 2) == [1] * CONFIRM + [2, 2] and not by_load.reduced
 
 
+def test_an_answers_first_pass_already_runs_on_what_the_load_leaves() -> None:
+    """The prompt's pass, the longest of an answer, is not run on every thread beside a busy
+    process just because no pass has read the load yet."""
+    by_load = ThreadsByLoad(2, Readings(ONE_BUSY_PROCESS), cores=2)
+    set_to: list[int] = []
+    with by_load.passing(set_to.append):
+        assert set_to == [1] and by_load.reduced
+
+
 def test_a_load_that_pauses_for_a_moment_keeps_the_thread_away() -> None:
     load = Readings(ONE_BUSY_PROCESS)
     by_load = ThreadsByLoad(2, load, cores=2)
