@@ -116,7 +116,10 @@ def found_draft_pays(backend: Backend) -> bool:
     found = find() if find is not None and path else None
     if found is None:
         return False
-    share = found.stat().st_size / max(1, Path(path).stat().st_size)
+    try:
+        share = found.stat().st_size / max(1, Path(path).stat().st_size)
+    except OSError:  # moved since it was listed: `draft` says so if asked
+        return False
     return break_even_acceptance(backend, share) <= FOUND_DRAFT_ACCEPTANCE
 
 
