@@ -79,7 +79,6 @@ class DraftModelDrafter:
         self.first_step_alone = True
         self._first_step = True
         self._start = 0  # the context's first token the draft reads (see `reset`)
-        self._read = False
 
     def prepare(self, target: Backend) -> None:
         self._ends = target.eos_ids  # a token drafted after an end of answer is never kept
@@ -96,7 +95,6 @@ class DraftModelDrafter:
         times as long on transformers (README, the draft decoder)."""
         self._first_step = self.first_step_alone
         self._start = max(0, len(context) - 1 - _PROMPT_WINDOW)  # where the draft's view begins
-        self._read = False  # whether it has read this answer's prompt yet
 
     def _sync(self, committed: list[int]) -> None:
         sync_cache(self.model, self._tokens, committed)
@@ -109,26 +107,7 @@ class DraftModelDrafter:
         key = ("draft", "tree") if self.tree_width > 1 else ("draft",)
         available = 0 if self._first_step else self.k_max
         self._first_step = False
-        # (its first read of an answer, the prompt's window, serves every draft after it: not
-        # one step's price)
-        unread = self._unread(context) if self._read and available else 0
-        base = self.model.block_cost(unread) if unread else 0.0
-        return Plan(available, key, draft_cost=self._cost, prior=_PRIOR, draft_base=base)
-
-    def _unread(self, context: list[int]) -> int:
-        """How many tokens the draft reads before its next draft (`_sync`): after a draft taken
-        whole, the one it ended on; after a copy, every token copied. Priced in each plan: left
-        out, drafting looked cheaper than it was beside copies (a random-weight 1.7B target,
-        whose draft is never right: `draft` ran 0.97x suffix's speed before, 1.01x after)."""
-        wanted = context[self._start : -1]
-        seen = self._tokens
-        limit = min(len(seen), len(wanted))
-        if seen[:limit] == wanted[:limit]:
-            return len(wanted) - limit
-        kept = 0
-        while seen[kept] == wanted[kept]:
-            kept += 1
-        return len(wanted) - kept
+        return Plan(available=available, key=key, draft_cost=self._cost, prior=_PRIOR)
 
     def draft(
         self, target: Backend, context: list[int], sampler: Sampler, plan: Plan, depth: int
@@ -139,7 +118,6 @@ class DraftModelDrafter:
         last = context[-1]
         if depth:
             self._sync(context[self._start : -1])
-            self._read = True
         started = time.perf_counter()
         for _ in range(depth):
             logits = self.model.evaluate(Block.chain([last]))[0]

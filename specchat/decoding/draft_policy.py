@@ -92,9 +92,7 @@ class Plan:
 
     The pass evaluates `base` tokens (the pending token, plus e.g. lookahead's window) and
     `branches` candidates of the chosen depth; drafting costs `draft_cost` seconds per drafted
-    token (a draft model's own passes; zero for copied drafts) and `draft_base` seconds before
-    its first (a draft model reading what it has not yet read: the token its last draft ended
-    on when all were taken, every token a copy added). `key` names the situation whose
+    token (a draft model's own passes; zero for copied drafts). `key` names the situation whose
     acceptance is learned apart; `prior` is the per-token acceptance assumed before any evidence.
     """
 
@@ -104,7 +102,6 @@ class Plan:
     branches: int = 1
     draft_cost: float = 0.0
     prior: float = 0.5
-    draft_base: float = 0.0
 
 
 @dataclass
@@ -257,8 +254,7 @@ def _read_store() -> dict:
 
 def _pass_cost(target: Backend, plan: Plan, depth: int) -> float:
     """Seconds of a step drafting `depth` tokens in `plan`: its target pass and the drafting."""
-    drafting = plan.draft_base + plan.draft_cost * depth if depth else 0.0
-    return target.block_cost(plan.base + plan.branches * depth) + drafting
+    return target.block_cost(plan.base + plan.branches * depth) + plan.draft_cost * depth
 
 
 def break_even_acceptance(
@@ -267,7 +263,7 @@ def break_even_acceptance(
     """The lowest per-token acceptance (to a hundredth) at which a draft model whose pass costs
     `draft_share` of the target's one-token pass gains `margin` over plain passes, at the best
     chain length up to `longest`, by the target's measured pass costs (1.0: at none). A 135M
-    draft for a 1.7B-shaped target, measured: from 0.42 on int4, from 0.91 on llama.cpp, whose
+    draft for a 1.7B-shaped target, measured: from 0.47 on int4, from 0.93 on llama.cpp, whose
     extra tokens cost more (docs/benchmarks.md)."""
     plain = target.block_cost(1)
     for hundredths in range(1, 100):
