@@ -268,12 +268,16 @@ def break_even_acceptance(
     plain = target.block_cost(1)
     for hundredths in range(1, 100):
         rate = hundredths / 100
-        for g in range(1, longest + 1):
-            # g passes of the draft's own, and one more where all g were taken (it reads the
-            # last before its next draft)
-            cost = target.block_cost(1 + g) + (g + rate**g) * draft_share * plain
-            if expected_tokens(rate, g) / cost >= (1.0 + margin) / plain:
-                return rate
+        expected = [expected_tokens(rate, g) for g in range(longest + 1)]
+        # g passes of the draft's own, and one more where all g were taken (it reads the last
+        # before its next draft)
+        costs = [
+            target.block_cost(1 + g) + (g + rate**g if g else 0) * draft_share * plain
+            for g in range(longest + 1)
+        ]
+        best = best_depth(expected, costs)  # the depth the policy would draft at this rate
+        if best and expected[best] / costs[best] >= (1.0 + margin) / plain:
+            return rate
     return 1.0
 
 
