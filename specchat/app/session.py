@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from specchat.answers import AnswerRecord, build_engine, make_decoder, open_model
 from specchat.backends.base import AnyBackend, ChatMessage, Exactness, ServerBackend
@@ -244,7 +245,14 @@ class ChatSession:
         """The decoder's parameters set apart from its defaults; on a remote server, what it
         reports of its own method."""
         defaults = DECODERS[name].defaults()
-        params = {k: v for k, v in self.decoder_params(name).items() if v != defaults.get(k)}
+        running = self.engine.decoder if self.engine is not None else None
+        # the running decoder's own: what it found for itself (a draft model) shows too
+        values = running.values if running is not None and running.name == name else None
+        params = {
+            k: Path(v).name if isinstance(v, str) and v.endswith(".gguf") else v
+            for k, v in (values or self.decoder_params(name)).items()
+            if v != defaults.get(k)
+        }
         sampling = self.sampling(name)
         if not sampling.greedy:
             params["T"] = sampling.temperature

@@ -233,7 +233,10 @@ class DraftModelDecoder(SpeculativeDecoder):
     default_rank = 4
 
     def __init__(self, draft_model: Backend, **values: object) -> None:
-        super().__init__(**values)
+        # a draft found among the user's models (or the bundled sibling) is named where the
+        # answer's parameters are shown (`ask --json`, the status line): the file it runs, or its name
+        named = values.get("draft") or draft_model.model_path or draft_model.model_name
+        super().__init__(**{**values, "draft": named})
         model = DraftModelDrafter(
             draft_model,
             int(values["k_max"]),

@@ -74,6 +74,8 @@ def test_ask_with_draft_drafts_with_the_found_model(sizes, tmp_path):
                       "--max-tokens", "12", "--json", "--no-log", env=env)  # fmt: skip
     done = json.loads(default.stdout.strip().splitlines()[-1])
     assert done["decoder"] == "draft" and done["runtime"] == "int4"
+    # and says which model drafted
+    assert done["stats"]["decoders"]["draft"]["draft"] == str(sizes["small"])
     on_int4 = run_cli("ask", "Say hi.", "--model", str(sizes["big"]), "--backend", "int4",
                       "--max-tokens", "12", "--json", "--no-log", "-d", "greedy", env=env)  # fmt: skip
     assert done["token_ids"] == json.loads(on_int4.stdout.strip().splitlines()[-1])["token_ids"]
@@ -99,6 +101,7 @@ def test_a_chat_given_another_model_runs_that_ones_own_default(sizes, tmp_path):
     try:
         session.load(lambda text: None)
         assert session.decoder_name == "draft"
+        assert "draft=small.gguf" in session.params_label("draft")  # the status line names it
         assert session.unavailable_reason("draft") is None
         session.use_model(on_llama)
         assert session.unavailable_reason("draft") is None  # offered there
