@@ -251,16 +251,28 @@ def part_rows(factored: Factored, rows: slice) -> Factored:
     return Factored(factored.factors[rows], factored.multipliers[rows])
 
 
+@pytest.mark.parametrize("rows", [None, 37])
 @pytest.mark.parametrize("kind", ["Q6_K", "Q8_0"])
 def test_int8_groups_of_16_and_32_give_the_same_bits_at_every_level_and_in_any_block(
-    quantized, kind
+    quantized, kind, rows
 ) -> None:
     """Q6_K's groups of 16 run the interleaved int8 kernel as Q8_0's groups of 32 do (two
     scales a group of 32): every level gives the plain C bits, and a token's row is the same
-    whether it is computed alone or beside five others."""
+    whether it is computed alone or beside five others — for a whole weight (pairs of blocks of
+    eight, as AVX-512 reads them) and for 37 rows (an odd last block, and a partial one)."""
     tensors = GGUFTensors(quantized["Q4_K_M" if kind == "Q6_K" else "Q8_0"])
     name = next(n for n in tensors._tensors if tensors.type_name(n) == kind and "blk." in n)
     grouped = tensors.grouped_int8(name)
+    if rows is not None:
+        part = slice(0, rows)
+        grouped = dataclasses.replace(
+            grouped,
+            codes=grouped.codes[part],
+            scales=grouped.scales[part],
+            zeros=None if grouped.zeros is None else grouped.zeros[part],
+            factored=grouped.factored
+            and tuple(None if f is None else part_rows(f, part) for f in grouped.factored),
+        )
     x = torch.from_numpy(np.random.default_rng(7).standard_normal((6, grouped.shape[1])))
     x = x.to(torch.bfloat16)
     results = {}

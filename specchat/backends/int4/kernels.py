@@ -15,6 +15,7 @@ The whole forward is one call (`forward`); `matmul_rows` and `top_k_rows` are al
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -46,6 +47,7 @@ _SIGNATURES = {
         _i64, _i64, _p, _i32, _i64, _p, _i32, _i32,  # rows, cols, x, x_is_bf16, m, out, out_is_bf16, threads
     ],
     "top_k_rows": [_p, _i64, _i64, _i32, _p],  # logits, rows, vocab, k, out (int32 [rows, k])
+    "tile_blocks": [_p],  # out (int32): blocks of eight rows a tile takes (codes laid for it)
     "forward": [
         _p, _p, _i32, _p, _i32,  # model, x, rows, positions, n_prefix
         _p, _i32, _p, _p, _i32,  # seen, seen_stride, n_seen, logits, threads
@@ -82,6 +84,14 @@ class Kernels:
 
     def __getattr__(self, name: str):
         return getattr(self.library, name)
+
+    @functools.cached_property
+    def tile_blocks(self) -> int:
+        """Blocks of eight rows one tile of the interleaved kernels takes: 2 where AVX-512 VNNI
+        takes a pair, whose codes are then laid side by side (`linear.join_pairs`)."""
+        out = ctypes.c_int32()
+        self.library.tile_blocks(ctypes.byref(out))
+        return out.value
 
 
 def kernels(level: str | None = None) -> Kernels:

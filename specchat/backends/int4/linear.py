@@ -72,6 +72,8 @@ class RowsLinear:
             self.group = 0
         if self.in_features % 32 or self.group not in (0, 16, 32):
             raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
+        if self.codes is not None and self._kernels.tile_blocks == 2:
+            self.codes = join_pairs(self.codes, self.out_features)
         self.float32_out = float32_out
         self.threads = 1
 
@@ -108,6 +110,17 @@ class RowsLinear:
             out_type == torch.bfloat16, self.threads,
         )  # fmt: skip
         return out
+
+
+def join_pairs(codes: np.ndarray, rows: int) -> np.ndarray:
+    """Codes laid by eight rows (c/q4_rows8.c, c/q8_rows8.c) with each pair of blocks' 32-byte
+    chunks side by side (a's chunk, then b's), as AVX-512's tiles read them (c/rows8.h): one
+    64-byte load feeds both, and the bytes stay one stream. A last odd block stays as it was."""
+    blocks = -(-rows // 8)
+    flat = codes.reshape(blocks, -1)
+    pairs = blocks // 2
+    joined = flat[: 2 * pairs].reshape(pairs, 2, -1, 32).transpose(0, 2, 1, 3)
+    return np.concatenate([joined.reshape(-1), flat[2 * pairs :].reshape(-1)]).reshape(codes.shape)
 
 
 def four_bit_linear(blocks: Int4Blocks, library: Kernels) -> RowsLinear:

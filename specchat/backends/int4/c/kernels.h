@@ -1,5 +1,5 @@
 /* The kernels' parts as the forward and each other call them; the functions Python calls through
- * ctypes (forward, matmul_rows, top_k_rows) are declared here too. */
+ * ctypes (forward, matmul_rows, top_k_rows, tile_blocks) are declared here too. */
 #ifndef SPECCHAT_KERNELS_H
 #define SPECCHAT_KERNELS_H
 
@@ -46,6 +46,8 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, 
 void matmul_dense(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
                   int32_t group, int32_t code_bits, int64_t rows, int64_t cols, const float *xf,
                   int64_t m, void *out, int32_t out_is_bf16, int32_t threads); /* dense.c */
+
+void tile_blocks(int32_t *out); /* q4_rows8.c: 1, or 2 where AVX-512's tiles take pairs */
 
 /* top_k.c */
 void top_k_rows(const float *logits, int64_t rows, int64_t vocab, int32_t k, int32_t *out);

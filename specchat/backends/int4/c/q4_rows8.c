@@ -9,7 +9,8 @@
  * 8c + 4 + b in its high one. Scales and zeros: [block][group][8], or Q4_K's factored (rows8.h).
  * 5-bit codes (`five`) keep that tile for their low four bits and follow it, group by group, with
  * a 32-byte plane of their fifth (16): plane byte i holds, at bit 2c + h, the fifth bit of chunk
- * c's byte i, low (h 0) or high (h 1) nibble. 5 bits a weight where int8 codes take 8: what
+ * c's byte i, low (h 0) or high (h 1) nibble. AVX-512 reads two blocks at once, their chunks
+ * laid side by side (rows8.h, `pair_codes`). 5 bits a weight where int8 codes take 8: what
  * llama.cpp reads for Q5, so the pass that waits on memory reads as much as its. A bit reaches
  * its place in two shifts and a mask (AVX2) or one test (AVX-512) a vector.
  * Per row and group the integer sum of 32 products is exact whatever the order (4-bit codes: under
@@ -32,58 +33,51 @@ static inline int code_at(const uint8_t *tile, int five, int c, int i, int high)
 }
 
 #if defined(HAVE_VNNI512)
-/* `low_half` in each byte of a vector's first 32 bytes, `high_half` in its last 32. */
-static inline __m512i pair_bits(int low_half, int high_half) {
-    return _mm512_inserti64x4(_mm512_set1_epi8((char)low_half), _mm256_set1_epi8((char)high_half), 1);
-}
-
-/* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their
- * eight sums each. One 64-byte load holds chunks c and c + 1 (lanes 0-7 and 8-15 the eight rows
- * of each) and vpdpbusd multiplies and sums four byte pairs a lane, so a group costs four
- * instructions a token where AVX2 spends eight maddubs and their additions. */
-static inline __attribute__((always_inline)) void nibbles8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
-    const int8_rows *q, int64_t r0, int64_t cols, int count, __m256 *results) {
-    const int64_t groups = cols / QGROUP, stride = group_bytes(five);
+/* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against a pair of blocks of eight rows (a in
+ * lanes 0-7, b in 8-15; `codes`: rows8.h), sixteen sums each. A vector holds one chunk of both
+ * blocks, whose lanes all need the same four x bytes: vpdpbusd takes them broadcast (no
+ * permute), and a group's sums need no halves added. The low and the high nibbles sum apart (two
+ * chains of vpdpbusd a token, not one twice as long). Each row's integer sum and float steps are
+ * the eight-row tile's, so the same bits. */
+static inline __attribute__((always_inline)) void nibbles16_tile(
+    const pair_codes *codes, int joined, const void *scales_a, const void *scales_b,
+    const void *zeros_a, const void *zeros_b, int form, int five, const int8_rows *q, int64_t r0,
+    int64_t cols, int count, __m512 *results) {
+    const int64_t groups = cols / QGROUP;
     const __m512i low = _mm512_set1_epi8(0x0f), fifth = _mm512_set1_epi8(16);
-    /* the plane's bits of chunks c and c + 1 (one 64-byte load's halves), low and high nibbles */
-    const __m512i bit_pairs[4] = {pair_bits(1, 4), pair_bits(2, 8), pair_bits(16, 64),
-                                  pair_bits(32, 128)};
-    /* x's four dwords of a chunk pair (c low, c high, c+1 low, c+1 high) spread to the lanes */
-    const __m512i low_x = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-    const __m512i high_x = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
-    __m256 acc[TOKENS];
-    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
+    __m512 acc[TOKENS];
+    for (int j = 0; j < count; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        __m512i sums[TOKENS];
-        for (int j = 0; j < count; j++) sums[j] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c += 2) {
-            const uint8_t *tile = codes + g * stride;
-            const __m512i raw = _mm512_loadu_si512((const void *)(tile + c * 32));
+        __m512i sums[TOKENS], highs[TOKENS];
+        for (int j = 0; j < count; j++) sums[j] = highs[j] = _mm512_setzero_si512();
+        /* the plane follows the four chunks, as a fifth */
+        const __m512i plane = five ? pair_chunk(codes, joined, g, 4) : _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            const __m512i raw = pair_chunk(codes, joined, g, c);
             __m512i lo = _mm512_and_si512(raw, low);
             __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
-            if (five) { /* a byte's fifth bit: one test and one masked add each */
-                const __m512i plane =
-                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(tile + 128)));
-                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(plane, bit_pairs[c]), lo, fifth);
-                hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(plane, bit_pairs[c + 1]), hi,
-                                          fifth);
+            if (five) { /* a byte's fifth bit (bit 2c + h of the plane): one test, one add */
+                lo = _mm512_mask_add_epi8(
+                    lo, _mm512_test_epi8_mask(plane, _mm512_set1_epi8((char)(1 << (2 * c)))), lo,
+                    fifth);
+                hi = _mm512_mask_add_epi8(
+                    hi, _mm512_test_epi8_mask(plane, _mm512_set1_epi8((char)(2 << (2 * c)))), hi,
+                    fifth);
             }
             for (int j = 0; j < count; j++) {
                 const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
-                const __m512i xv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)x));
-                sums[j] = _mm512_dpbusd_epi32(sums[j], lo, _mm512_permutexvar_epi32(low_x, xv));
-                sums[j] = _mm512_dpbusd_epi32(sums[j], hi, _mm512_permutexvar_epi32(high_x, xv));
+                int32_t first, second;
+                memcpy(&first, x, 4);
+                memcpy(&second, x + 4, 4);
+                sums[j] = _mm512_dpbusd_epi32(sums[j], lo, _mm512_set1_epi32(first));
+                highs[j] = _mm512_dpbusd_epi32(highs[j], hi, _mm512_set1_epi32(second));
             }
         }
-        const __m256 scale = lanes8(scales, g * ROWS8, form);
-        for (int j = 0; j < count; j++) {
-            const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sums[j]),
-                                                  _mm512_extracti64x4_epi64(sums[j], 1));
-            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
-        }
+        const __m512 scale = pair_ps(lanes8(scales_a, g * ROWS8, form), lanes8(scales_b, g * ROWS8, form));
+        for (int j = 0; j < count; j++)
+            acc[j] = add_group16(acc[j], _mm512_add_epi32(sums[j], highs[j]), scale, q, r0 + j, g);
     }
-    add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
+    add_zero_terms16(zeros_a, zeros_b, scales_a, scales_b, form, q, r0, groups, count, acc, results);
 }
 #elif defined(HAVE_AVX2)
 /* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their eight sums
@@ -138,7 +132,42 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
 }
 #endif
 
-#if defined(HAVE_AVX2)
+#if defined(HAVE_VNNI512)
+/* Tokens r .. r + TOKENS - 1 (fewer at the end) against the pair of blocks a and b (`joined`),
+ * or token r against an odd last block a (read as its own pair, b's half not stored), stored;
+ * how many it took. */
+static inline __attribute__((always_inline)) int64_t nibbles16_tokens(
+    const block8 *a, const block8 *b, int joined, int form, int five, const int8_rows *q,
+    int64_t r, int64_t m, int64_t cols, void *out, int out_is_bf16, int64_t rows) {
+    const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
+    const pair_codes codes = pair_at(a->codes, joined, group_bytes(five));
+    __m512 results[TOKENS];
+#define NIBBLES16(n, j)                                                                            \
+    nibbles16_tile(&codes, j, a->scales, b->scales, a->zeros, b->zeros, form, five, q, r, cols, n, \
+                   results)
+    if (joined) {
+        switch (count) { /* constant counts: sums stay in registers */
+        case 8: NIBBLES16(8, 1); break;
+        case 7: NIBBLES16(7, 1); break;
+        case 6: NIBBLES16(6, 1); break;
+        case 5: NIBBLES16(5, 1); break;
+        case 4: NIBBLES16(4, 1); break;
+        case 3: NIBBLES16(3, 1); break;
+        case 2: NIBBLES16(2, 1); break;
+        default: NIBBLES16(1, 1); break;
+        }
+    } else {
+        NIBBLES16(1, 0); /* an odd last block: rare, its tokens one at a time */
+    }
+#undef NIBBLES16
+    const int taken = joined ? count : 1;
+    for (int j = 0; j < taken; j++) {
+        store_tile(out, out_is_bf16, (r + j) * rows + a->first, a->kept, _mm512_castps512_ps256(results[j]));
+        if (joined) store_tile(out, out_is_bf16, (r + j) * rows + b->first, b->kept, high_ps(results[j]));
+    }
+    return taken;
+}
+#elif defined(HAVE_AVX2)
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
 static inline __attribute__((always_inline)) int64_t nibbles8_tokens(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
@@ -193,15 +222,22 @@ static inline __attribute__((always_inline)) void nibbles8_blocks(
     int64_t rows, int64_t cols, const int8_rows *q, int64_t m, void *out, int32_t out_is_bf16,
     int32_t threads) {
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
+    const int64_t code_bytes = groups * group_bytes(five), scale_step = scale_bytes(groups, form);
+    const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t block = 0; block < blocks; block++) {
-        const uint8_t *c = codes + block * groups * group_bytes(five);
-        const int64_t at = block * scale_bytes(groups, form); /* bytes */
-        const void *s = (const char *)scales + at, *z = zeros ? (const char *)zeros + at : NULL;
-        const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
+    for (int64_t unit = 0; unit < units; unit++) {
+        const int64_t block = unit * TILE_BLOCKS;
+        const block8 a = block_at(codes, scales, zeros, block, code_bytes, scale_step, rows);
+#if defined(HAVE_VNNI512)
+        const int pair = block + 1 < blocks;
+        const block8 b = pair ? block_at(codes, scales, zeros, block + 1, code_bytes, scale_step, rows) : a;
         for (int64_t r = 0; r < m;)
-            r += nibbles8_tokens(c, s, z, form, five, q, r, m, cols, out, out_is_bf16, rows,
-                                 first, kept);
+            r += nibbles16_tokens(&a, &b, pair, form, five, q, r, m, cols, out, out_is_bf16, rows);
+#else
+        for (int64_t r = 0; r < m;)
+            r += nibbles8_tokens(a.codes, a.scales, a.zeros, form, five, q, r, m, cols, out,
+                                 out_is_bf16, rows, a.first, a.kept);
+#endif
     }
 }
 
@@ -216,3 +252,7 @@ void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros
         nibbles8_blocks(codes, scales, zeros, form, 0, rows, cols, &q, m, out, out_is_bf16, threads);
     free_int8_rows(&q);
 }
+
+/* Blocks of eight rows a tile takes in this build: RowsLinear lays the codes of pairs side by
+ * side where it is 2 (rows8.h). */
+void tile_blocks(int32_t *out) { *out = TILE_BLOCKS; }

@@ -4,7 +4,8 @@
  *
  * As q4_rows8.c's layout, for codes a byte each: per block of 8 rows and group g of 32, chunk c
  * (0..7) is 32 bytes, byte 4j + b holding row j's weight 32g + 4c + b; scales
- * [block][group][sub][8], `sub` scales a group (2 for Q6_K's groups of 16: chunks 0-3, then 4-7).
+ * [block][group][sub][8], `sub` scales a group (2 for Q6_K's groups of 16: chunks 0-3, then 4-7);
+ * AVX-512 reads two blocks at once, their chunks laid side by side (rows8.h, `pair_codes`).
  * Row j, token t, per scale's part h: isum = its exact integer sum of products; acc =
  * fma((float)isum, scale * x_scale, acc), part by part, group by group. AVX2 multiplies |w| by x
  * with w's sign (maddubs takes an unsigned operand; |w| and |x| <= 127, so pairs never
@@ -21,43 +22,44 @@ static inline int32_t part_sum(const int8_rows *q, int64_t r, int64_t g, int sub
     return sub == 1 ? all : h == 0 ? low : all - low;
 }
 
-/* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
-static inline __attribute__((always_inline)) void int8x8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r0,
-    int64_t cols, int count, __m256 *results) {
+/* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against a pair of blocks (a in lanes 0-7,
+ * b in 8-15; `codes`: rows8.h), sixteen sums each. A vector holds one chunk of both blocks, whose
+ * lanes all need the same four x bytes: vpdpbusd takes them broadcast, and a group's sums need
+ * no halves added. Every row's integer sums and float steps are the eight-row tile's, so the
+ * same bits. */
+static inline __attribute__((always_inline)) void int8x16_tile(
+    const pair_codes *codes, int joined, const void *scales_a, const void *scales_b,
+    const void *zeros_a, const void *zeros_b, int form, int sub, const int8_rows *q, int64_t r0,
+    int64_t cols, int count, __m512 *results) {
     const int64_t groups = cols / QGROUP;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m256 acc[TOKENS];
-    for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
+    __m512 acc[TOKENS];
+    for (int j = 0; j < count; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        __m512i sums[2][TOKENS];
+        __m512i sums[2][TOKENS]; /* [part][token] */
         for (int j = 0; j < count; j++) sums[0][j] = sums[1][j] = _mm512_setzero_si512();
-        for (int c = 0; c < 8; c += 2) {
+        for (int c = 0; c < 8; c++) {
             const int h = sub == 2 && c >= 4;
-            const __m512i raw = _mm512_loadu_si512((const void *)(codes + (g * 8 + c) * 32));
-            const __m512i unsigned_w = _mm512_xor_si512(raw, flip);
+            const __m512i unsigned_w = _mm512_xor_si512(pair_chunk(codes, joined, g, c), flip);
             for (int j = 0; j < count; j++) {
-                const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 4 * c;
-                int64_t pair;
-                memcpy(&pair, x, 8);
-                const __m512i xv = _mm512_permutexvar_epi32(spread, _mm512_set1_epi64(pair));
-                sums[h][j] = _mm512_dpbusd_epi32(sums[h][j], unsigned_w, xv);
+                int32_t four;
+                memcpy(&four, q->codes + (r0 + j) * cols + QGROUP * g + 4 * c, 4);
+                sums[h][j] = _mm512_dpbusd_epi32(sums[h][j], unsigned_w, _mm512_set1_epi32(four));
             }
         }
         for (int h = 0; h < sub; h++) {
-            const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, form);
+            const __m512 scale = pair_ps(lanes8(scales_a, (g * sub + h) * ROWS8, form),
+                                         lanes8(scales_b, (g * sub + h) * ROWS8, form));
             for (int j = 0; j < count; j++) {
-                const __m256i shifted = _mm256_add_epi32(_mm512_castsi512_si256(sums[h][j]),
-                                                         _mm512_extracti64x4_epi64(sums[h][j], 1));
-                const __m256i isum = _mm256_sub_epi32(
-                    shifted, _mm256_set1_epi32(128 * part_sum(q, r0 + j, g, sub, h)));
-                acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
+                const __m512i isum =
+                    _mm512_sub_epi32(sums[h][j], _mm512_set1_epi32(128 * part_sum(q, r0 + j, g, sub, h)));
+                acc[j] = add_group16(acc[j], isum, scale, q, r0 + j, g);
             }
         }
     }
-    if (zeros)
-        add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
+    if (zeros_a)
+        add_zero_terms16(zeros_a, zeros_b, scales_a, scales_b, form, q, r0, groups, count, acc,
+                         results);
     else
         for (int j = 0; j < count; j++) results[j] = acc[j];
 }
@@ -99,7 +101,52 @@ static inline __attribute__((always_inline)) void int8x8_tile(
 }
 #endif
 
-#if defined(HAVE_AVX2)
+#if defined(HAVE_VNNI512)
+/* int8x16_tile for TOKENS or fewer tokens, with the count and the parts constants. */
+static inline __attribute__((always_inline)) void int8x16_tiles(
+    const pair_codes *codes, int joined, const block8 *a, const block8 *b, int form, int sub,
+    const int8_rows *q, int64_t r, int64_t cols, int count, __m512 *results) {
+#define INT8X16(n, j)                                                                              \
+    int8x16_tile(codes, j, a->scales, b->scales, a->zeros, b->zeros, form, sub, q, r, cols, n,     \
+                 results)
+    if (!joined) {
+        INT8X16(1, 0); /* an odd last block: rare, its tokens one at a time */
+        return;
+    }
+    switch (count) {
+    case 8: INT8X16(8, 1); break;
+    case 7: INT8X16(7, 1); break;
+    case 6: INT8X16(6, 1); break;
+    case 5: INT8X16(5, 1); break;
+    case 4: INT8X16(4, 1); break;
+    case 3: INT8X16(3, 1); break;
+    case 2: INT8X16(2, 1); break;
+    default: INT8X16(1, 1); break;
+    }
+#undef INT8X16
+}
+
+/* Tokens r .. r + TOKENS - 1 (fewer at the end) against the pair of blocks a and b (`joined`),
+ * or token r against an odd last block a (read as its own pair, b's half not stored), stored;
+ * how many it took. */
+static inline __attribute__((always_inline)) int64_t int8x16_tokens(
+    const block8 *a, const block8 *b, int joined, int form, int sub, const int8_rows *q,
+    int64_t r, int64_t m, int64_t cols, void *out, int out_is_bf16, int64_t rows) {
+    const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
+    const pair_codes codes = pair_at(a->codes, joined, 8 * 32);
+    __m512 results[TOKENS];
+    if (sub == 2) /* constant parts: sums stay in registers */
+        int8x16_tiles(&codes, joined, a, b, form, 2, q, r, cols, count, results);
+    else
+        int8x16_tiles(&codes, joined, a, b, form, 1, q, r, cols, count, results);
+    const int taken = joined ? count : 1;
+    for (int j = 0; j < taken; j++) {
+        store_tile(out, out_is_bf16, (r + j) * rows + a->first, a->kept, _mm512_castps512_ps256(results[j]));
+        if (joined) store_tile(out, out_is_bf16, (r + j) * rows + b->first, b->kept, high_ps(results[j]));
+    }
+    return taken;
+}
+#elif defined(HAVE_AVX2)
 /* int8x8_tile for TOKENS or fewer tokens, with the count and the parts constants. */
 static inline __attribute__((always_inline)) void int8x8_tiles(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r,
@@ -162,14 +209,22 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, 
     int8_rows q;
     quantize_rows(xf, m, cols, sub == 2, &q);
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
+    const int64_t code_bytes = groups * 8 * 32, scale_step = scale_bytes(groups * sub, form);
+    const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t block = 0; block < blocks; block++) {
-        const uint8_t *c = codes + block * groups * 8 * 32;
-        const int64_t at = block * scale_bytes(groups * sub, form); /* bytes */
-        const void *s = (const char *)scales + at, *z = zeros ? (const char *)zeros + at : NULL;
-        const int64_t first = block * ROWS8, kept = rows - first < ROWS8 ? rows - first : ROWS8;
+    for (int64_t unit = 0; unit < units; unit++) {
+        const int64_t block = unit * TILE_BLOCKS;
+        const block8 a = block_at(codes, scales, zeros, block, code_bytes, scale_step, rows);
+#if defined(HAVE_VNNI512)
+        const int pair = block + 1 < blocks;
+        const block8 b = pair ? block_at(codes, scales, zeros, block + 1, code_bytes, scale_step, rows) : a;
         for (int64_t r = 0; r < m;)
-            r += int8x8_tokens(c, s, z, form, sub, &q, r, m, cols, out, out_is_bf16, rows, first, kept);
+            r += int8x16_tokens(&a, &b, pair, form, sub, &q, r, m, cols, out, out_is_bf16, rows);
+#else
+        for (int64_t r = 0; r < m;)
+            r += int8x8_tokens(a.codes, a.scales, a.zeros, form, sub, &q, r, m, cols, out,
+                               out_is_bf16, rows, a.first, a.kept);
+#endif
     }
     free_int8_rows(&q);
 }
