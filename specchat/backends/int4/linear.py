@@ -72,7 +72,7 @@ class RowsLinear:
             self.group = 0
         if self.in_features % 32 or self.group not in (0, 16, 32):
             raise SpecchatError(f"a weight of {self.in_features} columns (not a multiple of 32)")
-        if self.codes is not None and self._kernels.tile_blocks == 2:
+        if self._interleaved and self._kernels.tile_blocks == 2:
             self.codes = join_pairs(self.codes, self.out_features)
         self.float32_out = float32_out
         self.threads = 1
@@ -86,6 +86,14 @@ class RowsLinear:
             self.scales = halves[0]
             self.zeros = halves[1] if len(halves) > 1 else None
             self.scale_form = 1
+
+    @property
+    def _interleaved(self) -> bool:
+        """Whether the codes are laid by eight rows: what c/matmul.c hands the interleaved
+        kernels (4- and 5-bit codes; int8 codes in groups of 32, or of 16 without zeros)."""
+        if self.codes is None:
+            return False
+        return self.code_bits != 8 or self.group == 32 or (self.group == 16 and self.zeros is None)
 
     @property
     def form(self) -> str:
