@@ -146,25 +146,13 @@ static inline __attribute__((always_inline)) int64_t nibbles16_tokens(
     nibbles16_tile(&codes, j, a->scales, b->scales, a->zeros, b->zeros, form, five, q, r, cols, n, \
                    results)
     if (joined) {
-        switch (count) { /* constant counts: sums stay in registers */
-        case 8: NIBBLES16(8, 1); break;
-        case 7: NIBBLES16(7, 1); break;
-        case 6: NIBBLES16(6, 1); break;
-        case 5: NIBBLES16(5, 1); break;
-        case 4: NIBBLES16(4, 1); break;
-        case 3: NIBBLES16(3, 1); break;
-        case 2: NIBBLES16(2, 1); break;
-        default: NIBBLES16(1, 1); break;
-        }
+        BY_COUNT(count, NIBBLES16)
     } else {
         NIBBLES16(1, 0); /* an odd last block: rare, its tokens one at a time */
     }
 #undef NIBBLES16
     const int taken = joined ? count : 1;
-    for (int j = 0; j < taken; j++) {
-        store_tile(out, out_is_bf16, (r + j) * rows + a->first, a->kept, _mm512_castps512_ps256(results[j]));
-        if (joined) store_tile(out, out_is_bf16, (r + j) * rows + b->first, b->kept, high_ps(results[j]));
-    }
+    store_pair(out, out_is_bf16, r, taken, rows, a, b, joined, results);
     return taken;
 }
 #elif defined(HAVE_AVX2)

@@ -113,16 +113,7 @@ static inline __attribute__((always_inline)) void int8x16_tiles(
         INT8X16(1, 0); /* an odd last block: rare, its tokens one at a time */
         return;
     }
-    switch (count) {
-    case 8: INT8X16(8, 1); break;
-    case 7: INT8X16(7, 1); break;
-    case 6: INT8X16(6, 1); break;
-    case 5: INT8X16(5, 1); break;
-    case 4: INT8X16(4, 1); break;
-    case 3: INT8X16(3, 1); break;
-    case 2: INT8X16(2, 1); break;
-    default: INT8X16(1, 1); break;
-    }
+    BY_COUNT(count, INT8X16)
 #undef INT8X16
 }
 
@@ -140,10 +131,7 @@ static inline __attribute__((always_inline)) int64_t int8x16_tokens(
     else
         int8x16_tiles(&codes, joined, a, b, form, 1, q, r, cols, count, results);
     const int taken = joined ? count : 1;
-    for (int j = 0; j < taken; j++) {
-        store_tile(out, out_is_bf16, (r + j) * rows + a->first, a->kept, _mm512_castps512_ps256(results[j]));
-        if (joined) store_tile(out, out_is_bf16, (r + j) * rows + b->first, b->kept, high_ps(results[j]));
-    }
+    store_pair(out, out_is_bf16, r, taken, rows, a, b, joined, results);
     return taken;
 }
 #elif defined(HAVE_AVX2)

@@ -159,6 +159,20 @@ static inline __m512i pair_chunk(const pair_codes *codes, int joined, int64_t g,
     return pair_si(a, codes->b + g * codes->group_step + c * codes->chunk_step);
 }
 
+/* TILE(n, 1) for a pair tile of `count` tokens, n a constant (the tile's sums then stay in
+ * registers), 1 to TOKENS. */
+#define BY_COUNT(count, TILE)                                                                       \
+    switch (count) {                                                                               \
+    case 8: TILE(8, 1); break;                                                                     \
+    case 7: TILE(7, 1); break;                                                                     \
+    case 6: TILE(6, 1); break;                                                                     \
+    case 5: TILE(5, 1); break;                                                                     \
+    case 4: TILE(4, 1); break;                                                                     \
+    case 3: TILE(3, 1); break;                                                                     \
+    case 2: TILE(2, 1); break;                                                                     \
+    default: TILE(1, 1); break;                                                                    \
+    }
+
 /* add_group for a pair of blocks. */
 static inline __m512 add_group16(__m512 acc, __m512i isum, __m512 scale, const int8_rows *q,
                                  int64_t r, int64_t g) {
@@ -197,6 +211,18 @@ static inline void store_tile(void *out, int out_is_bf16, int64_t first, int64_t
     _mm256_storeu_ps(values, sums);
     store_rows8(out, out_is_bf16, first, count, values);
 }
+
+#if defined(HAVE_VNNI512)
+/* A pair tile's sums stored: tokens r .. r + taken - 1, block a's lanes, and b's where the
+ * pair is `joined` (an odd last block has no b). */
+static inline void store_pair(void *out, int out_is_bf16, int64_t r, int taken, int64_t rows,
+                              const block8 *a, const block8 *b, int joined, const __m512 *results) {
+    for (int j = 0; j < taken; j++) {
+        store_tile(out, out_is_bf16, (r + j) * rows + a->first, a->kept, _mm512_castps512_ps256(results[j]));
+        if (joined) store_tile(out, out_is_bf16, (r + j) * rows + b->first, b->kept, high_ps(results[j]));
+    }
+}
+#endif
 #endif
 
 #endif
