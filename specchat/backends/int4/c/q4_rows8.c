@@ -133,6 +133,10 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
 #endif
 
 #if defined(HAVE_VNNI512)
+/* the pair tile for n tokens (`joined` j), as nibbles16_tokens calls it */
+#define NIBBLES16(n, j)                                                                            \
+    nibbles16_tile(&codes, j, a->scales, b->scales, a->zeros, b->zeros, form, five, q, r, cols, n, \
+                   results)
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against the pair of blocks a and b (`joined`),
  * or token r against an odd last block a (read as its own pair, b's half not stored), stored;
  * how many it took. */
@@ -142,19 +146,16 @@ static inline __attribute__((always_inline)) int64_t nibbles16_tokens(
     const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
     const pair_codes codes = pair_at(a->codes, joined, group_bytes(five));
     __m512 results[TOKENS];
-#define NIBBLES16(n, j)                                                                            \
-    nibbles16_tile(&codes, j, a->scales, b->scales, a->zeros, b->zeros, form, five, q, r, cols, n, \
-                   results)
     if (joined) {
         BY_COUNT(count, NIBBLES16)
     } else {
         NIBBLES16(1, 0); /* an odd last block: rare, its tokens one at a time */
     }
-#undef NIBBLES16
     const int taken = joined ? count : 1;
     store_pair(out, out_is_bf16, r, taken, rows, a, b, joined, results);
     return taken;
 }
+#undef NIBBLES16
 #elif defined(HAVE_AVX2)
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
 static inline __attribute__((always_inline)) int64_t nibbles8_tokens(
@@ -202,6 +203,32 @@ static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const v
 }
 #endif
 
+#if defined(HAVE_VNNI512)
+/* Every token against unit `unit` of the matrix: a pair of blocks, or an odd last block. */
+static inline __attribute__((always_inline)) void nibbles8_unit(
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five, int64_t rows,
+    int64_t cols, int64_t code_bytes, int64_t scale_step, int64_t unit, const int8_rows *q,
+    int64_t m, void *out, int32_t out_is_bf16) {
+    const int64_t block = unit * TILE_BLOCKS, blocks = (rows + ROWS8 - 1) / ROWS8;
+    const block8 a = block_at(codes, scales, zeros, block, code_bytes, scale_step, rows);
+    const int pair = block + 1 < blocks;
+    const block8 b = pair ? block_at(codes, scales, zeros, block + 1, code_bytes, scale_step, rows) : a;
+    for (int64_t r = 0; r < m;)
+        r += nibbles16_tokens(&a, &b, pair, form, five, q, r, m, cols, out, out_is_bf16, rows);
+}
+#else
+/* Every token against unit `unit` of the matrix: one block. */
+static inline __attribute__((always_inline)) void nibbles8_unit(
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int five, int64_t rows,
+    int64_t cols, int64_t code_bytes, int64_t scale_step, int64_t unit, const int8_rows *q,
+    int64_t m, void *out, int32_t out_is_bf16) {
+    const block8 a = block_at(codes, scales, zeros, unit, code_bytes, scale_step, rows);
+    for (int64_t r = 0; r < m;)
+        r += nibbles8_tokens(a.codes, a.scales, a.zeros, form, five, q, r, m, cols, out,
+                             out_is_bf16, rows, a.first, a.kept);
+}
+#endif
+
 /* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit (or, `five`, 5-bit) weights interleaved by
  * eight rows (above), x rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple
  * of 8: the last block's missing rows are zeros in the layout and are not stored. */
@@ -213,20 +240,9 @@ static inline __attribute__((always_inline)) void nibbles8_blocks(
     const int64_t code_bytes = groups * group_bytes(five), scale_step = scale_bytes(groups, form);
     const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t unit = 0; unit < units; unit++) {
-        const int64_t block = unit * TILE_BLOCKS;
-        const block8 a = block_at(codes, scales, zeros, block, code_bytes, scale_step, rows);
-#if defined(HAVE_VNNI512)
-        const int pair = block + 1 < blocks;
-        const block8 b = pair ? block_at(codes, scales, zeros, block + 1, code_bytes, scale_step, rows) : a;
-        for (int64_t r = 0; r < m;)
-            r += nibbles16_tokens(&a, &b, pair, form, five, q, r, m, cols, out, out_is_bf16, rows);
-#else
-        for (int64_t r = 0; r < m;)
-            r += nibbles8_tokens(a.codes, a.scales, a.zeros, form, five, q, r, m, cols, out,
-                                 out_is_bf16, rows, a.first, a.kept);
-#endif
-    }
+    for (int64_t unit = 0; unit < units; unit++)
+        nibbles8_unit(codes, scales, zeros, form, five, rows, cols, code_bytes, scale_step, unit, q,
+                      m, out, out_is_bf16);
 }
 
 void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,

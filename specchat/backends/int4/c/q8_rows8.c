@@ -102,20 +102,21 @@ static inline __attribute__((always_inline)) void int8x8_tile(
 #endif
 
 #if defined(HAVE_VNNI512)
+/* the pair tile for n tokens (`joined` j), as int8x16_tiles calls it */
+#define INT8X16(n, j)                                                                              \
+    int8x16_tile(codes, j, a->scales, b->scales, a->zeros, b->zeros, form, sub, q, r, cols, n,     \
+                 results)
 /* int8x16_tile for TOKENS or fewer tokens, with the count and the parts constants. */
 static inline __attribute__((always_inline)) void int8x16_tiles(
     const pair_codes *codes, int joined, const block8 *a, const block8 *b, int form, int sub,
     const int8_rows *q, int64_t r, int64_t cols, int count, __m512 *results) {
-#define INT8X16(n, j)                                                                              \
-    int8x16_tile(codes, j, a->scales, b->scales, a->zeros, b->zeros, form, sub, q, r, cols, n,     \
-                 results)
     if (!joined) {
         INT8X16(1, 0); /* an odd last block: rare, its tokens one at a time */
         return;
     }
     BY_COUNT(count, INT8X16)
-#undef INT8X16
 }
+#undef INT8X16
 
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against the pair of blocks a and b (`joined`),
  * or token r against an odd last block a (read as its own pair, b's half not stored), stored;
@@ -191,6 +192,32 @@ static int64_t int8x8_tokens(const uint8_t *codes, const void *scales, const voi
 }
 #endif
 
+#if defined(HAVE_VNNI512)
+/* Every token against unit `unit` of the matrix: a pair of blocks, or an odd last block. */
+static inline __attribute__((always_inline)) void int8x8_unit(
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, int64_t rows,
+    int64_t cols, int64_t code_bytes, int64_t scale_step, int64_t unit, const int8_rows *q,
+    int64_t m, void *out, int32_t out_is_bf16) {
+    const int64_t block = unit * TILE_BLOCKS, blocks = (rows + ROWS8 - 1) / ROWS8;
+    const block8 a = block_at(codes, scales, zeros, block, code_bytes, scale_step, rows);
+    const int pair = block + 1 < blocks;
+    const block8 b = pair ? block_at(codes, scales, zeros, block + 1, code_bytes, scale_step, rows) : a;
+    for (int64_t r = 0; r < m;)
+        r += int8x16_tokens(&a, &b, pair, form, sub, q, r, m, cols, out, out_is_bf16, rows);
+}
+#else
+/* Every token against unit `unit` of the matrix: one block. */
+static inline __attribute__((always_inline)) void int8x8_unit(
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, int64_t rows,
+    int64_t cols, int64_t code_bytes, int64_t scale_step, int64_t unit, const int8_rows *q,
+    int64_t m, void *out, int32_t out_is_bf16) {
+    const block8 a = block_at(codes, scales, zeros, unit, code_bytes, scale_step, rows);
+    for (int64_t r = 0; r < m;)
+        r += int8x8_tokens(a.codes, a.scales, a.zeros, form, sub, q, r, m, cols, out, out_is_bf16,
+                           rows, a.first, a.kept);
+}
+#endif
+
 void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, int64_t rows,
                    int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads) {
@@ -200,19 +227,8 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, 
     const int64_t code_bytes = groups * 8 * 32, scale_step = scale_bytes(groups * sub, form);
     const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t unit = 0; unit < units; unit++) {
-        const int64_t block = unit * TILE_BLOCKS;
-        const block8 a = block_at(codes, scales, zeros, block, code_bytes, scale_step, rows);
-#if defined(HAVE_VNNI512)
-        const int pair = block + 1 < blocks;
-        const block8 b = pair ? block_at(codes, scales, zeros, block + 1, code_bytes, scale_step, rows) : a;
-        for (int64_t r = 0; r < m;)
-            r += int8x16_tokens(&a, &b, pair, form, sub, &q, r, m, cols, out, out_is_bf16, rows);
-#else
-        for (int64_t r = 0; r < m;)
-            r += int8x8_tokens(a.codes, a.scales, a.zeros, form, sub, &q, r, m, cols, out,
-                               out_is_bf16, rows, a.first, a.kept);
-#endif
-    }
+    for (int64_t unit = 0; unit < units; unit++)
+        int8x8_unit(codes, scales, zeros, form, sub, rows, cols, code_bytes, scale_step, unit, &q,
+                    m, out, out_is_bf16);
     free_int8_rows(&q);
 }
