@@ -58,7 +58,7 @@ static inline int64_t exp_shifted_vector(float *weights, int64_t count, float to
 /* contiguous_scores with VEC keys a vector: four vectors at once (independent chains keep the
  * FMA units busy), then one, then the last keys in a vector's first lanes. Each lane runs the
  * same fused multiply-adds in the same order as key_score. */
-static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const float *keys, int64_t slots, int dim,
+static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const f16 *keys, int64_t slots, int dim,
                                     int64_t count, float scale, float *out) {
     const vecf scale_v = vec_set1(scale);
     int64_t start = 0;
@@ -66,11 +66,11 @@ static inline __attribute__((always_inline)) int64_t scores_vector(const float *
         vecf a0 = vec_zero(), a1 = a0, a2 = a0, a3 = a0;
         for (int d = 0; d < dim; d++) {
             const vecf qd = vec_set1(q[d]);
-            const float *kd = keys + d * slots + start;
-            a0 = vec_fmadd(qd, vec_load(kd), a0);
-            a1 = vec_fmadd(qd, vec_load(kd + VEC), a1);
-            a2 = vec_fmadd(qd, vec_load(kd + 2 * VEC), a2);
-            a3 = vec_fmadd(qd, vec_load(kd + 3 * VEC), a3);
+            const f16 *kd = keys + d * slots + start;
+            a0 = vec_fmadd(qd, vec_load_half(kd), a0);
+            a1 = vec_fmadd(qd, vec_load_half(kd + VEC), a1);
+            a2 = vec_fmadd(qd, vec_load_half(kd + 2 * VEC), a2);
+            a3 = vec_fmadd(qd, vec_load_half(kd + 3 * VEC), a3);
         }
         vec_store(out + start, vec_mul(a0, scale_v));
         vec_store(out + start + VEC, vec_mul(a1, scale_v));
@@ -80,13 +80,13 @@ static inline __attribute__((always_inline)) int64_t scores_vector(const float *
     for (; start + VEC <= count; start += VEC) {
         vecf a0 = vec_zero();
         for (int d = 0; d < dim; d++)
-            a0 = vec_fmadd(vec_set1(q[d]), vec_load(keys + d * slots + start), a0);
+            a0 = vec_fmadd(vec_set1(q[d]), vec_load_half(keys + d * slots + start), a0);
         vec_store(out + start, vec_mul(a0, scale_v));
     }
     if (start < count) {
         vecf a0 = vec_zero();
         for (int d = 0; d < dim; d++)
-            a0 = vec_fmadd(vec_set1(q[d]), vec_load_first(keys + d * slots + start, count - start), a0);
+            a0 = vec_fmadd(vec_set1(q[d]), vec_load_half_first(keys + d * slots + start, count - start), a0);
         vec_store_first(out + start, count - start, vec_mul(a0, scale_v));
     }
     return count;
@@ -96,7 +96,7 @@ static inline __attribute__((always_inline)) int64_t scores_vector(const float *
  * a time, each key vector loaded once for all of them; each lane the fused multiply-adds of key_score in its
  * order. Returns where the plain C goes on. */
 static inline __attribute__((always_inline)) int64_t shared_scores_n(
-    const float *const *q, const int nq, const float *keys, int64_t slots, int dim, int64_t count,
+    const float *const *q, const int nq, const f16 *keys, int64_t slots, int dim, int64_t count,
     float scale, float *const *out) {
     const vecf scale_v = vec_set1(scale);
     const int kv = KEY_VECTORS(nq);
@@ -106,9 +106,9 @@ static inline __attribute__((always_inline)) int64_t shared_scores_n(
         for (int j = 0; j < nq; j++)
             for (int c = 0; c < kv; c++) a[j][c] = vec_zero();
         for (int d = 0; d < dim; d++) {
-            const float *kd = keys + d * slots + start;
+            const f16 *kd = keys + d * slots + start;
             vecf k[4];
-            for (int c = 0; c < kv; c++) k[c] = vec_load(kd + c * VEC);
+            for (int c = 0; c < kv; c++) k[c] = vec_load_half(kd + c * VEC);
             for (int j = 0; j < nq; j++) {
                 const vecf qd = vec_set1(q[j][d]);
                 for (int c = 0; c < kv; c++) a[j][c] = vec_fmadd(qd, k[c], a[j][c]);
@@ -120,7 +120,7 @@ static inline __attribute__((always_inline)) int64_t shared_scores_n(
     return start;
 }
 
-static inline int64_t shared_scores_vector(const float *const *q, int nq, const float *keys,
+static inline int64_t shared_scores_vector(const float *const *q, int nq, const f16 *keys,
                                            int64_t slots, int dim, int64_t count, float scale,
                                            float *const *out) {
     switch (nq) { /* a constant count keeps the accumulators in registers */
@@ -194,12 +194,12 @@ static inline int64_t exp_shifted_vector(float *weights, int64_t count, float to
     (void)weights, (void)count, (void)top;
     return 0;
 }
-static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const float *keys, int64_t slots, int dim,
+static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const f16 *keys, int64_t slots, int dim,
                                     int64_t count, float scale, float *out) {
     (void)q, (void)keys, (void)slots, (void)dim, (void)count, (void)scale, (void)out;
     return 0;
 }
-static inline int64_t shared_scores_vector(const float *const *q, int nq, const float *keys,
+static inline int64_t shared_scores_vector(const float *const *q, int nq, const f16 *keys,
                                            int64_t slots, int dim, int64_t count, float scale,
                                            float *const *out) {
     (void)q, (void)nq, (void)keys, (void)slots, (void)dim, (void)count, (void)scale, (void)out;
@@ -259,24 +259,24 @@ static inline void rope(float *x, const float *cos_row, const float *sin_row, in
 
 /* q . k for the key in `slot` of a transposed cache (keys[d * slots + slot]): one fused
  * multiply-add per dimension, in order. */
-static inline float key_score(const float *q, const float *keys, int64_t slots, int dim,
+static inline float key_score(const float *q, const f16 *keys, int64_t slots, int dim,
                               int64_t slot) {
     float s = 0.0f;
-    for (int d = 0; d < dim; d++) s = fmaf(q[d], keys[d * slots + slot], s);
+    for (int d = 0; d < dim; d++) s = fmaf(q[d], from_half(keys[d * slots + slot]), s);
     return s;
 }
 
 /* key_score for slots 0..count-1, LANES keys at a time (each lane the same fused multiply-adds
  * in the same order as key_score, so a key's score is the same in a lane or alone). */
-static void contiguous_scores(const float *q, const float *keys, int64_t slots, int dim,
+static void contiguous_scores(const float *q, const f16 *keys, int64_t slots, int dim,
                               int64_t count, float scale, float *out) {
     int64_t start = scores_vector(q, keys, slots, dim, count, scale, out);
     for (; start + LANES <= count; start += LANES) {
         float acc[LANES] = {0};
         for (int d = 0; d < dim; d++) {
             const float qd = q[d];
-            const float *kd = keys + d * slots + start;
-            for (int lane = 0; lane < LANES; lane++) acc[lane] = fmaf(qd, kd[lane], acc[lane]);
+            const f16 *kd = keys + d * slots + start;
+            for (int lane = 0; lane < LANES; lane++) acc[lane] = fmaf(qd, from_half(kd[lane]), acc[lane]);
         }
         for (int lane = 0; lane < LANES; lane++) out[start + lane] = acc[lane] * scale;
     }
@@ -285,7 +285,7 @@ static void contiguous_scores(const float *q, const float *keys, int64_t slots, 
 
 /* contiguous_scores of `nq` (at most GROUP_QUERIES) queries against keys 0..count-1 of one
  * key-value head: each key is scored as key_score scores it, whichever queries share the load. */
-static void shared_scores(const float *const *q, int nq, const float *keys, int64_t slots, int dim,
+static void shared_scores(const float *const *q, int nq, const f16 *keys, int64_t slots, int dim,
                           int64_t count, float scale, float *const *out) {
     const int64_t start = shared_scores_vector(q, nq, keys, slots, dim, count, scale, out);
     for (int j = 0; j < nq; j++)
@@ -338,8 +338,9 @@ static inline void softmax(float *weights, int64_t count) {
 /* One layer's attention for a block of `rows` tokens behind `n_prefix` cached ones.
  *
  * q/k/v: bf16 rows (each with its stride) straight from the projections. Row i's k and v go to
- * cache slot n_prefix + i (k after RoPE, as float32, in a transposed cache [kv_heads, head_dim,
- * slots] so that scores vectorise over keys; v as bf16 in [kv_heads, slots, head_dim]). Row i
+ * cache slot n_prefix + i (k after RoPE, as float16 as llama.cpp keeps it — half the bytes a pass
+ * reads of float32 keys — in a transposed cache [kv_heads, head_dim, slots] so that scores
+ * vectorise over keys; v as bf16 in [kv_heads, slots, head_dim]). Row i
  * then attends to the prefix and to the block rows listed in seen[i * seen_stride ...] (n_seen[i]
  * of them: its ancestors in depth order, then itself), so keys come in the order a chain evaluated
  * alone would have them; key t of that order sits at position t. `window` > 0 (a local layer of
@@ -349,7 +350,7 @@ static inline void softmax(float *weights, int64_t count) {
  * RoPE): q and k are not rotated. out: bf16 [rows, heads * head_dim]. */
 void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
                int64_t v_stride, const float *cos_table, const float *sin_table,
-               const int32_t *positions, int32_t window, float *k_cache, bf16 *v_cache,
+               const int32_t *positions, int32_t window, f16 *k_cache, bf16 *v_cache,
                int64_t slots, int32_t n_prefix, int32_t rows, const int32_t *seen,
                int32_t seen_stride, const int32_t *n_seen, bf16 *out, int32_t heads,
                int32_t kv_heads, int32_t head_dim, float scale, float softcap,
@@ -374,8 +375,8 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
             head_in(k + i * k_stride + g * head_dim, k_bias ? k_bias + g * head_dim : NULL,
                     ops->k_norm, ops->eps, rotated, head_dim);
             if (cos_row) rope(rotated, cos_row, sin_row, head_dim, ops->neox);
-            float *keys = k_cache + (int64_t)g * head_dim * slots;
-            for (int d = 0; d < head_dim; d++) keys[d * slots + slot] = rotated[d];
+            f16 *keys = k_cache + (int64_t)g * head_dim * slots;
+            for (int d = 0; d < head_dim; d++) keys[d * slots + slot] = to_half(rotated[d]);
             bf16 *values = v_cache + ((int64_t)g * slots + slot) * head_dim;
             const bf16 *vg = v + i * v_stride + g * head_dim;
             if (v_bias) {
@@ -411,7 +412,7 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
             const int32_t g = (int32_t)(task / chunks);
             const int64_t first_query = (task % chunks) * per_chunk;
             const int nq = (int)(queries - first_query < per_chunk ? queries - first_query : per_chunk);
-            const float *keys = k_cache + (int64_t)g * head_dim * slots;
+            const f16 *keys = k_cache + (int64_t)g * head_dim * slots;
             const bf16 *values = v_cache + (int64_t)g * slots * head_dim;
             const float *qs[GROUP_QUERIES];
             float *ws[GROUP_QUERIES], *accs[GROUP_QUERIES];
@@ -461,4 +462,9 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
         free(weights);
     }
     free(q_rot);
+}
+
+/* to_half over n values: how the key cache rounds, for the tests to hold against numpy's float16. */
+void halves_of(const float *values, int64_t n, f16 *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = to_half(values[i]);
 }

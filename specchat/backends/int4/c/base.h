@@ -44,11 +44,15 @@ static inline bf16 to_bf16(float value) {
     return (bf16)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
-/* float16 bits to float32 (normal, subnormal and zero; a weight scale is never inf or NaN). */
-static inline float from_half(uint16_t half) {
-    const uint32_t sign = (uint32_t)(half & 0x8000u) << 16;
-    uint32_t exponent = (half >> 10) & 0x1fu, mantissa = half & 0x3ffu, bits;
-    if (exponent == 0) {
+typedef uint16_t f16; /* float16 bits: the key cache's */
+
+/* float16 bits to float32, exactly (as F16C's vcvtph2ps converts them). */
+static inline float from_half(f16 value) {
+    const uint32_t sign = (uint32_t)(value & 0x8000u) << 16;
+    uint32_t exponent = (value >> 10) & 0x1fu, mantissa = value & 0x3ffu, bits;
+    if (exponent == 0x1fu) {
+        bits = sign | 0x7f800000u | (mantissa << 13); /* inf or NaN */
+    } else if (exponent == 0) {
         if (mantissa == 0) {
             bits = sign;
         } else { /* subnormal: normalise */
@@ -65,6 +69,29 @@ static inline float from_half(uint16_t half) {
     float out;
     memcpy(&out, &bits, sizeof out);
     return out;
+}
+
+/* float32 to float16 bits, rounded to nearest even as F16C's vcvtps2ph rounds (a key's bits are
+ * the same at every level): beyond 65504 inf, below 2^-14 subnormal, a NaN kept quiet. */
+static inline f16 to_half(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    const uint32_t sign = (bits >> 16) & 0x8000u, magnitude = bits & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) return (f16)(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+    if (magnitude >= 0x477ff000u) return (f16)(sign | 0x7c00u); /* rounds past 65504 */
+    uint32_t kept, rest, tie;
+    if (magnitude >= 0x38800000u) { /* normal: exponent rebased, 13 mantissa bits dropped */
+        kept = (((magnitude >> 23) - 112) << 10) | ((magnitude >> 13) & 0x3ffu);
+        rest = magnitude & 0x1fffu, tie = 0x1000u;
+    } else { /* subnormal: the whole significand in units of 2^-24 */
+        const uint32_t shift = 126 - (magnitude >> 23);
+        if (shift > 24) return (f16)sign;
+        const uint32_t significand = (magnitude & 0x7fffffu) | 0x800000u;
+        kept = significand >> shift;
+        rest = significand & ((1u << shift) - 1), tie = 1u << (shift - 1);
+    }
+    kept += rest > tie || (rest == tie && (kept & 1u)); /* a carry moves into the exponent */
+    return (f16)(sign | kept);
 }
 
 /* exp(x) to about 1 ulp (Cephes' expf polynomial), branch-free so loops over it vectorise. */

@@ -35,7 +35,7 @@ typedef struct {
     const layer_weights *layer;
     const float *final_norm;
     linear_weights head;
-    float *k_cache; /* [layers][kv_heads][head_dim][slots] */
+    f16 *k_cache; /* float16 [layers][kv_heads][head_dim][slots] */
     bf16 *v_cache;  /* [layers][kv_heads][slots][head_dim] */
     int64_t slots;
 } model_weights;

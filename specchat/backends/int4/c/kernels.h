@@ -26,11 +26,12 @@ void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim
 /* attention.c */
 void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
                int64_t v_stride, const float *cos_table, const float *sin_table,
-               const int32_t *positions, int32_t window, float *k_cache, bf16 *v_cache,
+               const int32_t *positions, int32_t window, f16 *k_cache, bf16 *v_cache,
                int64_t slots, int32_t n_prefix, int32_t rows, const int32_t *seen,
                int32_t seen_stride, const int32_t *n_seen, bf16 *out, int32_t heads,
                int32_t kv_heads, int32_t head_dim, float scale, float softcap,
                const head_ops *ops, int32_t threads);
+void halves_of(const float *values, int64_t n, f16 *out); /* the key cache's rounding */
 
 /* matmul.c, and the weight formats it hands a call to: out[m][n] = sum_k x[m][k] * w[n][k] */
 void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,

@@ -63,6 +63,9 @@ static inline vecf vec_load_bf16(const bf16 *p) {
     const __m256i raw = _mm256_loadu_si256((const __m256i *)p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
+static inline vecf vec_load_half(const f16 *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
 /* the first `count` (< VEC) lanes; the others read as zero and are never written */
 static inline vecf vec_load_first(const float *p, int64_t count) {
     return _mm512_maskz_loadu_ps((__mmask16)((1u << count) - 1u), p);
@@ -80,6 +83,9 @@ static inline void vec_store(float *p, vecf v) { _mm256_storeu_ps(p, v); }
 static inline vecf vec_mul(vecf a, vecf b) { return _mm256_mul_ps(a, b); }
 static inline vecf vec_fmadd(vecf a, vecf b, vecf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vecf vec_load_bf16(const bf16 *p) { return from_bf16x8(p); }
+static inline vecf vec_load_half(const f16 *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
 static inline __m256i first_lanes(int64_t count) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -90,5 +96,12 @@ static inline void vec_store_first(float *p, int64_t count, vecf v) {
     _mm256_maskstore_ps(p, first_lanes(count), v);
 }
 #endif
+
+/* vec_load_half of the first `count` (< VEC) halves; the other lanes read as zero */
+static inline vecf vec_load_half_first(const f16 *p, int64_t count) {
+    f16 lanes[VEC] = {0};
+    memcpy(lanes, p, sizeof(f16) * (size_t)count);
+    return vec_load_half(lanes);
+}
 
 #endif
