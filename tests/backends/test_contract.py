@@ -412,14 +412,20 @@ def test_eos_ends_the_answer(subject: Subject) -> None:
     if not subject.trained:
         pytest.skip("random weights never choose to stop")
     backend = subject.backend
-    ids = chat_prompt_ids(backend, [ChatMessage("user", "Say just: yes")])
+    # the bundled model's answer here leads its runner-up by over half a logit at every token on
+    # every runtime ("Say just: yes" began on a near tie, 0.08-0.16, that rounding could tip);
+    # the numpy backend's corpus holds its own question and answer
+    question, answer = ("What is the capital of France? One word.", "paris")
+    if backend.name == "numpy":
+        question, answer = ("Say just: yes", "yes")
+    ids = chat_prompt_ids(backend, [ChatMessage("user", question)])
     events = list(Engine(backend, GreedyDecoder()).generate(GenerationRequest(tuple(ids), 200)))
     done = events[-1]
     assert done.finish_reason == "eos"
     assert not set(done.token_ids) & backend.eos_ids
     steps = [e for e in events if isinstance(e, StepEvent) and not e.tail]
     assert steps[-1].tokens == ()  # the step that produced only EOS
-    assert "yes" in done.text.lower()
+    assert answer in done.text.lower()
 
 
 @pytest.mark.measured_costs
