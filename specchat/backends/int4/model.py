@@ -39,6 +39,11 @@ from specchat.backends.int4.linear import Projection, RowsLinear, linear_for, ro
 from specchat.backends.int4.rope import rope_tables
 from specchat.backends.int4.shape import ModelShape, check_shapes
 
+# A decoding step's embedding rows come from a cache this large (blocks this wide or narrower);
+# a prompt's hundreds of rows are dequantized at once.
+_EMBED_CACHE_BYTES = 64 << 20
+_EMBED_CACHED_BELOW = 64
+
 
 @dataclass
 class Layer:
@@ -143,6 +148,8 @@ class Int4Model:
         self.k_cache = torch.zeros((*kv, shape.head_dim, self.slots), dtype=torch.float16)
         self.v_cache = torch.zeros((*kv, self.slots, shape.head_dim), dtype=torch.bfloat16)
         self._scale = shape.scale
+        self._embedding_rows: dict[int, np.ndarray] = {}
+        self._embedding_rows_kept = max(1, _EMBED_CACHE_BYTES // (4 * shape.dim))
         self.threads = threads
         self._whole = whole_model(self)
 
@@ -180,11 +187,28 @@ class Int4Model:
         return counts
 
     def embed(self, tokens: list[int]) -> torch.Tensor:
-        rows = self.tensors.dense_rows("token_embd.weight", np.asarray(tokens, dtype=np.int64))
-        x = np.array(rows, dtype=np.float32, copy=True)
+        """The tokens' embedding rows. A decoding step's few rows come from a cache of the rows
+        met before: gguf's dequantization runs a few hundred Python lines a call, which after
+        a pass has swept the caches cost ~140 µs, 4% of the bundled model's one-token pass
+        (docs/benchmarks.md); a long prompt's rows are dequantized together and not kept."""
+        if len(tokens) > _EMBED_CACHED_BELOW:
+            ids = np.asarray(tokens, dtype=np.int64)
+            x = np.array(self.tensors.dense_rows("token_embd.weight", ids), dtype=np.float32)
+        else:
+            x = np.stack([self._embedding_row(token) for token in tokens])
         if self.shape.family.scaled_embeddings:  # as llama.cpp's ggml_scale by sqrtf(n_embd)
             x *= np.float32(np.sqrt(np.float32(self.shape.dim)))
         return torch.from_numpy(x)
+
+    def _embedding_row(self, token: int) -> np.ndarray:
+        row = self._embedding_rows.get(token)
+        if row is None:
+            if len(self._embedding_rows) >= self._embedding_rows_kept:
+                self._embedding_rows.clear()  # a bound, rarely met: a chat uses few tokens
+            ids = np.asarray([token], dtype=np.int64)
+            row = self.tensors.dense_rows("token_embd.weight", ids)[0].astype(np.float32)
+            self._embedding_rows[token] = row
+        return row
 
     @torch.inference_mode()
     def forward(
