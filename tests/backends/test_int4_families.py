@@ -203,3 +203,20 @@ def test_a_file_written_straight_in_blocks_runs_alike_on_both_runtimes(tmp_path)
     finally:
         llama.close()
         int4.close()
+
+
+@pytest.mark.parametrize("family", ["gemma3", "qwen2"])
+def test_a_steps_embedding_rows_are_the_prompts(family_gguf, family) -> None:
+    """A decoding step's rows come from a cache, a long prompt's are dequantized together: the
+    same rows either way, however often a token is met (Gemma scales them by √d after lookup)."""
+    from specchat.backends.int4.backend import Int4Backend
+
+    int4 = Int4Backend(family_gguf(family), n_ctx=256, threads=1)
+    try:
+        ids = (int4.tokenize(TEXT) * 6)[:100]  # every token met several times
+        together = int4.model.embed(ids).numpy()
+        for _ in range(2):
+            one_by_one = np.concatenate([int4.model.embed([token]).numpy() for token in ids])
+            assert np.array_equal(together, one_by_one)
+    finally:
+        int4.close()
