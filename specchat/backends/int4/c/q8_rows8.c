@@ -225,13 +225,19 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, 
                    int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads) {
     int8_rows q;
-    quantize_rows(xf, m, cols, sub == 2, &q);
+    alloc_int8_rows(m, cols, sub == 2, &q);
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
     const int64_t code_bytes = groups * 8 * 32, scale_step = scale_bytes(groups * sub, form);
     const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t unit = 0; unit < units; unit++)
-        int8x8_unit(codes, scales, zeros, form, sub, rows, cols, code_bytes, scale_step, unit, &q,
-                    m, out, out_is_bf16);
+    const int shared = SHARED_ROUNDING(m, threads);
+    if (!shared) quantize_groups(xf, m, cols, sub == 2, &q);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        if (shared) quantize_groups(xf, m, cols, sub == 2, &q); /* ends on a barrier */
+#pragma omp for schedule(static)
+        for (int64_t unit = 0; unit < units; unit++)
+            int8x8_unit(codes, scales, zeros, form, sub, rows, cols, code_bytes, scale_step, unit,
+                        &q, m, out, out_is_bf16);
+    }
     free_int8_rows(&q);
 }

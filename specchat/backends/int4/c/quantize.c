@@ -59,7 +59,7 @@ static group_code quantize_group(const float *xg, int8_t *cg) {
 }
 #endif
 
-void quantize_rows(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q) {
+void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q) {
     const int64_t groups = cols / QGROUP;
     q->padded = (groups + 7) / 8 * 8;
     q->codes = malloc((size_t)(m * cols));
@@ -67,15 +67,25 @@ void quantize_rows(const float *x, int64_t m, int64_t cols, int halves, int8_row
     q->sums = calloc((size_t)(m * q->padded), sizeof(float));
     q->isums = calloc((size_t)(m * q->padded), sizeof(int32_t));
     q->lows = halves ? calloc((size_t)(m * q->padded), sizeof(int32_t)) : NULL;
-    for (int64_t r = 0; r < m; r++)
-        for (int64_t g = 0; g < groups; g++) {
-            const group_code c = quantize_group(x + r * cols + g * QGROUP, q->codes + r * cols + g * QGROUP);
-            const int64_t at = r * q->padded + g;
-            if (halves) q->lows[at] = c.low;
-            q->scales[at] = c.scale;
-            q->isums[at] = c.sum;
-            q->sums[at] = c.scale * (float)c.sum;
-        }
+}
+
+void quantize_groups(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q) {
+    const int64_t groups = cols / QGROUP;
+#pragma omp for schedule(static)
+    for (int64_t at_group = 0; at_group < m * groups; at_group++) {
+        const int64_t r = at_group / groups, g = at_group % groups;
+        const group_code c = quantize_group(x + r * cols + g * QGROUP, q->codes + r * cols + g * QGROUP);
+        const int64_t at = r * q->padded + g;
+        if (halves) q->lows[at] = c.low;
+        q->scales[at] = c.scale;
+        q->isums[at] = c.sum;
+        q->sums[at] = c.scale * (float)c.sum;
+    }
+}
+
+void quantize_rows(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q) {
+    alloc_int8_rows(m, cols, halves, q);
+    quantize_groups(x, m, cols, halves, q);
 }
 
 void free_int8_rows(int8_rows *q) {
