@@ -83,7 +83,7 @@ void forward(const model_weights *model, float *x, int32_t rows, const int32_t *
     bf16 *gate_up = malloc(sizeof(bf16) * (size_t)(rows * 2 * ffn));
     bf16 *activated = malloc(sizeof(bf16) * (size_t)(rows * ffn));
     const int64_t k_layer = (int64_t)model->kv_heads * model->head_dim * model->slots;
-    residual_rms_norm(x, NULL, 0, model->layer[0].attn_norm, h, 1, rows, dim, model->eps);
+    residual_rms_norm(x, NULL, 0, model->layer[0].attn_norm, h, 1, rows, dim, model->eps, threads);
     for (int32_t index = 0; index < model->layers; index++) {
         const layer_weights *layer = &model->layer[index];
         projection(layer->qkv, layer->qkv_parts, h, rows, qkv, qkv_width, threads);
@@ -94,22 +94,25 @@ void forward(const model_weights *model, float *x, int32_t rows, const int32_t *
                   model->kv_heads, model->head_dim, model->scale, model->softcap, &layer->ops,
                   threads);
         linear(&layer->output, attended, 1, rows, delta, 1, threads);
-        if (layer->attn_post_norm) rms_norm_rows(delta, layer->attn_post_norm, rows, dim, model->eps);
-        residual_rms_norm(x, delta, dim, layer->ffn_norm, h, 1, rows, dim, model->eps);
+        if (layer->attn_post_norm)
+            rms_norm_rows(delta, layer->attn_post_norm, rows, dim, model->eps, threads);
+        residual_rms_norm(x, delta, dim, layer->ffn_norm, h, 1, rows, dim, model->eps, threads);
         projection(layer->gate_up, layer->gate_up_parts, h, rows, gate_up, 2 * ffn, threads);
         if (model->gelu) {
-            gelu_mul(gate_up, gate_up + ffn, 2 * ffn, activated, rows, ffn);
+            gelu_mul(gate_up, gate_up + ffn, 2 * ffn, activated, rows, ffn, threads);
         } else {
-            silu_mul(gate_up, gate_up + ffn, 2 * ffn, activated, rows, ffn);
+            silu_mul(gate_up, gate_up + ffn, 2 * ffn, activated, rows, ffn, threads);
         }
         linear(&layer->down, activated, 1, rows, delta, 1, threads);
-        if (layer->ffn_post_norm) rms_norm_rows(delta, layer->ffn_post_norm, rows, dim, model->eps);
+        if (layer->ffn_post_norm)
+            rms_norm_rows(delta, layer->ffn_post_norm, rows, dim, model->eps, threads);
         if (index + 1 < model->layers) {
             residual_rms_norm(x, delta, dim, model->layer[index + 1].attn_norm, h, 1, rows, dim,
-                              model->eps);
+                              model->eps, threads);
         } else if (logits) {
             float *normed = malloc(sizeof(float) * (size_t)(rows * dim));
-            residual_rms_norm(x, delta, dim, model->final_norm, normed, 0, rows, dim, model->eps);
+            residual_rms_norm(x, delta, dim, model->final_norm, normed, 0, rows, dim, model->eps,
+                              threads);
             linear(&model->head, normed, 0, rows, logits, 0, threads);
             free(normed);
         }

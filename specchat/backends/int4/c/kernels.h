@@ -14,14 +14,18 @@ typedef struct {
     int32_t neox; /* rotate (x[j], x[j + dim/2]) instead of (x[2j], x[2j+1]) */
 } head_ops;
 
-/* norms.c */
+/* norms.c: row by row, the rows shared by the threads where a block has rows enough that the
+ * work outweighs the fork (a row's result is the same whichever thread computes it). */
+#define SHARED_ROWS(rows, threads) ((threads) > 1 && (rows) >= 4)
 void residual_rms_norm(float *x, const bf16 *delta, int64_t delta_stride, const float *weight,
-                       void *out, int out_is_bf16, int64_t rows, int64_t dim, float eps);
+                       void *out, int out_is_bf16, int64_t rows, int64_t dim, float eps,
+                       int32_t threads);
 void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64_t rows,
-              int64_t width);
+              int64_t width, int32_t threads);
 void gelu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64_t rows,
-              int64_t width);
-void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim, float eps);
+              int64_t width, int32_t threads);
+void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim, float eps,
+                   int32_t threads);
 
 /* attention.c */
 void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,

@@ -5,7 +5,9 @@
 /* x += delta (when given); out = x / rms(x) * weight, as llama.cpp's rms_norm then mul:
  * squares summed in double, the scale applied before the weight. out is bf16 or float32. */
 void residual_rms_norm(float *x, const bf16 *delta, int64_t delta_stride, const float *weight,
-                       void *out, int out_is_bf16, int64_t rows, int64_t dim, float eps) {
+                       void *out, int out_is_bf16, int64_t rows, int64_t dim, float eps,
+                       int32_t threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (SHARED_ROWS(rows, threads))
     for (int64_t row = 0; row < rows; row++) {
         float *xr = x + row * dim;
         if (delta) {
@@ -47,7 +49,8 @@ static inline int64_t silu_mul_vector(const bf16 *g, const bf16 *u, bf16 *o, int
 
 /* out = silu(gate) * up, row by row (SwiGLU). */
 void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64_t rows,
-              int64_t width) {
+              int64_t width, int32_t threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (SHARED_ROWS(rows, threads))
     for (int64_t row = 0; row < rows; row++) {
         const bf16 *g = gate + row * stride, *u = up + row * stride;
         bf16 *o = out + row * width;
@@ -61,7 +64,9 @@ void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64
 /* rows_io = rows_io / rms(rows_io) * weight in place, each row in float32 (as residual_rms_norm:
  * squares summed in double, the scale applied before the weight), stored back as bf16: Gemma's
  * norm of a sublayer's output before the residual add. */
-void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim, float eps) {
+void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim, float eps,
+                   int32_t threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (SHARED_ROWS(rows, threads))
     for (int64_t row = 0; row < rows; row++) {
         bf16 *r = rows_io + row * dim;
         double sum = 0.0;
@@ -78,8 +83,9 @@ void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim
  * (which looks it up at float16 precision; this computes it: within the bf16 the result is kept
  * in). Plain C at every level, so every level gives the same bits. */
 void gelu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64_t rows,
-              int64_t width) {
+              int64_t width, int32_t threads) {
     const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef = 0.044715f;
+#pragma omp parallel for num_threads(threads) schedule(static) if (SHARED_ROWS(rows, threads))
     for (int64_t row = 0; row < rows; row++) {
         const bf16 *g = gate + row * stride, *u = up + row * stride;
         bf16 *o = out + row * width;
