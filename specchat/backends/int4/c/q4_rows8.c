@@ -230,7 +230,7 @@ static inline __attribute__((always_inline)) void nibbles8_unit(
 #endif
 
 /* out[m][n] = sum_k x[m][k] * w[n][k] for 4-bit (or, `five`, 5-bit) weights interleaved by
- * eight rows (above), x rounded to 8 bits per 32 (quantize_rows). rows need not be a multiple
+ * eight rows (above), x rounded to 8 bits per 32 (quantize_groups). rows need not be a multiple
  * of 8: the last block's missing rows are zeros in the layout and are not stored. */
 static inline __attribute__((always_inline)) void nibbles8_blocks(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int five,

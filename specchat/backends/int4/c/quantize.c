@@ -83,11 +83,6 @@ void quantize_groups(const float *x, int64_t m, int64_t cols, int halves, int8_r
     }
 }
 
-void quantize_rows(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q) {
-    alloc_int8_rows(m, cols, halves, q);
-    quantize_groups(x, m, cols, halves, q);
-}
-
 void free_int8_rows(int8_rows *q) {
     free(q->codes);
     free(q->scales);

@@ -19,16 +19,14 @@ typedef struct {
     int64_t padded; /* groups rounded up to a multiple of 8 (zeros beyond) */
 } int8_rows;
 
-/* `halves`: also each group's first-half sum (int8 weights in groups of 16 need it). */
-void quantize_rows(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q);
-/* The same in two steps, for a matmul that rounds x inside its own parallel region: the arrays,
- * then the groups (an `omp for`, shared by the region's threads; each group's result is the same
- * whichever thread rounds it). */
+/* x rounded in two steps, so that a matmul may round it inside its own parallel region: the
+ * arrays (`halves`: also each group's first-half sum, which int8 weights in groups of 16 need),
+ * then the groups (an `omp for`, shared by the region's threads where one encloses it; a group's
+ * result is the same whichever thread rounds it). */
 void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q);
 void quantize_groups(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q);
 /* Whether a matmul rounds its m rows of x inside its parallel region: with more than one thread
- * and rows enough that the work outweighs the barrier after it (a lone row's 18-48 groups do not:
- * the other thread waited ~0.5-1 µs). */
+ * and two rows or more (a lone row's 18-48 groups are left to one thread: too little to share). */
 #define SHARED_ROUNDING(m, threads) ((threads) > 1 && (m) >= 2)
 void free_int8_rows(int8_rows *q);
 
