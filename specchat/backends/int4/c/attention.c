@@ -55,11 +55,32 @@ static inline int64_t exp_shifted_vector(float *weights, int64_t count, float to
     return t;
 }
 
+/* The last keys of scores_vector, fewer than four vectors: `full` (a constant after inlining)
+ * whole vectors and `last` keys in the next one's first lanes, as independent chains in one
+ * sweep over the dimensions (one chain a vector in turn waited on each fused multiply-add). */
+static inline __attribute__((always_inline)) void tail_scores_n(
+    const float *q, const f16 *keys, int64_t slots, int dim, const int full, int64_t last,
+    int64_t room, float scale, float *out) {
+    vecf a[4];
+    for (int c = 0; c <= full; c++) a[c] = vec_zero();
+    for (int d = 0; d < dim; d++) {
+        const vecf qd = vec_set1(q[d]);
+        const f16 *kd = keys + d * slots;
+        for (int c = 0; c < full; c++) a[c] = vec_fmadd(qd, vec_load_half(kd + c * VEC), a[c]);
+        if (last)
+            a[full] = vec_fmadd(qd, vec_load_half_first(kd + full * VEC, last, room - full * VEC),
+                                a[full]);
+    }
+    for (int c = 0; c < full; c++) vec_store(out + c * VEC, vec_mul(a[c], vec_set1(scale)));
+    if (last) vec_store_first(out + full * VEC, last, vec_mul(a[full], vec_set1(scale)));
+}
+
 /* contiguous_scores with VEC keys a vector: four vectors at once (independent chains keep the
- * FMA units busy), then one, then the last keys in a vector's first lanes. Each lane runs the
- * same fused multiply-adds in the same order as key_score. */
+ * FMA units busy), then the rest in one sweep (tail_scores_n). `room`: the slots from `keys` to
+ * the end of a dimension's row. Each lane runs the same fused multiply-adds in the same order as
+ * key_score. */
 static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const f16 *keys, int64_t slots, int dim,
-                                    int64_t count, float scale, float *out) {
+                                    int64_t count, int64_t room, float scale, float *out) {
     const vecf scale_v = vec_set1(scale);
     int64_t start = 0;
     for (; start + 4 * VEC <= count; start += 4 * VEC) {
@@ -77,17 +98,13 @@ static inline __attribute__((always_inline)) int64_t scores_vector(const float *
         vec_store(out + start + 2 * VEC, vec_mul(a2, scale_v));
         vec_store(out + start + 3 * VEC, vec_mul(a3, scale_v));
     }
-    for (; start + VEC <= count; start += VEC) {
-        vecf a0 = vec_zero();
-        for (int d = 0; d < dim; d++)
-            a0 = vec_fmadd(vec_set1(q[d]), vec_load_half(keys + d * slots + start), a0);
-        vec_store(out + start, vec_mul(a0, scale_v));
-    }
-    if (start < count) {
-        vecf a0 = vec_zero();
-        for (int d = 0; d < dim; d++)
-            a0 = vec_fmadd(vec_set1(q[d]), vec_load_half_first(keys + d * slots + start, count - start), a0);
-        vec_store_first(out + start, count - start, vec_mul(a0, scale_v));
+    const int64_t rest = count - start, last = rest % VEC;
+    const f16 *tail = keys + start;
+    switch (rest / VEC) {
+    case 0: if (last) tail_scores_n(q, tail, slots, dim, 0, last, room - start, scale, out + start); break;
+    case 1: tail_scores_n(q, tail, slots, dim, 1, last, room - start, scale, out + start); break;
+    case 2: tail_scores_n(q, tail, slots, dim, 2, last, room - start, scale, out + start); break;
+    default: tail_scores_n(q, tail, slots, dim, 3, last, room - start, scale, out + start); break;
     }
     return count;
 }
@@ -195,8 +212,8 @@ static inline int64_t exp_shifted_vector(float *weights, int64_t count, float to
     return 0;
 }
 static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const f16 *keys, int64_t slots, int dim,
-                                    int64_t count, float scale, float *out) {
-    (void)q, (void)keys, (void)slots, (void)dim, (void)count, (void)scale, (void)out;
+                                    int64_t count, int64_t room, float scale, float *out) {
+    (void)q, (void)keys, (void)slots, (void)dim, (void)count, (void)room, (void)scale, (void)out;
     return 0;
 }
 static inline int64_t shared_scores_vector(const float *const *q, int nq, const f16 *keys,
@@ -267,10 +284,11 @@ static inline float key_score(const float *q, const f16 *keys, int64_t slots, in
 }
 
 /* key_score for slots 0..count-1, LANES keys at a time (each lane the same fused multiply-adds
- * in the same order as key_score, so a key's score is the same in a lane or alone). */
+ * in the same order as key_score, so a key's score is the same in a lane or alone). `room`: the
+ * slots from `keys` to the end of a dimension's row (what a vector may read past `count`). */
 static void contiguous_scores(const float *q, const f16 *keys, int64_t slots, int dim,
-                              int64_t count, float scale, float *out) {
-    int64_t start = scores_vector(q, keys, slots, dim, count, scale, out);
+                              int64_t count, int64_t room, float scale, float *out) {
+    int64_t start = scores_vector(q, keys, slots, dim, count, room, scale, out);
     for (; start + LANES <= count; start += LANES) {
         float acc[LANES] = {0};
         for (int d = 0; d < dim; d++) {
@@ -289,7 +307,8 @@ static void shared_scores(const float *const *q, int nq, const f16 *keys, int64_
                           int64_t count, float scale, float *const *out) {
     const int64_t start = shared_scores_vector(q, nq, keys, slots, dim, count, scale, out);
     for (int j = 0; j < nq; j++)
-        contiguous_scores(q[j], keys + start, slots, dim, count - start, scale, out[j] + start);
+        contiguous_scores(q[j], keys + start, slots, dim, count - start, slots - start, scale,
+                          out[j] + start);
 }
 
 /* weighted_values of `nq` queries over the keys in slots 0..count-1: each dimension of each
@@ -436,7 +455,8 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
                  * the others (a tree's ancestors) are gathered one by one */
                 int32_t run = 0;
                 while (run < n_seen[i] && mine[run] == run) run++;
-                contiguous_scores(qs[j], keys + n_prefix, slots, head_dim, run, scale, w + n_prefix);
+                contiguous_scores(qs[j], keys + n_prefix, slots, head_dim, run, slots - n_prefix, scale,
+                                  w + n_prefix);
                 for (int64_t t = (int64_t)n_prefix + run; t < count; t++)
                     w[t] = key_score(qs[j], keys, slots, head_dim, n_prefix + mine[t - n_prefix]) * scale;
                 if (softcap > 0.0f) {
