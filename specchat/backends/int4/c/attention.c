@@ -55,13 +55,14 @@ static inline int64_t exp_shifted_vector(float *weights, int64_t count, float to
     return t;
 }
 
-/* The last keys of scores_vector, fewer than four vectors: `full` (a constant after inlining)
- * whole vectors and `last` keys in the next one's first lanes, as independent chains in one
- * sweep over the dimensions (one chain a vector in turn waited on each fused multiply-add). */
-static inline __attribute__((always_inline)) void tail_scores_n(
+/* Scores of `full` (a constant after inlining, up to 4) whole vectors of keys and `last` keys in
+ * the next one's first lanes, one accumulator a vector (independent chains keep the FMA units
+ * busy; a chain a vector in turn waited on each fused multiply-add) in one sweep over the
+ * dimensions. `room`: the slots from `keys` to the end of a dimension's row. */
+static inline __attribute__((always_inline)) void key_vectors_n(
     const float *q, const f16 *keys, int64_t slots, int dim, const int full, int64_t last,
     int64_t room, float scale, float *out) {
-    vecf a[4];
+    vecf a[5];
     for (int c = 0; c <= full; c++) a[c] = vec_zero();
     for (int d = 0; d < dim; d++) {
         const vecf qd = vec_set1(q[d]);
@@ -71,40 +72,26 @@ static inline __attribute__((always_inline)) void tail_scores_n(
             a[full] = vec_fmadd(qd, vec_load_half_first(kd + full * VEC, last, room - full * VEC),
                                 a[full]);
     }
-    for (int c = 0; c < full; c++) vec_store(out + c * VEC, vec_mul(a[c], vec_set1(scale)));
-    if (last) vec_store_first(out + full * VEC, last, vec_mul(a[full], vec_set1(scale)));
+    const vecf scale_v = vec_set1(scale);
+    for (int c = 0; c < full; c++) vec_store(out + c * VEC, vec_mul(a[c], scale_v));
+    if (last) vec_store_first(out + full * VEC, last, vec_mul(a[full], scale_v));
 }
 
-/* contiguous_scores with VEC keys a vector: four vectors at once (independent chains keep the
- * FMA units busy), then the rest in one sweep (tail_scores_n). `room`: the slots from `keys` to
- * the end of a dimension's row. Each lane runs the same fused multiply-adds in the same order as
- * key_score. */
+/* contiguous_scores with VEC keys a vector: four vectors at a time, then the rest (fewer than
+ * four, the last partial) in one sweep. Each lane runs the same fused multiply-adds in the same
+ * order as key_score. */
 static inline __attribute__((always_inline)) int64_t scores_vector(const float *q, const f16 *keys, int64_t slots, int dim,
                                     int64_t count, int64_t room, float scale, float *out) {
-    const vecf scale_v = vec_set1(scale);
     int64_t start = 0;
-    for (; start + 4 * VEC <= count; start += 4 * VEC) {
-        vecf a0 = vec_zero(), a1 = a0, a2 = a0, a3 = a0;
-        for (int d = 0; d < dim; d++) {
-            const vecf qd = vec_set1(q[d]);
-            const f16 *kd = keys + d * slots + start;
-            a0 = vec_fmadd(qd, vec_load_half(kd), a0);
-            a1 = vec_fmadd(qd, vec_load_half(kd + VEC), a1);
-            a2 = vec_fmadd(qd, vec_load_half(kd + 2 * VEC), a2);
-            a3 = vec_fmadd(qd, vec_load_half(kd + 3 * VEC), a3);
-        }
-        vec_store(out + start, vec_mul(a0, scale_v));
-        vec_store(out + start + VEC, vec_mul(a1, scale_v));
-        vec_store(out + start + 2 * VEC, vec_mul(a2, scale_v));
-        vec_store(out + start + 3 * VEC, vec_mul(a3, scale_v));
-    }
+    for (; start + 4 * VEC <= count; start += 4 * VEC)
+        key_vectors_n(q, keys + start, slots, dim, 4, 0, room - start, scale, out + start);
     const int64_t rest = count - start, last = rest % VEC;
     const f16 *tail = keys + start;
     switch (rest / VEC) {
-    case 0: if (last) tail_scores_n(q, tail, slots, dim, 0, last, room - start, scale, out + start); break;
-    case 1: tail_scores_n(q, tail, slots, dim, 1, last, room - start, scale, out + start); break;
-    case 2: tail_scores_n(q, tail, slots, dim, 2, last, room - start, scale, out + start); break;
-    default: tail_scores_n(q, tail, slots, dim, 3, last, room - start, scale, out + start); break;
+    case 0: if (last) key_vectors_n(q, tail, slots, dim, 0, last, room - start, scale, out + start); break;
+    case 1: key_vectors_n(q, tail, slots, dim, 1, last, room - start, scale, out + start); break;
+    case 2: key_vectors_n(q, tail, slots, dim, 2, last, room - start, scale, out + start); break;
+    default: key_vectors_n(q, tail, slots, dim, 3, last, room - start, scale, out + start); break;
     }
     return count;
 }
