@@ -453,7 +453,7 @@ def project(report: Report, max_tokens: int) -> None:
     answers = greedy_answers(bundled, 1, max_tokens, str(HELD_OUT))
     for row in report.passes:
         costs = {int(k): v for k, v in row["seconds"].items() if str(k).isdigit()}
-        speedup = projected(bundled, answers, costs)
+        speedup = projected(bundled, answers, costs)["overall"]
         report.projected.append({**{k: row[k] for k in ("runtime", "model")}, "suffix": speedup})
     bundled.close()
 

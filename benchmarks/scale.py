@@ -63,13 +63,14 @@ class PricedAs:
         return interpolate(self._costs, k)
 
 
-def projected(bundled, answers: list[dict], costs: dict[int, float]) -> float:
-    """The default decoder's replayed speedup over greedy at `costs`: per question, as bench
-    reports it (the mean of per-question speeds)."""
+def projected(bundled, answers: list[dict], costs: dict[int, float]) -> dict[str, float]:
+    """The default decoder's replayed speedup over greedy at `costs`, per category and
+    "overall": as bench reports it, the mean of per-question speeds."""
     priced = PricedAs(bundled, costs)
     decoder = build_decoder("suffix", {}, priced)
     policy = DraftLengthPolicy()
-    speeds, conversation = [], []
+    speeds: dict[str, list[float]] = {}
+    conversation = []
     for number, turn in enumerate(answers):
         if number and turn["question"] != answers[number - 1]["question"]:
             conversation = []
@@ -78,8 +79,10 @@ def projected(bundled, answers: list[dict], costs: dict[int, float]) -> float:
         conversation.append(ChatMessage("assistant", turn["text"]))
         if turn["answer"]:
             seconds, _, _ = replay(decoder, policy, priced, turn["prompt"], turn["answer"], sources)
-            speeds.append(len(turn["answer"]) * costs[1] / seconds)
-    return statistics.mean(speeds)
+            speed = len(turn["answer"]) * costs[1] / seconds
+            for key in (turn["category"], "overall"):
+                speeds.setdefault(key, []).append(speed)
+    return {key: statistics.mean(values) for key, values in speeds.items()}
 
 
 def model_file(size: str, quant: str = "Q4_0") -> Path:
@@ -139,7 +142,7 @@ def main() -> None:
             backend.close()
         speedups = {name: projected(bundled, answers, per_k) for name, per_k in costs.items()}
         llama_one = costs["llama.cpp"][1]
-        fastest = max(costs, key=lambda n: speedups[n] * llama_one / costs[n][1])
+        fastest = max(costs, key=lambda n: speedups[n]["overall"] * llama_one / costs[n][1])
         rows.append((size, costs, speedups, fastest, llama_one))
     bundled.close()
 
@@ -152,9 +155,16 @@ def main() -> None:
         for name, per_k in costs.items():
             one = per_k[1]
             ratios = "".join(f"{per_k[k] / one:>7.2f}x" for k in SIZES[1:])
-            print(f"{size:<11}{name:<11}{one * 1e3:>11.1f}{ratios}{speedups[name]:>7.2f}x")
-        best = speedups[fastest] * llama_one / costs[fastest][1]
+            print(
+                f"{size:<11}{name:<11}{one * 1e3:>11.1f}{ratios}{speedups[name]['overall']:>7.2f}x"
+            )
+        best = speedups[fastest]["overall"] * llama_one / costs[fastest][1]
         print(f"{size:<11}default on {fastest}: {best:.2f}x llama.cpp's greedy (projected)")
+        categories = [c for c in speedups[fastest] if c != "overall"]
+        print(
+            f"{'':<11}per category, ÷ {fastest}'s greedy: "
+            + ", ".join(f"{c} {speedups[fastest][c]:.2f}x" for c in categories)
+        )
 
 
 if __name__ == "__main__":
