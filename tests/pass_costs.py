@@ -34,6 +34,7 @@ HF_SHAPE = {1: 1.0, 2: 1.08, 4: 1.14, 8: 1.41, 16: 1.75, 32: 2.7, 48: 3.55}
 _ORIGINAL: dict[str, Callable] = {
     "_measure_all": BlockCostTable._measure_all,
     "_observe": BlockCostTable._observe,
+    "_observe_drafted": BlockCostTable._observe_drafted,
 }
 
 
@@ -51,7 +52,7 @@ def _fixed_measure_all(table: BlockCostTable) -> None:
     table._costs.update({k: one * ratio for k, ratio in HF_SHAPE.items()})
 
 
-def _not_refined(table: BlockCostTable, seconds: float, cpu_seconds: float) -> None:
+def _not_refined(table: BlockCostTable, seconds: float, *_: float) -> None:
     """Passes in use never move the fixed costs."""
 
 
@@ -61,6 +62,7 @@ def fix(monkeypatch: pytest.MonkeyPatch, gguf: Path | None = None) -> None:
     `specchat` processes that tests start read them instead of timing passes of their own."""
     monkeypatch.setattr(BlockCostTable, "_measure_all", _fixed_measure_all)
     monkeypatch.setattr(BlockCostTable, "_observe", _not_refined)
+    monkeypatch.setattr(BlockCostTable, "_observe_drafted", _not_refined)
     if gguf is not None:
         from specchat.backends.registry import runtime as registered
 

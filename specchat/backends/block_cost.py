@@ -13,6 +13,7 @@ import contextlib
 import os
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 from specchat import locations
@@ -28,6 +29,10 @@ _REPEATS = 3
 # from the table by more than the tolerance
 _WINDOW = 32
 _TOLERANCE = 0.03
+# a drafted pass in use is priced against the median of this many latest settled plain passes,
+# and a size is raised from the median of its latest `_DRAFTED_WINDOW` such ratios
+_REFERENCE = 5
+_DRAFTED_WINDOW = 16
 # plain passes a larger pass is charged for: llama.cpp's one-token pass is slower after a larger
 # one, and the next one too
 _SETTLE = 3
@@ -66,6 +71,9 @@ class BlockCostTable:
         self._recent_share = [0.0, 0.0]  # those passes' CPU seconds and wall seconds
         self._refined_busy = False  # the last refinement came from passes that lacked the cores
         self._timed_busy = False  # measured while other work took the cores: not kept
+        self._latest_plain: deque[float] = deque(maxlen=_REFERENCE)  # settled plain seconds
+        self._drafted: dict[int, deque[float]] = {}  # per size: seconds ÷ the plain reference
+        self._raised: dict[int, float] = {}  # per size: what use showed beyond the table
 
     @staticmethod
     def full_key(key: str, device: str, threads: object) -> str:
@@ -107,14 +115,20 @@ class BlockCostTable:
         seconds do not show, and the plain passes it slows are not yet settled."""
         start, cpu = time.perf_counter(), time.process_time()
         yield
+        seconds = time.perf_counter() - start
         by_load = getattr(self._backend, "threads_by_load", None)
-        if len(block) > 1 or (by_load is not None and by_load.reduced):
+        if by_load is not None and by_load.reduced:
             # (a pass on fewer threads than the table's is not the table's to learn from)
             self._plain_run = 0
             return
+        if len(block) > 1:
+            self._plain_run = 0
+            self._observe_drafted(len(block), seconds)
+            return
         self._plain_run += 1
         if self._plain_run > _SETTLE and self._costs:
-            self._observe(time.perf_counter() - start, time.process_time() - cpu)
+            self._latest_plain.append(seconds)
+            self._observe(seconds, time.process_time() - cpu)
 
     def _observe(self, seconds: float, cpu_seconds: float) -> None:
         """The table follows what a plain pass typically costs now — lower than measured where
@@ -142,6 +156,32 @@ class BlockCostTable:
             self._costs[size] *= factor
         self._memo.clear()
         self._unsaved, self._refined_busy = True, not alone
+
+    def _observe_drafted(self, k: int, seconds: float) -> None:
+        """Raise a size the table prices below what its passes cost in use. The table's shape is
+        timed once, and this machine's shape moves with its neighbours' load while the plain
+        pass barely does: a 4-token int4 pass ran 1.52x a plain one for minutes after the table
+        timed it at 1.22x, and the policy drafted where decoding lost (docs/benchmarks.md). Each
+        drafted pass is priced against the plain passes just before it, so a change of scale
+        cancels; the raise is the median of a size's latest ratios over the table's. Raised only,
+        never lowered below the table: the table also charges what a pass slows after it, which
+        the pass's own seconds do not show. For this run only: the state is the machine's now."""
+        if len(self._latest_plain) < 3 or not self._costs:
+            return
+        window = self._drafted.setdefault(k, deque(maxlen=_DRAFTED_WINDOW))
+        window.append(seconds / statistics.median(self._latest_plain))
+        if len(window) < _DRAFTED_WINDOW:
+            return
+        raised = statistics.median(window) / (self._table_cost(k) / self._table_cost(1))
+        self._raised[k] = max(1.0, raised)
+        self._memo.clear()
+
+    def _raise(self, k: int) -> float:
+        """The raise use showed for a k-token pass: its own, else between the sizes seen (a
+        plain pass none), the largest seen's beyond them."""
+        if k <= 1 or not self._raised:
+            return 1.0
+        return interpolate({1: 1.0, **self._raised, 1 << 20: max(self._raised.values())}, k)
 
     def keep(self) -> None:
         """Write the refinements made since the last `keep` (none: nothing is written; nor for a
@@ -190,11 +230,12 @@ class BlockCostTable:
         known = self._memo.get(k)
         if known is None:
             self._measured()
-            known = self._memo[k] = self._costs[k] if k in self._costs else self._interpolate(k)
+            known = self._memo[k] = self._table_cost(k) * self._raise(k)
         return known
 
-    def _interpolate(self, k: int) -> float:
-        return interpolate(self._costs, k)
+    def _table_cost(self, k: int) -> float:
+        """A k-token pass's cost as timed (and scaled by plain passes since), before use raised it."""
+        return self._costs[k] if k in self._costs else interpolate(self._costs, k)
 
     def _measure_all(self) -> None:
         """Every size timed as decoding meets it (`time_passes`), behind `CONTEXT` cached tokens:

@@ -80,11 +80,45 @@ def test_a_faster_plain_pass_lowers_every_size_alike(
     runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
     table = BlockCostTable(runtime, key="stand-in")
     before = {k: table.cost(k) for k in (1, 2, 8)}
-    runtime.pass_seconds = lambda k: 0.8 * k
+    runtime.pass_seconds = lambda k: 0.8 * (1.0 if k == 1 else 0.5 + 0.5 * k)
     decode(runtime, table, [2, 1, 1, 1, 1, 1, 1], times=50)
     assert table.cost(1) == pytest.approx(0.8)
     for k in (2, 8):
         assert table.cost(k) / table.cost(1) == pytest.approx(before[k] / before[1])
+
+
+@pytest.mark.measured_costs
+def test_drafts_that_cost_more_in_use_than_timed_are_priced_as_they_cost(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table's shape is timed once; when a 2-token pass later costs 2.4 plain passes where
+    the table says 1.5 (the machine's neighbours took its compute, seen on a 2-core AMD EPYC),
+    the policy prices drafts at what they cost now, and a larger size, not drafted yet, at least
+    as much more. For this run only: the kept table keeps its timing."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    table = BlockCostTable(runtime, key="stand-in")
+    before = {k: table.cost(k) for k in (1, 2, 4)}
+    runtime.pass_seconds = lambda k: 1.0 if k == 1 else 1.2 * k
+    decode(runtime, table, [2, 1, 1, 1, 1, 1], times=20)
+    assert table.cost(1) == pytest.approx(1.0)
+    assert table.cost(2) == pytest.approx(2.4)
+    assert table.cost(4) == pytest.approx(before[4] * 2.4 / before[2])
+    table.keep()
+    kept = BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", ""))
+    assert kept is not None and kept.cost(2) == pytest.approx(before[2])
+
+
+@pytest.mark.measured_costs
+def test_drafts_cheaper_in_use_than_timed_leave_the_table(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A draft's own seconds leave out what it slows after it (llama.cpp's next plain passes),
+    which the table charges: a pass that looks cheaper than the table in use does not lower it."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.5)
+    table = BlockCostTable(runtime, key="stand-in")
+    before = table.cost(2)
+    decode(runtime, table, [2, 1, 1, 1, 1, 1], times=20)
+    assert table.cost(2) == pytest.approx(before) and before > 1.5
 
 
 @pytest.mark.measured_costs
