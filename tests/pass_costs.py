@@ -52,7 +52,7 @@ def _fixed_measure_all(table: BlockCostTable) -> None:
     table._costs.update({k: one * ratio for k, ratio in HF_SHAPE.items()})
 
 
-def _not_refined(table: BlockCostTable, seconds: float, *_: float) -> None:
+def _not_refined(table: BlockCostTable, *_: float) -> None:
     """Passes in use never move the fixed costs."""
 
 

@@ -172,16 +172,20 @@ class BlockCostTable:
         window.append(seconds / statistics.median(self._latest_plain))
         if len(window) < _DRAFTED_WINDOW:
             return
-        raised = statistics.median(window) / (self._table_cost(k) / self._table_cost(1))
-        self._raised[k] = max(1.0, raised)
-        self._memo.clear()
+        raised = max(1.0, statistics.median(window) / (self._table_cost(k) / self._table_cost(1)))
+        if raised != self._raised.get(k, 1.0):  # (the memo is kept while nothing moved)
+            self._raised[k] = raised
+            self._memo.clear()
 
     def _raise(self, k: int) -> float:
         """The raise use showed for a k-token pass: its own, else between the sizes seen (a
         plain pass none), the largest seen's beyond them."""
         if k <= 1 or not self._raised:
             return 1.0
-        return interpolate({1: 1.0, **self._raised, 1 << 20: max(self._raised.values())}, k)
+        largest = max(self._raised)
+        if k >= largest:
+            return self._raised[largest]
+        return interpolate({1: 1.0, **self._raised}, k)
 
     def keep(self) -> None:
         """Write the refinements made since the last `keep` (none: nothing is written; nor for a
