@@ -50,7 +50,7 @@ static inline __attribute__((always_inline)) void nibbles16_tile(
     for (int64_t g = 0; g < groups; g++) {
         __m512i sums[TOKENS], highs[TOKENS];
         for (int j = 0; j < count; j++) sums[j] = highs[j] = _mm512_setzero_si512();
-        if (count > 2) prefetch_ahead(codes->a + g * codes->group_step, codes->group_step);
+        prefetch_ahead(codes->a + g * codes->group_step, codes->group_step);
         /* the plane follows the four chunks, as a fifth */
         const __m512i plane = five ? pair_chunk(codes, joined, g, 4) : _mm512_setzero_si512();
         for (int c = 0; c < 4; c++) {
@@ -94,7 +94,7 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
     for (int64_t g = 0; g < groups; g++) {
         __m256i s16[TOKENS], s32[TOKENS];
         for (int j = 0; j < count; j++) s16[j] = s32[j] = _mm256_setzero_si256();
-        if (count > 2) prefetch_ahead(codes + g * stride, stride);
+        prefetch_ahead(codes + g * stride, stride);
         for (int c = 0; c < 4; c++) {
             const uint8_t *tile = codes + g * stride;
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(tile + c * 32));

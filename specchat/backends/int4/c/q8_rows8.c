@@ -38,7 +38,7 @@ static inline __attribute__((always_inline)) void int8x16_tile(
     for (int64_t g = 0; g < groups; g++) {
         __m512i sums[2][TOKENS]; /* [part][token] */
         for (int j = 0; j < count; j++) sums[0][j] = sums[1][j] = _mm512_setzero_si512();
-        if (count > 2) prefetch_ahead(codes->a + g * codes->group_step, codes->group_step);
+        prefetch_ahead(codes->a + g * codes->group_step, codes->group_step);
         /* unrolled whole so that sums[h][j] stay in registers: GCC left the loop rolled at 8
          * tokens, and Q6_K's pass of 8 cost 3.3 times its pass of 4 (1.7B shape, in cache) */
 #pragma GCC unroll 8
@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
     for (int64_t g = 0; g < groups; g++) {
         __m256i sums[2][TOKENS];
         for (int j = 0; j < count; j++) sums[0][j] = sums[1][j] = _mm256_setzero_si256();
-        if (count > 2) prefetch_ahead(codes + g * 8 * 32, 8 * 32);
+        prefetch_ahead(codes + g * 8 * 32, 8 * 32);
         for (int c = 0; c < 8; c++) {
             const int h = sub == 2 && c >= 4;
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(codes + (g * 8 + c) * 32));

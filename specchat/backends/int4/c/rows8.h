@@ -85,11 +85,13 @@ static inline void store_rows8(void *out, int out_is_bf16, int64_t first, int64_
 }
 
 #if defined(HAVE_AVX2)
-/* How far ahead of the group it works on a tile of three or more tokens asks for the codes it
- * will read: such a tile computes long enough per byte that the hardware's own prefetch falls
- * behind (an 8B shape's 4-token pass stalled on each group's first load). Tiles of one or two
- * tokens wait on memory anyway: asking there gained nothing (k=2 1.02-1.05x). always_inline:
- * GCC 12 left this out of line in the tiles and dropped the prefetches from it. */
+/* How far ahead of the group it works on a tile asks for the codes it will read: a tile of
+ * three or more tokens computes long enough per byte that the hardware's own prefetch falls
+ * behind (an 8B shape's 4-token pass stalled on each group's first load), and on an Intel Xeon
+ * a tile of one or two tokens did too: asked ahead, a one-token pass of the bundled model took
+ * 0.87x its time, 1.7B Q4_K_M's 0.80x (avx512) and 0.72x (avx2). On the AMD EPYC, where it was
+ * first tried for small tiles, a 2-token pass read 1.02-1.05x (docs/benchmarks.md, session 44).
+ * always_inline: GCC 12 left this out of line in the tiles and dropped the prefetches from it. */
 #ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 2048
 #endif
