@@ -1,10 +1,14 @@
 """llama.cpp against the int4 runtime on the bundled model, in one run.
 
 Prints each runtime's 1-token pass (ms) and its k = 2, 4, 8, 16 chain passes as multiples of its
-own 1-token pass, behind 256 cached tokens (medians over repeats, the runtimes and sizes taken in
-turn so load changes hit all alike, each timed pass after an untimed one-token pass of its own
-runtime: `settled_seconds`), then greedy tokens/s over 128 tokens of a short chat prompt (median
-of a few runs) and whether the two greedy answers agree.
+own 1-token pass, behind 256 cached tokens, as the draft policy prices them (`time_passes`: each
+pass after settled plain passes of its own runtime, charged what it slows the plain passes after
+it; medians over rounds, the runtimes taken in turn so load changes hit both alike), then greedy
+tokens/s over 128 tokens of a short chat prompt (median of a few runs) and whether the two greedy
+answers agree. Each runtime first runs `WARM_UP` plain passes of its own: after the other
+runtime's, one untimed pass did not settle it on an Intel Xeon (int4's one-token pass read 5.6 ms
+where its greedy loop ran 3.1 ms a token, and every multiple of it read flattered;
+docs/benchmarks.md, session 45).
 
     PYTHONPATH=. python benchmarks/measure_int4.py [--threads 2] [--repeats 30]
 """
@@ -28,6 +32,7 @@ os.environ.setdefault("SPECCHAT_ADAPT_THREADS", "0")
 SIZES = (1, 2, 4, 8, 16)
 CONTEXT = 256
 GREEDY_TOKENS = 128
+WARM_UP = 12  # untimed plain passes a runtime runs before its sizes are timed, each round
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 FILLER = (
     "The history of the lighthouse goes back to antiquity, when fires were lit on hilltops to "
@@ -71,19 +76,26 @@ def settled_seconds(backend, chain: list[int], context: int) -> float:
 
 
 def pass_costs(backends: dict, repeats: int) -> dict[str, dict[int, float]]:
-    """Median seconds of a k-token chain pass behind CONTEXT cached tokens, per runtime and k."""
+    """Median seconds of a k-token chain pass behind CONTEXT cached tokens, per runtime and k, as
+    the draft policy's table times them (`time_passes`, one sweep a runtime a round)."""
+    from specchat.backends.block_cost import time_passes
+
     times: dict[str, dict[int, list[float]]] = {name: {k: [] for k in SIZES} for name in backends}
-    for backend in backends.values():
+    plain = {}
+    for name, backend in backends.items():
         filler = (backend.tokenize(FILLER) * CONTEXT)[:CONTEXT]
         backend.rollback(0)
         backend.prefill(filler)
-    draft = backends["int4"].tokenize(FILLER)[: max(SIZES)]
+        plain[name] = Block.chain(filler[:1])
     for repeat in range(repeats):
         if repeat % 10 == 0:
             say(f"  timing passes: round {repeat + 1} of {repeats}")
         for name, backend in backends.items():
-            for k in SIZES:
-                times[name][k].append(settled_seconds(backend, draft[:k], CONTEXT))
+            for _ in range(WARM_UP):
+                backend.evaluate(plain[name])
+                backend.rollback(CONTEXT)
+            for k, seconds in time_passes(backend, SIZES, 1).items():
+                times[name][k].append(seconds)
     return {
         name: {k: statistics.median(v) for k, v in per_k.items()} for name, per_k in times.items()
     }
