@@ -51,7 +51,7 @@ def compare(
     before, after, context: int, rounds: int
 ) -> tuple[dict[int, tuple[float, float]], bool]:
     """Per size, the median seconds of (old, new) passes behind `context` filler tokens, taken in
-    turn (the order flipped every round), each after a one-token pass of its own build; and
+    turn (the order flipped every round), each after settling plain passes of its own build; and
     whether a two-token block's logits are equal."""
     for backend in (before, after):
         backend.rollback(0)

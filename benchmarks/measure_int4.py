@@ -63,11 +63,14 @@ def load(threads: int):
 
 def settled_seconds(backend, chain: list[int], context: int) -> float:
     """Seconds of a pass over `chain` behind `context` cached tokens, timed as decoding meets it:
-    after an untimed one-token pass of the same runtime. Right after the other runtime's pass,
-    whose threads still spin on the same cores, a one-token pass took 15-20% longer, and every
-    multiple of it read flattered (docs/benchmarks.md, session 35)."""
-    backend.evaluate(Block.chain(chain[:1]))
-    backend.rollback(context)
+    after `WARM_UP` untimed one-token passes of the same runtime. Right after the other
+    runtime's (or build's, or model's) passes, whose threads still spin on the same cores, one
+    settling pass was not enough: int4's one-token pass read 5.6 ms where its greedy loop ran
+    3.1 ms a token, and every multiple of it read flattered (docs/benchmarks.md, sessions 35
+    and 45)."""
+    for _ in range(WARM_UP):
+        backend.evaluate(Block.chain(chain[:1]))
+        backend.rollback(context)
     started = time.perf_counter()
     backend.evaluate(Block.chain(chain))
     seconds = time.perf_counter() - started
