@@ -26,6 +26,11 @@ class Match:
     ngram: int  # length of the indexed n-gram that matched (0: none)
     length: int  # how many tokens before the continuation agree with the context's tail (capped)
     end: int  # index of the occurrence's last matched token
+    # of the matched n-gram's indexed occurrences, how many there are and how many were followed
+    # by the continuation's first token: a short match whose every occurrence went on the same
+    # way is a far better bet than one whose occurrences went many ways (docs/benchmarks.md)
+    occurrences: int = 0
+    agreeing: int = 0
 
 
 class NgramIndex:
@@ -94,7 +99,10 @@ class NgramIndex:
                     length += 1
                 if length > best_length:
                     best_end, best_length = end, length
-            return Match(tokens[best_end + 1 : best_end + 1 + limit], n, best_length, best_end)
+            following = tokens[best_end + 1]
+            agreeing = sum(1 for end in ends if tokens[end + 1] == following)
+            continuation = tokens[best_end + 1 : best_end + 1 + limit]
+            return Match(continuation, n, best_length, best_end, len(ends), agreeing)
         return Match([], 0, 0, -1)
 
     def continuation(self, limit: int) -> tuple[list[int], int]:

@@ -219,6 +219,9 @@ def test_ngram_match_reports_the_true_match_length():
             if e - n + 1 >= 0 and tokens[e - n + 1 : e + 1] == tokens[-n:]
         ][-RECENT:]
         assert end in ends
+        # and how those occurrences went on: how many, how many the way the match goes
+        assert found.occurrences == len(ends)
+        assert found.agreeing == sum(tokens[e + 1] == tokens[end + 1] for e in ends)
         for other in ends:
             agree = agreement(tokens, other)
             assert agree < found.length or (agree == found.length and other <= end)
@@ -256,6 +259,30 @@ def test_a_copy_resumed_after_an_edit_is_learned_as_a_copy_under_way(make):
     # a copy that jumped back to an earlier part of the passage resumes nothing
     back = _plans_along(make(), prompt, [*passage[:12], 999, *passage[2:6]])[-1]
     assert back.key == ("copy", match_bucket(3), False)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: PromptLookupDrafter(3, 1, 64), lambda: SuffixDrafter(64, 3, 1.0, 0.1)],
+    ids=["pld", "suffix"],
+)
+def test_a_short_match_is_learned_apart_by_how_its_occurrences_went_on(make):
+    """A one-token match whose every earlier occurrence went on the same way was the next token
+    twice as often as one whose occurrences went several ways (docs/benchmarks.md): the policy
+    learns the two apart and assumes more of the first before evidence."""
+    same = [5, 50, 6, 5, 50, 7, 5, 50, 8]  # 5 always went on as 50
+    many = [5, 51, 6, 5, 52, 7, 5, 53, 8]  # 5 went on three ways
+    once = [5, 54, 6, 9, 9, 7, 2, 2, 8]  # 5 occurred once
+    plans = {
+        name: _plans_along(make(), [1, *prompt, 3], [5, 0])[-1]
+        for name, prompt in (("all", same), ("split", many), ("one", once))
+    }
+    for name, plan in plans.items():
+        assert plan.key == ("copy", match_bucket(1), False, name)
+    assert plans["all"].prior > plans["one"].prior > plans["split"].prior
+    # a long match is not split so: its occurrences' ways tell little more
+    longer = _plans_along(make(), [1, *same, 3], [9, 9, 5, 50, 8, 0])[-1]
+    assert longer.key == ("copy", match_bucket(3), False)
 
 
 @pytest.mark.parametrize(
