@@ -4,8 +4,10 @@ in one target pass.
 
 Acceptance is bursty — a draft copied from a passage being quoted keeps being right, one matched on
 a single common token rarely is — so the policy learns it per situation: how far back the context's
-tail really matches the earlier occurrence (a few tokens, or a 40-token copy under way) and whether
-the previous draft was accepted in full.
+tail really matches the earlier occurrence (a few tokens, or a 40-token copy under way), whether
+the previous draft was accepted in full, and for a match of a token or two whether the earlier
+occurrences all went on the way the copy does (the next token twice as often as where they went
+several ways).
 """
 
 from __future__ import annotations
