@@ -6,8 +6,8 @@ Acceptance is bursty — a draft copied from a passage being quoted keeps being 
 a single common token rarely is — so the policy learns it per situation: how far back the context's
 tail really matches the earlier occurrence (a few tokens, or a 40-token copy under way), whether
 the previous draft was accepted in full, and for a match of a token or two whether the earlier
-occurrences all went on the way the copy does (the next token twice as often as where they went
-several ways).
+occurrences all went on the way the copy does (the next token three times as often or more as
+where they went different ways).
 """
 
 from __future__ import annotations

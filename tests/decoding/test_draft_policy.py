@@ -268,8 +268,9 @@ def test_a_copy_resumed_after_an_edit_is_learned_as_a_copy_under_way(make):
 )
 def test_a_short_match_is_learned_apart_by_how_its_occurrences_went_on(make):
     """A one-token match whose every earlier occurrence went on the same way was the next token
-    twice as often as one whose occurrences went several ways (docs/benchmarks.md): the policy
-    learns the two apart and assumes more of the first before evidence."""
+    three times as often or more as one whose occurrences went different ways, a lone
+    occurrence in between (docs/benchmarks.md): the policy learns the three apart and assumes
+    more of the surer before evidence."""
     same = [5, 50, 6, 5, 50, 7, 5, 50, 8]  # 5 always went on as 50
     many = [5, 51, 6, 5, 52, 7, 5, 53, 8]  # 5 went on three ways
     once = [5, 54, 6, 9, 9, 7, 2, 2, 8]  # 5 occurred once
