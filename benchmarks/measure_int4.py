@@ -61,6 +61,13 @@ def load(threads: int):
     return {"llama.cpp": llama, "int4": int4}
 
 
+def warm_up(backend, plain: Block, context: int) -> None:
+    """`WARM_UP` untimed one-token passes of `backend` behind `context` cached tokens."""
+    for _ in range(WARM_UP):
+        backend.evaluate(plain)
+        backend.rollback(context)
+
+
 def settled_seconds(backend, chain: list[int], context: int) -> float:
     """Seconds of a pass over `chain` behind `context` cached tokens, timed as decoding meets it:
     after `WARM_UP` untimed one-token passes of the same runtime. Right after the other
@@ -68,9 +75,7 @@ def settled_seconds(backend, chain: list[int], context: int) -> float:
     settling pass was not enough: int4's one-token pass read 5.6 ms where its greedy loop ran
     3.1 ms a token, and every multiple of it read flattered (docs/benchmarks.md, sessions 35
     and 45)."""
-    for _ in range(WARM_UP):
-        backend.evaluate(Block.chain(chain[:1]))
-        backend.rollback(context)
+    warm_up(backend, Block.chain(chain[:1]), context)
     started = time.perf_counter()
     backend.evaluate(Block.chain(chain))
     seconds = time.perf_counter() - started
@@ -94,9 +99,7 @@ def pass_costs(backends: dict, repeats: int) -> dict[str, dict[int, float]]:
         if repeat % 10 == 0:
             say(f"  timing passes: round {repeat + 1} of {repeats}")
         for name, backend in backends.items():
-            for _ in range(WARM_UP):
-                backend.evaluate(plain[name])
-                backend.rollback(CONTEXT)
+            warm_up(backend, plain[name], CONTEXT)
             for k, seconds in time_passes(backend, SIZES, 1).items():
                 times[name][k].append(seconds)
     return {
