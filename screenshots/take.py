@@ -9,12 +9,17 @@ race.svg (the race mid-replay: the replay clock is stopped where the first decod
 race-done.svg (the replay over, with the summary), code.svg (a code edit on a file attached with
 `@maths.py`, Tab completing its name: the runs the decoder copied, tinted inside the highlighted
 code block) and drafts.svg (that answer's drafts, `d`); `take.py busy` writes busy.svg (the chat's
-answer beside a busy process: the status line says it runs on fewer threads, and at what speed).
+answer beside a busy process: the status line says it runs on fewer threads, and at what speed);
+`take.py models` writes models.svg (F9's picker over a chat that has answered: the bundled model,
+one in ollama's store and one in LM Studio's folder, each the bundled file kept as that app keeps
+its models).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -177,6 +182,43 @@ async def busy_shot() -> None:
         loop.wait()
 
 
+def model_stores(root: Path) -> None:
+    """An ollama store (a blob and a manifest naming it) and an LM Studio folder, each holding
+    the bundled GGUF, found as `specchat models` finds a user's."""
+    from specchat.bundled import bundled_gguf
+
+    gguf = bundled_gguf()
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    blobs = root / "ollama" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"sha256-{digest}").symlink_to(gguf)
+    manifest = root / "ollama" / "manifests" / "registry.ollama.ai" / "library" / "smollm2"
+    manifest.mkdir(parents=True)
+    layer = {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}"}
+    (manifest / "135m").write_text(json.dumps({"schemaVersion": 2, "layers": [layer]}))
+    repo = root / "lmstudio" / "HuggingFaceTB" / "SmolLM2-135M-Instruct-GGUF"
+    repo.mkdir(parents=True)
+    (repo / "smollm2-135m-instruct-q4_1.gguf").symlink_to(gguf)
+    os.environ["OLLAMA_MODELS"] = str(root / "ollama")
+    os.environ["LMSTUDIO_MODELS"] = str(root / "lmstudio")
+    os.environ["HF_HUB_CACHE"] = str(root / "hub")
+
+
+async def models_shot() -> None:
+    """F9 after an answer: the picker over the chat, the running model marked."""
+    from specchat.app.tui.app import SpecchatApp
+    from specchat.options import RunConfig
+
+    model_stores(Path(tempfile.mkdtemp(prefix="specchat-stores-")))
+    app = SpecchatApp(settings=RunConfig(max_tokens=160), save_settings_file=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(app, pilot)
+        await answered(app, pilot, PROMPT)
+        await pilot.press("f9")
+        await pilot.pause(0.5)
+        app.save_screenshot("models.svg", str(HERE))
+
+
 def main() -> None:
     folder = tempfile.mkdtemp(prefix="specchat-shots-")
     os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(folder, "config")
@@ -188,6 +230,8 @@ def main() -> None:
         asyncio.run(code_shots())
     if "busy" in which:  # only when asked: it needs a second core that a busy process takes
         asyncio.run(busy_shot())
+    if "models" in which:  # only when asked: its stores are made up of the bundled model
+        asyncio.run(models_shot())
 
 
 if __name__ == "__main__":

@@ -416,6 +416,15 @@ def gguf_details(path: Path) -> ModelDetails:
     return ModelDetails(family, _quant_name(header), size, runs)
 
 
+def listing_facts(listing: ModelListing) -> tuple[str, str, str, str]:
+    """A listed model's family, quantization, size and the runtimes that run it here, as
+    `specchat models` and the chat's picker show them (a GGUF's header read, nothing loaded)."""
+    if listing.kind == HF_FOLDER:
+        return "", "", "", "transformers (hf)"
+    details = gguf_details(listing.path)
+    return details.family, details.quant, f"{details.size / 2**20:,.0f} MiB", details.runtimes
+
+
 def _quant_name(header) -> str:
     """general.file_type as llama.cpp names it (Q4_K_M), else the type most weights have."""
     file_type = header.metadata.get("general.file_type")

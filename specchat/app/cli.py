@@ -262,19 +262,13 @@ def models() -> None:
     store, LM Studio's folder, the settings' model_folders): the name --model takes, family,
     quantization, size, where it was found, and the runtimes that run it at this CPU's level.
     The default is marked."""
-    from specchat.backends.registry import HF_FOLDER
-    from specchat.models import gguf_details, list_models
+    from specchat.models import list_models, listing_facts
 
     _, config, broken = run_config(CHAT, {})
     _warn(broken)
     for listing in list_models(config.model_folders):
         mark = "*" if listing.is_default else " "
-        if listing.kind == HF_FOLDER:
-            family, quant, size, runs = "", "", "", "transformers (hf)"
-        else:
-            details = gguf_details(listing.path)
-            family, quant, runs = details.family, details.quant, details.runtimes
-            size = f"{details.size / 2**20:,.0f} MiB"
+        family, quant, size, runs = listing_facts(listing)
         typer.echo(f"{mark} {listing.spec:<36} {family:<8} {quant:<7} {size:>9}  {listing.store}")
         typer.echo(f"    runs on {runs} · {listing.path}")
     typer.echo("(* = default; any .gguf path or Hugging Face model directory works too)")

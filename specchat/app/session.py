@@ -41,7 +41,7 @@ from specchat.evaluation.race import (
 from specchat.evaluation.variants import DecoderVariant
 from specchat.hardware import physical_cores
 from specchat.history import HistoryStore
-from specchat.models import LoadOptions, list_models, open_race_server
+from specchat.models import LoadOptions, list_models, listing_facts, open_race_server
 from specchat.options import COLOUR_MODES, RunConfig
 from specchat.run_config import chosen_decoder, run_params, sampling_for
 from specchat.saved_chats import SavedChatsIndex, saved_chats_for
@@ -62,12 +62,14 @@ def ui_model_threads() -> int:
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """A model the chat's picker offers: the name --model takes, where it was found, and whether
-    the chat runs it now."""
+    """A model the chat's picker offers: the name --model takes, where it was found, whether
+    the chat runs it now, and its family, quantization, size and runtimes (as `specchat models`
+    says them), so a user sees what a switch would load before it loads."""
 
     spec: str
     where: str
     current: bool
+    facts: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,10 +155,19 @@ class ChatSession:
         """The models this machine has (`specchat models`' list), for the chat's picker; the one
         the chat runs is marked."""
         current = self.backend.model_name if self.backend is not None else ""
-        return [
-            ModelChoice(m.spec, m.store or m.kind, current in (m.spec, m.path.stem, m.path.name))
-            for m in list_models(self.config.model_folders)
-        ]
+        choices = []
+        for m in list_models(self.config.model_folders):
+            family, quant, size, runs = listing_facts(m)
+            facts = " · ".join(part for part in (family, quant, size) if part)
+            choices.append(
+                ModelChoice(
+                    m.spec,
+                    m.store or m.kind,
+                    current in (m.spec, m.path.stem, m.path.name),
+                    f"{facts} · runs on {runs}" if facts else f"runs on {runs}",
+                )
+            )
+        return choices
 
     def switch_model(self, spec: str, progress: Callable[[str], None]) -> tuple[float, str | None]:
         """Load the model `spec` names (a name `specchat models` lists) in place of the current

@@ -44,6 +44,8 @@ async def pick(pilot, name: str) -> None:
     options = pilot.app.screen.query_one(OptionList)
     ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
     assert name in ids and "smollm2" in ids, ids
+    facts = str(options.get_option_at_index(ids.index("smollm2")).prompt)
+    assert "Q4_1" in facts and "MiB" in facts and "runs on" in facts, facts
     options.highlighted = ids.index(name)
     await pilot.press("enter")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.bundled import bundled_gguf
-from specchat.models import list_models
+from specchat.models import list_models, listing_facts
 
 from .tmux import ask, keys, needs_tmux, quit_and_close, start_specchat, wait_for, wait_until_usable
 
@@ -32,7 +32,8 @@ def test_f9_switches_the_model_in_a_real_terminal(private_dirs, monkeypatch):
     monkeypatch.setenv("LMSTUDIO_MODELS", str(lmstudio))
     monkeypatch.setenv("OLLAMA_MODELS", str(private_dirs / "no-ollama"))
     monkeypatch.setenv("HF_HUB_CACHE", str(private_dirs / "no-hf-cache"))
-    listed = [m.spec for m in list_models()]
+    listed = list_models()
+    specs = [m.spec for m in listed]
     session = start_specchat(private_dirs, "threads = 1\nmax_tokens = 8\n", name="models")
     try:
         before = status_line(wait_until_usable(session))
@@ -40,7 +41,10 @@ def test_f9_switches_the_model_in_a_real_terminal(private_dirs, monkeypatch):
         keys(session, "F9")
         picker = wait_for(session, lambda s: "Enter loads it" in s)
         assert "● smollm2" in picker and f"  {OTHER}  ·  LM Studio" in picker, picker
-        keys(session, "Home", *["Down"] * listed.index(OTHER), "Enter")
+        # each with what `specchat models` says of it: family, quantization, size, runtimes
+        family, quant, size, runs = listing_facts(listed[0])
+        assert picker.count(f"{family} · {quant} · {size} · runs on {runs}") == 2, picker
+        keys(session, "Home", *["Down"] * specs.index(OTHER), "Enter")
         wait_for(session, lambda s: "Enter loads it" not in s and OTHER in status_line(s), 300)
         ask(session, "Say hi.")
         screen = wait_for(session, lambda s: "ended:" in s)

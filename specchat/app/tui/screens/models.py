@@ -4,6 +4,7 @@ model, in the background, while the chat stays open."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -14,10 +15,11 @@ from textual.widgets.option_list import Option
 from specchat.app.session import ModelChoice
 
 
-def choice_line(choice: ModelChoice) -> str:
-    """A model's line: ● on the one the chat runs, its name (what --model takes), where it was
-    found."""
-    return f"{'●' if choice.current else ' '} {choice.spec}  ·  {choice.where}"
+def choice_line(choice: ModelChoice) -> Text:
+    """A model's entry: ● on the one the chat runs, its name (what --model takes) and where it
+    was found; below, dimmed, its family, quantization, size and the runtimes that run it here."""
+    mark = "●" if choice.current else " "
+    return Text.assemble(f"{mark} {choice.spec}  ·  {choice.where}\n", ("  " + choice.facts, "dim"))
 
 
 class ModelPickerScreen(ModalScreen[str | None]):
