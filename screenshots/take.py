@@ -207,6 +207,7 @@ def model_stores(root: Path) -> None:
 async def models_shot() -> None:
     """F9 after an answer: the picker over the chat, the running model marked."""
     from specchat.app.tui.app import SpecchatApp
+    from specchat.app.tui.screens.models import ModelPickerScreen
     from specchat.options import RunConfig
 
     model_stores(Path(tempfile.mkdtemp(prefix="specchat-stores-")))
@@ -214,8 +215,10 @@ async def models_shot() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await loaded(app, pilot)
         await answered(app, pilot, PROMPT)
-        await pilot.press("f9")
-        await pilot.pause(0.5)
+        await pilot.press("f9")  # the list is read in a worker, then the picker opens
+        while not isinstance(app.screen, ModelPickerScreen):
+            await pilot.pause(0.1)
+        await pilot.pause(0.3)
         app.save_screenshot("models.svg", str(HERE))
 
 

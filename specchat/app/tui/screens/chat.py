@@ -21,7 +21,7 @@ from textual.widgets import Footer, Header
 
 from specchat.app.conversation import Conversation
 from specchat.app.model_thread import run_in_passing_thread, run_on_model_thread
-from specchat.app.session import ChatSession
+from specchat.app.session import ChatSession, ModelChoice
 from specchat.app.tui.figures import Figures
 from specchat.app.tui.keys import (
     APP_KEYS,
@@ -142,13 +142,25 @@ class ChatScreen(Answering, Branches, Copying, Screen):
 
     def action_pick_model(self) -> None:
         """F9: the models this machine has; the chosen one loads on the model thread while the
-        chat stays open (an answer waits for it)."""
-        from specchat.app.tui.screens.models import ModelPickerScreen
-
+        chat stays open (an answer waits for it). The list is read in a worker: each GGUF's
+        header is read for its facts (tens of milliseconds a file, more for the first)."""
         if self.session.busy:
             self.notify("an answer or a race is running: stop it (Esc) first", severity="warning")
             return
-        self.app.push_screen(ModelPickerScreen(self.session.model_choices()), self._model_chosen)
+        self.run_worker(self._list_models, name="list models", group="models", thread=True)
+
+    def _list_models(self) -> None:
+        try:
+            choices = self.session.model_choices()
+        except Exception as exc:  # a store that cannot be read is shown, not a crash
+            self.app.call_from_thread(self.notify, error_text(exc), severity="error")
+            return
+        self.app.call_from_thread(self._open_picker, choices)
+
+    def _open_picker(self, choices: list[ModelChoice]) -> None:
+        from specchat.app.tui.screens.models import ModelPickerScreen
+
+        self.app.push_screen(ModelPickerScreen(choices), self._model_chosen)
 
     def _model_chosen(self, spec: str | None) -> None:
         if spec is None:
