@@ -4,6 +4,7 @@ line names it and the next answer runs on it; one that will not load leaves the 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,26 @@ async def test_a_model_that_crashes_llama_cpp_leaves_the_chat_running(
         await pilot.press("enter")
         await wait_until(pilot, lambda: len(app.screen.messages) == 2 and not app.session.busy)
         assert app.screen.messages[-1].content
+
+
+async def test_f9_twice_opens_one_picker_and_esc_keeps_the_model(backend, lm_studio, monkeypatch):
+    """A second F9 while the list is read (or over the picker) opens no second picker; Esc
+    closes it and the chat's model stays."""
+    app = chat_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.session.ready)
+        listed = threading.Event()  # the list is read only once the second F9 was pressed
+        read = app.session.model_choices
+        monkeypatch.setattr(app.session, "model_choices", lambda: listed.wait(30) and read())
+        await pilot.press("f9", "f9")
+        listed.set()
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        await app.workers.wait_for_complete()
+        await pilot.press("f9")
+        await pilot.pause(0.2)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert sum(isinstance(s, ModelPickerScreen) for s in app.screen_stack) == 1
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ModelPickerScreen))
+        assert app.session.backend is backend and backend.model_name in status_of(app)

@@ -147,6 +147,8 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         if self.session.busy:
             self.notify("an answer or a race is running: stop it (Esc) first", severity="warning")
             return
+        if any(worker.group == "models" and worker.is_running for worker in self.workers):
+            return  # F9 pressed again while the list is read: one picker opens
         self.run_worker(self._list_models, name="list models", group="models", thread=True)
 
     def _list_models(self) -> None:
