@@ -48,7 +48,12 @@ _DEPTH_EDGES = (1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49)
 _PRIOR_WEIGHT = 2.0  # pseudo-trials behind a prior rate
 _MAX_TRIALS = 400.0  # older evidence fades past this many trials per depth bucket
 _OPTIMISM = 1.0  # standard deviations added to each rate (exploration)
-_EXPLORE_BUDGET = 0.1  # most expected speed (share of the best) an exploring draft may give up
+# most expected speed (share of the best) an exploring draft may give up: a twentieth. Replayed at
+# the int4 runtime's drafted passes as they cost in use, 0.1 (chosen at llama.cpp's costs) lost
+# 1.3% on the dev half and held out and 2.5% on code edits against 0.05; none at all drafted a
+# little better still on a CPU, but never tries the long drafts a nearly flat pass (a GPU) makes
+# cheap (docs/benchmarks.md, session 47)
+_EXPLORE_BUDGET = 0.05
 # how much faster than a plain pass a draft must be expected to be: a little, for what pricing
 # misses (the drafted step's own Python, a cost table a busy minute moved); replayed on the dev
 # half at llama.cpp's costs a small margin also drafts better overall (docs/benchmarks.md)

@@ -98,7 +98,7 @@ def test_exploration_goes_only_as_far_as_it_is_cheap():
     assert unbounded.depth(dear, plan, 100) == 32
     assert bounded.depth(dear, plan, 100) == 0  # would lose most of a pass's worth: not tried
     cheap = _Costs(per_token=0.002, overhead=0.998)  # a GPU: long drafts nearly free
-    assert bounded.depth(cheap, plan, 100) == 32  # costs little even if wrong: tried
+    assert bounded.depth(cheap, plan, 100) >= 28  # costs little even if wrong: tried long
     sure = DraftLengthPolicy(optimism=0.0)
     assert 0 < sure.depth(cheap, plan, 100) < 32  # by the rates as known, a short draft is best
 
