@@ -421,7 +421,10 @@ def listing_facts(listing: ModelListing) -> tuple[str, str, str, str]:
     `specchat models` and the chat's picker show them (a GGUF's header read, nothing loaded)."""
     if listing.kind == HF_FOLDER:
         return "", "", "", "transformers (hf)"
-    details = gguf_details(listing.path)
+    try:
+        details = gguf_details(listing.path)
+    except OSError as exc:  # a file gone or unreadable since it was listed: said, not raised
+        return "?", "?", "?", f"nothing (cannot read it: {exc.strerror or exc})"
     return details.family, details.quant, f"{details.size / 2**20:,.0f} MiB", details.runtimes
 
 

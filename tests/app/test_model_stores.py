@@ -12,6 +12,7 @@ import pytest
 
 from specchat.bundled import bundled_gguf
 from specchat.model_stores import ollama_models, ollama_name
+from specchat.models import list_models, listing_facts
 from tests.cli import run_cli
 
 pytestmark = pytest.mark.skipif(bundled_gguf() is None, reason="the bundled model is missing")
@@ -134,3 +135,15 @@ def test_folders_the_settings_name_are_listed_and_taken_by_name(tmp_path, stores
         "--max-tokens", "2", "--no-log", env=bare,
     )  # fmt: skip
     assert flagged.returncode == 0, flagged.stderr
+
+
+def test_a_model_gone_since_it_was_listed_is_said_in_its_facts(stores, monkeypatch):
+    """The picker reads each listed file's header after listing it: a file removed in between
+    (a download cleaned up, a store pruned) says so in its line, and the others keep theirs."""
+    for variable, value in stores.items():
+        monkeypatch.setenv(variable, value)
+    listed = {m.spec: m for m in list_models()}
+    gone = listed["HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf"]
+    gone.path.unlink()
+    assert listing_facts(gone)[3].startswith("nothing (cannot read it: No such file")
+    assert listing_facts(listed["smol:135m"])[:2] == ("llama", "Q4_1")
