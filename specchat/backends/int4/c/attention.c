@@ -236,14 +236,13 @@ static inline float lane_sum(const float *values, int64_t count) {
 }
 
 /* One head's bf16 projection as float32, its bias added and its RMS norm applied (as llama.cpp's
- * rms_norm then mul: squares summed in double, the scale applied before the weight). */
+ * rms_norm then mul: squares summed in double by squares_sum, the scale applied before the
+ * weight). */
 static inline void head_in(const bf16 *in, const float *bias, const float *norm, float eps,
                            float *out, int dim) {
     for (int d = 0; d < dim; d++) out[d] = bias ? from_bf16(in[d]) + bias[d] : from_bf16(in[d]);
     if (norm) {
-        double sum = 0.0;
-        for (int d = 0; d < dim; d++) sum += (double)(out[d] * out[d]);
-        const float scale = 1.0f / __builtin_sqrtf((float)(sum / (double)dim) + eps);
+        const float scale = 1.0f / __builtin_sqrtf((float)(squares_sum(out, dim) / (double)dim) + eps);
         for (int d = 0; d < dim; d++) out[d] = (out[d] * scale) * norm[d];
     }
 }

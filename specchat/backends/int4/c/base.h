@@ -44,6 +44,47 @@ static inline bf16 to_bf16(float value) {
     return (bf16)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
+/* The squares of x[0 .. dim-1] summed in double, as llama.cpp's rms_norm sums them, but in
+ * SQUARE_LANES running sums (square i in sum i % SQUARE_LANES) added pairwise at the end: one
+ * running sum waited on each add before the next (~2,300 cycles a norm of 576, two norms a layer
+ * and row; all of a pass's norms 2-4% of it, docs/benchmarks.md session 49), the lanes' adds
+ * overlap. The order is fixed, so every level and block size gets the same bits; the double can
+ * differ from one running sum's in its last bits, and a row's float mean with it only where
+ * those bits decide its rounding. */
+#define SQUARE_LANES 16
+#if defined(HAVE_AVX2)
+/* The lanes over whole runs of SQUARE_LANES; returns where the plain C goes on. */
+static inline int64_t squares_vector(const float *x, int64_t dim, double lanes[SQUARE_LANES]) {
+    __m256d acc[SQUARE_LANES / 4];
+    for (int l = 0; l < SQUARE_LANES / 4; l++) acc[l] = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + SQUARE_LANES <= dim; i += SQUARE_LANES)
+        for (int h = 0; h < SQUARE_LANES / 8; h++) { /* squared in float, added in double */
+            const __m256 v = _mm256_loadu_ps(x + i + 8 * h);
+            const __m256 squares = _mm256_mul_ps(v, v);
+            acc[2 * h] = _mm256_add_pd(acc[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(squares)));
+            acc[2 * h + 1] =
+                _mm256_add_pd(acc[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(squares, 1)));
+        }
+    for (int l = 0; l < SQUARE_LANES / 4; l++) _mm256_storeu_pd(lanes + 4 * l, acc[l]);
+    return i;
+}
+#else
+static inline int64_t squares_vector(const float *x, int64_t dim, double lanes[SQUARE_LANES]) {
+    (void)x, (void)dim;
+    for (int l = 0; l < SQUARE_LANES; l++) lanes[l] = 0.0;
+    return 0;
+}
+#endif
+static inline double squares_sum(const float *x, int64_t dim) {
+    double lanes[SQUARE_LANES];
+    for (int64_t i = squares_vector(x, dim, lanes); i < dim; i++)
+        lanes[i % SQUARE_LANES] += (double)(x[i] * x[i]);
+    for (int width = SQUARE_LANES / 2; width > 0; width /= 2) /* pairs, then pairs of pairs */
+        for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+    return lanes[0];
+}
+
 typedef uint16_t f16; /* float16 bits: the key cache's */
 
 /* float16 bits to float32, exactly (as F16C's vcvtph2ps converts them). */

@@ -3,7 +3,8 @@
 #include "kernels.h"
 
 /* x += delta (when given); out = x / rms(x) * weight, as llama.cpp's rms_norm then mul:
- * squares summed in double, the scale applied before the weight. out is bf16 or float32. */
+ * squares summed in double (squares_sum), the scale applied before the weight. out is bf16 or
+ * float32. */
 void residual_rms_norm(float *x, const bf16 *delta, int64_t delta_stride, const float *weight,
                        void *out, int out_is_bf16, int64_t rows, int64_t dim, float eps,
                        int32_t threads) {
@@ -14,9 +15,7 @@ void residual_rms_norm(float *x, const bf16 *delta, int64_t delta_stride, const 
             const bf16 *dr = delta + row * delta_stride;
             for (int64_t i = 0; i < dim; i++) xr[i] += from_bf16(dr[i]);
         }
-        double sum = 0.0;
-        for (int64_t i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
-        const float mean = (float)(sum / (double)dim);
+        const float mean = (float)(squares_sum(xr, dim) / (double)dim);
         const float scale = 1.0f / __builtin_sqrtf(mean + eps);
         if (out_is_bf16) {
             bf16 *o = (bf16 *)out + row * dim;
@@ -62,19 +61,17 @@ void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64
 }
 
 /* rows_io = rows_io / rms(rows_io) * weight in place, each row in float32 (as residual_rms_norm:
- * squares summed in double, the scale applied before the weight), stored back as bf16: Gemma's
+ * squares summed in double by squares_sum, the scale applied before the weight), stored back as bf16: Gemma's
  * norm of a sublayer's output before the residual add. */
 void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim, float eps,
                    int32_t threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (SHARED_ROWS(rows, threads))
     for (int64_t row = 0; row < rows; row++) {
         bf16 *r = rows_io + row * dim;
-        double sum = 0.0;
-        for (int64_t i = 0; i < dim; i++) {
-            const float v = from_bf16(r[i]);
-            sum += (double)(v * v);
-        }
-        const float scale = 1.0f / __builtin_sqrtf((float)(sum / (double)dim) + eps);
+        float *values = malloc(sizeof(float) * (size_t)dim);
+        for (int64_t i = 0; i < dim; i++) values[i] = from_bf16(r[i]);
+        const float scale = 1.0f / __builtin_sqrtf((float)(squares_sum(values, dim) / (double)dim) + eps);
+        free(values);
         for (int64_t i = 0; i < dim; i++) r[i] = to_bf16((from_bf16(r[i]) * scale) * weight[i]);
     }
 }
