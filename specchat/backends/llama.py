@@ -181,7 +181,8 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         for start in range(0, len(ids), self._n_batch):
             chunk = ids[start : start + self._n_batch]
             base = len(self._committed)
-            self._decode([(t, base + i, self._main, False) for i, t in enumerate(chunk)])
+            with following_load(self, self._set_threads):  # a prompt's passes are the longest
+                self._decode([(t, base + i, self._main, False) for i, t in enumerate(chunk)])
             self._committed.extend(chunk)
 
     def _sync_stream(self, seq: int) -> list[int]:

@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable, Iterator
 
 SAMPLE = 0.25  # seconds of wall time a reading of the load spans at least
-STALE = 2.0  # a reading spanning more than this is restarted (the machine idled between answers)
+STALE = 2.0  # a reading spanning more than this while this process idled is restarted
+IDLE = 0.1  # cores this process used, below which a long span was a wait between answers
 BUSY = 0.5  # more than this share of a core used by others takes a thread away
 CONFIRM = 2  # readings in a row that must agree before a thread is given back
 SWITCH = "SPECCHAT_ADAPT_THREADS"  # "0": always the full count
@@ -89,17 +90,23 @@ class ProcStatLoad:
 
     def __call__(self) -> float | None:
         """Cores other processes used since the last call; None while the reading spans less
-        than `SAMPLE` seconds (too few clock ticks to tell), or spanned more than `STALE` (then
-        it starts again from now)."""
+        than `SAMPLE` seconds (too few clock ticks to tell), or spanned more than `STALE` in
+        which this process idled (a wait between answers: it starts again from now).
+
+        A long span in which this process computed is a reading like any other: it is one long
+        pass, and the slowest passes are the ones beside a busy machine. Discarding every span
+        over `STALE` kept a llama.cpp answer on both threads beside two busy processes, each
+        pass of a long draft taking 3 s and so never read (2.2 tok/s, docs/benchmarks.md
+        session 49)."""
         if self._last is None or time.monotonic() - self._last[0] < SAMPLE:
             return None  # (the clock first: `/proc/stat` is read four times a second, not a pass)
         now = self._now()
         if now is None:
             return None
-        wall = now[0] - self._last[0]
-        others = ((now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
+        wall, own = now[0] - self._last[0], now[2] - self._last[2]
+        others = ((now[1] - self._last[1]) - own) / wall
         self._last = now
-        return None if wall > STALE else max(0.0, others)
+        return None if wall > STALE and own < IDLE * wall else max(0.0, others)
 
 
 class ThreadsByLoad:

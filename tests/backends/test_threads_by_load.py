@@ -157,6 +157,26 @@ def test_the_machine_reading_leaves_out_this_process_itself() -> None:
     assert others <= len(cores_here()) - 0.5
 
 
+@needs_proc_stat
+def test_a_long_pass_is_read_and_a_long_wait_between_answers_is_not(monkeypatch) -> None:
+    """Beside a busy machine a pass can take seconds: the span it filled is a reading (else the
+    count never drops while passes stay that slow); a span as long that this process waited
+    through says nothing about now. STALE shortened so the test takes a second."""
+    import specchat.backends.threads_by_load as by_load
+
+    monkeypatch.setattr(by_load, "STALE", 2 * SAMPLE)
+    load = ProcStatLoad()
+    end = time.monotonic() + 3 * SAMPLE
+    data = b"x" * 100_000
+    while time.monotonic() < end:  # this process computing: a long pass
+        hashlib.sha256(data).digest()
+    assert load() is not None
+    time.sleep(3 * SAMPLE)  # this process idle: a wait between answers
+    assert load() is None
+    time.sleep(SAMPLE * 1.2)
+    assert load() is not None  # read again from the end of the wait
+
+
 def backends_on_two_threads(bundled_gguf):
     from specchat.backends.int4.backend import Int4Backend
     from specchat.backends.llama import LlamaBackend
@@ -195,6 +215,21 @@ def test_the_runtime_runs_on_the_count_the_load_leaves_and_answers_the_same(
         backend.close()
     assert sorted(rows) == [1, 2]
     assert np.array_equal(rows[1], rows[2])
+
+
+@pytest.mark.parametrize("runtime", ["int4", "llama"])
+def test_a_prompt_runs_on_the_count_the_load_leaves(runtime, bundled_gguf) -> None:
+    """A prompt's passes are an answer's longest: beside a busy process they run on the threads
+    it leaves, not on every thread (each barrier waiting for the thread that shares a core)."""
+    backend, runtime_threads = backends_on_two_threads(bundled_gguf)[runtime]
+    backend.threads_by_load = ThreadsByLoad(2, Readings(ONE_BUSY_PROCESS), cores=2)
+    ids = chat_prompt_ids(backend, [ChatMessage("user", "Name three rivers.")])
+    try:
+        backend.prefill(ids)
+        assert backend.threads_by_load.threads == 1
+        assert runtime_threads(backend) == 1
+    finally:
+        backend.close()
 
 
 def test_the_status_line_says_when_the_chat_runs_on_fewer_threads(int4_backend, tmp_path) -> None:

@@ -182,9 +182,11 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         for start in range(0, len(ids), _PREFILL_CHUNK):
             chunk = list(ids[start : start + _PREFILL_CHUNK])
             depths = range(len(chunk))
-            self.model.forward(
-                chunk, depths, ancestry(range(-1, len(chunk) - 1)), self._n_committed, logits=False
-            )
+            with following_load(self, self._set_threads):  # a prompt's passes are the longest
+                self.model.forward(
+                    chunk, depths, ancestry(range(-1, len(chunk) - 1)), self._n_committed,
+                    logits=False,
+                )  # fmt: skip
             self._n_committed += len(chunk)
 
     def evaluate(self, block: Block) -> np.ndarray:
