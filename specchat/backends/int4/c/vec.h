@@ -23,28 +23,34 @@ static inline void to_bf16x8(__m256 values, bf16 *out) {
     _mm_storeu_si128((__m128i *)out, _mm256_castsi256_si128(packed));
 }
 
-static inline __m256 exp_approx8(__m256 x) {
-    /* min/max with x second: a NaN passes through, as in the scalar comparisons */
-    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), x));
-    const __m256 shifter = _mm256_set1_ps(12582912.0f);
-    const __m256 n = _mm256_sub_ps(
-        _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), shifter), shifter);
-    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
-    r = _mm256_add_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(2.12194440e-4f)));
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
-    const __m256i bits = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
+/* exp_approx on a vector of W bits (256: 8 floats, 512: 16) by the scalar's operations in its
+ * order, so the same bits at every width: one body, pasted into each width's intrinsics. */
+#define EXP_APPROX(name, W)                                                                        \
+    static inline __m##W name(__m##W x) {                                                          \
+        /* min/max with x second: a NaN passes through, as in the scalar comparisons */            \
+        x = _mm##W##_max_ps(_mm##W##_set1_ps(-87.0f), _mm##W##_min_ps(_mm##W##_set1_ps(88.0f), x)); \
+        const __m##W shifter = _mm##W##_set1_ps(12582912.0f);                                      \
+        const __m##W n = _mm##W##_sub_ps(                                                          \
+            _mm##W##_add_ps(_mm##W##_mul_ps(x, _mm##W##_set1_ps(1.44269504088896341f)), shifter),  \
+            shifter);                                                                              \
+        __m##W r = _mm##W##_sub_ps(x, _mm##W##_mul_ps(n, _mm##W##_set1_ps(0.693359375f)));         \
+        r = _mm##W##_add_ps(r, _mm##W##_mul_ps(n, _mm##W##_set1_ps(2.12194440e-4f)));              \
+        __m##W p = _mm##W##_set1_ps(1.9875691500e-4f);                                             \
+        p = _mm##W##_add_ps(_mm##W##_mul_ps(p, r), _mm##W##_set1_ps(1.3981999507e-3f));            \
+        p = _mm##W##_add_ps(_mm##W##_mul_ps(p, r), _mm##W##_set1_ps(8.3334519073e-3f));            \
+        p = _mm##W##_add_ps(_mm##W##_mul_ps(p, r), _mm##W##_set1_ps(4.1665795894e-2f));            \
+        p = _mm##W##_add_ps(_mm##W##_mul_ps(p, r), _mm##W##_set1_ps(1.6666665459e-1f));            \
+        p = _mm##W##_add_ps(_mm##W##_mul_ps(p, r), _mm##W##_set1_ps(5.0000001201e-1f));            \
+        p = _mm##W##_add_ps(_mm##W##_add_ps(_mm##W##_mul_ps(p, _mm##W##_mul_ps(r, r)), r),          \
+                            _mm##W##_set1_ps(1.0f));                                               \
+        const __m##W##i bits = _mm##W##_slli_epi32(                                                \
+            _mm##W##_add_epi32(_mm##W##_cvttps_epi32(n), _mm##W##_set1_epi32(127)), 23);           \
+        return _mm##W##_mul_ps(p, _mm##W##_castsi##W##_ps(bits));                                  \
+    }
+EXP_APPROX(exp_approx8, 256)
 
 #if defined(__AVX512F__)
-/* from_bf16x8, to_bf16x8 and exp_approx8 on 16 floats: the same operations, so the same bits. */
+/* from_bf16x8 and to_bf16x8 on 16 floats: the same operations, so the same bits. */
 static inline __m512 from_bf16x16(const bf16 *values) {
     const __m256i raw = _mm256_loadu_si256((const __m256i *)values);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
@@ -61,24 +67,7 @@ static inline void to_bf16x16(__m512 values, bf16 *out) {
     _mm256_storeu_si256((__m256i *)out, _mm512_cvtepi32_epi16(halves));
 }
 
-static inline __m512 exp_approx16(__m512 x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-87.0f), _mm512_min_ps(_mm512_set1_ps(88.0f), x));
-    const __m512 shifter = _mm512_set1_ps(12582912.0f);
-    const __m512 n = _mm512_sub_ps(
-        _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), shifter), shifter);
-    __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
-    r = _mm512_add_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(2.12194440e-4f)));
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
-    const __m512i bits = _mm512_slli_epi32(
-        _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
-}
+EXP_APPROX(exp_approx16, 512)
 #endif
 
 /* The 8 lanes of v summed by halving (4, 2, 1): a fixed order. */
