@@ -27,12 +27,11 @@ void residual_rms_norm(float *x, const bf16 *delta, int64_t delta_stride, const 
     }
 }
 
-/* silu_mul's first values, 16 at a time at AVX-512 (a row's SiLU took 4-5 cycles a value 8 at
- * a time), then 8; returns how many it did. */
-#if defined(HAVE_AVX2)
-static inline int64_t silu_mul_vector(const bf16 *g, const bf16 *u, bf16 *o, int64_t width) {
-    int64_t i = 0;
+/* silu_mul's first values 16 at a time at AVX-512 (a row's SiLU took 4-5 cycles a value 8 at a
+ * time); returns how many it did. */
 #if defined(__AVX512F__)
+static inline int64_t silu_mul_wide(const bf16 *g, const bf16 *u, bf16 *o, int64_t width) {
+    int64_t i = 0;
     for (; i + 16 <= width; i += 16) {
         const __m512 gv = from_bf16x16(g + i);
         const __m512 negated = /* the sign flipped as integers: xor_ps needs AVX-512 DQ */
@@ -41,7 +40,20 @@ static inline int64_t silu_mul_vector(const bf16 *g, const bf16 *u, bf16 *o, int
         const __m512 silu = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
         to_bf16x16(_mm512_mul_ps(silu, from_bf16x16(u + i)), o + i);
     }
+    return i;
+}
+#else
+static inline int64_t silu_mul_wide(const bf16 *g, const bf16 *u, bf16 *o, int64_t width) {
+    (void)g, (void)u, (void)o, (void)width;
+    return 0;
+}
 #endif
+
+/* silu_mul's first values at the vector levels: 16 at a time where the build has them, then 8;
+ * returns how many it did. */
+#if defined(HAVE_AVX2)
+static inline int64_t silu_mul_vector(const bf16 *g, const bf16 *u, bf16 *o, int64_t width) {
+    int64_t i = silu_mul_wide(g, u, o, width);
     for (; i + 8 <= width; i += 8) {
         const __m256 gv = from_bf16x8(g + i);
         const __m256 e = exp_approx8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0f)));
