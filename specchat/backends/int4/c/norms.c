@@ -88,15 +88,16 @@ void silu_mul(const bf16 *gate, const bf16 *up, int64_t stride, bf16 *out, int64
  * norm of a sublayer's output before the residual add. */
 void rms_norm_rows(bf16 *rows_io, const float *weight, int64_t rows, int64_t dim, float eps,
                    int32_t threads) {
+    float *all = malloc(sizeof(float) * (size_t)(rows * dim)); /* the rows in float32, once a call */
 #pragma omp parallel for num_threads(threads) schedule(static) if (SHARED_ROWS(rows, threads))
     for (int64_t row = 0; row < rows; row++) {
         bf16 *r = rows_io + row * dim;
-        float *values = malloc(sizeof(float) * (size_t)dim);
+        float *values = all + row * dim;
         for (int64_t i = 0; i < dim; i++) values[i] = from_bf16(r[i]);
         const float scale = 1.0f / __builtin_sqrtf((float)(squares_sum(values, dim) / (double)dim) + eps);
-        free(values);
-        for (int64_t i = 0; i < dim; i++) r[i] = to_bf16((from_bf16(r[i]) * scale) * weight[i]);
+        for (int64_t i = 0; i < dim; i++) r[i] = to_bf16((values[i] * scale) * weight[i]);
     }
+    free(all);
 }
 
 /* out = gelu(gate) * up, row by row, GELU by its tanh approximation as llama.cpp's ggml_gelu
