@@ -82,6 +82,10 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         GGUFHeader(path).check_llama()
         if progress:
             progress(f"loading {path.name}")
+        self.threads = threads or physical_cores()
+        # on a CPU the thread count follows the machine's load (threads_by_load.py; None: fixed),
+        # read from here on: the first reading spans the loading, due by the prompt's pass
+        self.threads_by_load = ThreadsByLoad.here(self.threads) if device == "cpu" else None
         llama_cpp.llama_backend_init()
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 999 if device == "cuda" else 0
@@ -92,7 +96,6 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         self.device = device
         self.model_name = path.stem
         self.model_path = str(path)
-        self.threads = threads or physical_cores()
         system_info = llama_cpp.llama_print_system_info().decode(errors="replace")
         self.level = "" if device == "cuda" else cpu.level_of_build(system_info)
         self.max_branches = max(1, max_branches)
@@ -116,8 +119,6 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
             llama_cpp.llama_model_free(self._model)
             raise SpecchatError(f"cannot create a llama.cpp context for {path.name}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        # on a CPU the thread count follows the machine's load (threads_by_load.py); None: fixed
-        self.threads_by_load = ThreadsByLoad.here(self.threads) if device == "cpu" else None
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
 
         self.eos_ids = self.vocabulary.eos_ids

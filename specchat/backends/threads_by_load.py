@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 
 SAMPLE = 0.25  # seconds of wall time a reading of the load spans at least
+FIRST = 0.1  # the same for the first reading after a start or a wait between answers
 STALE = 2.0  # a reading spanning more than this while this process idled is restarted
 IDLE = 0.1  # cores this process used, below which a long span was a wait between answers
 BUSY = 0.5  # more than this share of a core used by others takes a thread away
@@ -60,6 +61,7 @@ class ProcStatLoad:
         self._cpus = {f"cpu{n}" for n in cores_here()}
         self._hz = os.sysconf("SC_CLK_TCK")
         self._last = self._now()
+        self._due = FIRST  # seconds the next reading spans at least
 
     @classmethod
     def here(cls) -> ProcStatLoad | None:
@@ -90,15 +92,22 @@ class ProcStatLoad:
 
     def __call__(self) -> float | None:
         """Cores other processes used since the last call; None while the reading spans less
-        than `SAMPLE` seconds (too few clock ticks to tell), or spanned more than `STALE` in
-        which this process idled (a wait between answers: it starts again from now).
+        than `SAMPLE` seconds, or spanned more than `STALE` in which this process idled (a wait
+        between answers: it starts again from now).
+
+        The first reading after a start spans `FIRST`: an answer's first passes (its prompt,
+        the longest) are where a wrong count costs most. Beside a busy process, waiting 0.25 s
+        for it left a prompt and up to 20 passes on both threads (one pass 150 ms): a 128-token
+        answer ran at 0.44x its idle speed, against 0.58x read sooner and from the start of the
+        model's loading (docs/benchmarks.md, session 50). A tenth of a second already tells one
+        busy core from none here (readings 0.90-1.12 against 0.00-0.14).
 
         A long span in which this process computed is a reading like any other: it is one long
         pass, and the slowest passes are the ones beside a busy machine. Discarding every span
         over `STALE` kept a llama.cpp answer on both threads beside two busy processes, each
         pass of a long draft taking 3 s and so never read (2.2 tok/s, docs/benchmarks.md
         session 49)."""
-        if self._last is None or time.monotonic() - self._last[0] < SAMPLE:
+        if self._last is None or time.monotonic() - self._last[0] < self._due:
             return None  # (the clock first: `/proc/stat` is read four times a second, not a pass)
         now = self._now()
         if now is None:
@@ -106,7 +115,11 @@ class ProcStatLoad:
         wall, own = now[0] - self._last[0], now[2] - self._last[2]
         others = ((now[1] - self._last[1]) - own) / wall
         self._last = now
-        return None if wall > STALE and own < IDLE * wall else max(0.0, others)
+        if wall > STALE and own < IDLE * wall:
+            self._due = FIRST
+            return None
+        self._due = SAMPLE
+        return max(0.0, others)
 
 
 class ThreadsByLoad:

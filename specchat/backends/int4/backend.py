@@ -138,6 +138,9 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         tensors.header.check_llama()
         shape = ModelShape.read(tensors)  # refuses other architectures before anything loads
         self.threads = threads or physical_cores()
+        # the thread count follows the machine's load (threads_by_load.py; None: fixed), read
+        # from here on: the first reading spans the loading, due by the prompt's pass
+        self.threads_by_load = ThreadsByLoad.here(self.threads)
         # torch's thread pool is process-wide, as on the hf backend
         torch.set_num_threads(self.threads)
         self.vocabulary = LlamaVocabulary.load(path)
@@ -163,8 +166,6 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             level=level,
             progress=progress,
         )
-        # the thread count follows the machine's load (threads_by_load.py); None: fixed
-        self.threads_by_load = ThreadsByLoad.here(self.threads)
 
     # -- KV cache and blocks ---------------------------------------------------------------------
 
