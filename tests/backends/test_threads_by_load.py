@@ -199,19 +199,20 @@ def test_the_first_reading_comes_sooner_than_the_rest() -> None:
 
 
 @needs_proc_stat
-@pytest.mark.parametrize("runtime", ["int4", "llama"])
 def test_a_model_loaded_beside_a_busy_process_runs_its_first_prompt_on_one_thread(
-    runtime, bundled_gguf, monkeypatch
+    bundled_gguf, monkeypatch
 ) -> None:
     """The load is read from the moment the model starts loading: a prompt given at once after
     it already runs on the thread the busy process leaves. (Read from the end of the loading,
     no reading was due yet, and the prompt and the first passes ran on both threads: one pass
-    took 150 ms, and a 128-token answer ran at 0.41x its idle speed against 0.55x.)"""
+    took 150 ms, and a 128-token answer ran at 0.44x its idle speed against 0.58x.) On int4,
+    whose loading takes ten times `FIRST` here (1.0-1.5 s): llama.cpp's takes 0.13 s at this
+    context, too close to `FIRST` for a test that must not depend on the machine's speed."""
     monkeypatch.setenv("SPECCHAT_ADAPT_THREADS", "1")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.2)  # started
-        backend, runtime_threads = backend_on_two_threads(bundled_gguf, runtime)
+        backend, runtime_threads = backend_on_two_threads(bundled_gguf, "int4")
         try:
             backend.prefill(chat_prompt_ids(backend, [ChatMessage("user", "Name a river.")]))
             assert backend.threads_by_load.threads == 1
