@@ -193,9 +193,12 @@ def test_the_first_reading_comes_sooner_than_the_rest() -> None:
     assert FIRST < SAMPLE
     load = ProcStatLoad()
     time.sleep(1.2 * FIRST)
+    read = time.monotonic()  # (before the reading: what follows is measured from no later)
     assert load() is not None
     time.sleep(1.2 * FIRST)
-    assert load() is None
+    second = load()
+    if time.monotonic() - read < SAMPLE:  # (a sleep the machine stretched past it says nothing)
+        assert second is None
 
 
 @needs_proc_stat
