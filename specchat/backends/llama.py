@@ -303,6 +303,8 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         self._drop_all_to(n_committed)
 
     def close(self) -> None:
+        if getattr(self, "threads_by_load", None) is not None:
+            self.threads_by_load.close()
         if getattr(self, "_ctx", None):
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self._ctx)

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 SAMPLE = 0.25  # seconds of wall time a reading of the load spans at least
@@ -123,7 +125,8 @@ class ProcStatLoad:
 
 
 class ThreadsByLoad:
-    """Says the thread count for the next pass (`threads`), told before every pass (`tick`).
+    """Says the thread count for the next pass (`threads`), told before every pass (`tick`)
+    and, between answers, by a watch of its own (`watch_while_idle`).
 
     Each reading of the load gives the cores other processes left free; a count above that
     drops at once (a thread sharing its core stalls every barrier), one below it rises once
@@ -139,6 +142,10 @@ class ThreadsByLoad:
         self._rising = 0
         self._held = 0
         self._applied = self.full  # the count the runtime was last set to
+        self._lock = threading.Lock()  # one reading at a time: a pass's, or the watch's
+        self._passing = False
+        self._passed = float("-inf")  # when the last pass ended (time.monotonic)
+        self._closed = threading.Event()
 
     @classmethod
     def here(cls, full: int) -> ThreadsByLoad | None:
@@ -147,7 +154,36 @@ class ThreadsByLoad:
         if full <= 1 or not adapting():
             return None
         load = ProcStatLoad.here()
-        return cls(full, load) if load is not None else None
+        if load is None:
+            return None
+        by_load = cls(full, load)
+        by_load.watch_while_idle()
+        return by_load
+
+    def watch_while_idle(self, every: float = SAMPLE) -> None:
+        """Read the load every `every` seconds in which no pass ran, on a thread of its own,
+        until `close` (or until nothing else holds this object).
+
+        Why: between answers no pass reads the load, so an answer began on the count the last
+        one ended with. A load that ended while the person typed left the next answer's first
+        ~50 passes on one thread; one that began left its prompt on both (after a wait longer
+        than `STALE` the reading started again with the answer). Read while idle, the count
+        is the load's when the answer starts, and the idle readings are the cleanest there
+        are: this process adds nothing to them (docs/benchmarks.md, session 51)."""
+        threading.Thread(
+            target=_watch, args=(weakref.ref(self), self._closed, every),
+            name="specchat-load-watch", daemon=True,
+        ).start()  # fmt: skip
+
+    def close(self) -> None:
+        """Ends the watch."""
+        self._closed.set()
+
+    def idle_tick(self, every: float) -> None:
+        """The watch's turn: a reading where no pass ran for `every` seconds."""
+        with self._lock:
+            if not self._passing and time.monotonic() - self._passed >= every:
+                self.tick()
 
     @property
     def reduced(self) -> bool:
@@ -172,11 +208,16 @@ class ThreadsByLoad:
         first pass (its prompt, the longest of all) already runs on what the load leaves; read
         after, it ran on every thread (beside two busy processes, 1.33 s of one answer's
         prefill)."""
-        self.tick()
-        if self.threads != self._applied:
-            set_threads(self.threads)
-            self._applied = self.threads
-        yield
+        with self._lock:
+            self._passing = True
+            self.tick()
+        try:
+            if self.threads != self._applied:
+                set_threads(self.threads)
+                self._applied = self.threads
+            yield
+        finally:
+            self._passed, self._passing = time.monotonic(), False
 
     def tick(self) -> None:
         """Before a pass: read the load when a reading is due, and move the count by it."""
@@ -195,6 +236,16 @@ class ThreadsByLoad:
                 self.threads, self._rising = wanted, 0
         else:
             self._rising = 0
+
+
+def _watch(by_load: weakref.ref, closed: threading.Event, every: float) -> None:
+    """`ThreadsByLoad.watch_while_idle`'s thread: holds its object only while reading."""
+    while not closed.wait(every):
+        watched = by_load()
+        if watched is None:
+            return
+        watched.idle_tick(every)
+        del watched
 
 
 def cores_here() -> set[int]:

@@ -109,6 +109,31 @@ def test_no_reading_of_the_load_leaves_the_count_as_it_is() -> None:
     assert set(passes(by_load, 50)) == {2}
 
 
+def until(condition, seconds: float = 5.0) -> bool:
+    """Whether `condition()` comes true within `seconds` (a thread of the watch's own must
+    have had its turn; a slow machine only makes it come later)."""
+    end = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_the_watch_leaves_a_running_pass_to_read_the_load_itself() -> None:
+    load = Readings(ALONE)
+    by_load = ThreadsByLoad(2, load, cores=2)
+    by_load.watch_while_idle(every=0.01)
+    try:
+        with by_load.passing(lambda threads: None):
+            load.others = ONE_BUSY_PROCESS
+            time.sleep(0.2)  # twenty turns of the watch
+            assert by_load.threads == 2
+        assert until(lambda: by_load.threads == 1)  # idle again: the watch reads it
+    finally:
+        by_load.close()
+
+
 needs_proc_stat = pytest.mark.skipif(
     not Path("/proc/stat").exists() or len(cores_here()) < 2, reason="reads Linux's /proc/stat"
 )
@@ -301,3 +326,43 @@ def test_the_status_line_says_when_the_chat_runs_on_fewer_threads(int4_backend, 
     finally:
         int4_backend.threads_by_load = None
         session.history.close()
+
+
+@needs_proc_stat
+def test_the_load_is_read_while_no_pass_runs(monkeypatch) -> None:
+    """Between answers nothing passes, yet a busy process that starts meanwhile is seen; the
+    watch ends with its runtime."""
+    monkeypatch.setenv("SPECCHAT_ADAPT_THREADS", "1")
+    by_load = ThreadsByLoad.here(2)
+    watches = [t for t in threading.enumerate() if t.name == "specchat-load-watch"]
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert until(lambda: by_load.threads == 1)
+    finally:
+        busy.kill()
+        busy.wait()
+        by_load.close()
+    assert watches and all(until(lambda t=t: not t.is_alive()) for t in watches)
+
+
+@pytest.mark.parametrize("runtime", ["int4", "llama"])
+def test_an_answer_after_a_wait_runs_on_the_load_that_wait_left(runtime, bundled_gguf) -> None:
+    """A person types; meanwhile a busy process ends, or begins. The next answer's first pass
+    runs on what the load leaves then. (Before the watch, after a load ended, an answer's first
+    ~50 passes stayed on one thread; after one began during a wait longer than `STALE`, its
+    prompt ran on both: docs/benchmarks.md, session 51.)"""
+    backend, runtime_threads = backend_on_two_threads(bundled_gguf, runtime)
+    load = Readings(ONE_BUSY_PROCESS)
+    backend.threads_by_load = by_load = ThreadsByLoad(2, load, cores=2)
+    by_load.watch_while_idle(every=0.01)
+    prompt = chat_prompt_ids(backend, [ChatMessage("user", "Name a river.")])
+    try:
+        for others, threads in ((ONE_BUSY_PROCESS, 1), (ALONE, 2), (ONE_BUSY_PROCESS, 1)):
+            load.others = others
+            time.sleep(0.2)  # typing: twenty turns of the watch
+            backend.rollback(0)
+            backend.prefill(prompt)
+            assert runtime_threads(backend) == threads
+    finally:
+        by_load.close()
+        backend.close()

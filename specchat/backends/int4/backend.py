@@ -231,6 +231,8 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self._n_committed = max(0, min(n_committed, self._n_committed))
 
     def close(self) -> None:
+        if getattr(self, "threads_by_load", None) is not None:
+            self.threads_by_load.close()
         self.model = None
         self._pending = None
         if getattr(self, "vocabulary", None) is not None:
