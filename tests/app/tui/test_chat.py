@@ -79,6 +79,28 @@ async def test_answer_streams_and_status_updates(backend):
         assert len(chat.query(UserMessage)) == 1
 
 
+async def test_between_answers_the_status_line_follows_the_machines_load(backend):
+    """The thread count follows the load while the chat waits for the next question
+    (backends/threads_by_load.py): the status line says so then, not only while answering."""
+    from specchat.backends.threads_by_load import ThreadsByLoad
+
+    others = {"cores": 0.05}  # what other processes use, as the test sets it
+    backend.threads_by_load = by_load = ThreadsByLoad(2, lambda: others["cores"], cores=2)
+    by_load.watch_while_idle(every=0.01)
+    app = SpecchatApp(settings=RunConfig(max_tokens=8, decoder="greedy"), backend=backend)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: "tokens" in status_of(app) or "ready" in status_of(app))
+            assert "threads" not in status_of(app)
+            others["cores"] = 1.0  # a busy process starts beside the idle chat
+            await wait_until(pilot, lambda: "1 of 2 threads: the machine is busy" in status_of(app))
+            others["cores"] = 0.05  # and ends
+            await wait_until(pilot, lambda: "threads" not in status_of(app))
+    finally:
+        by_load.close()
+        backend.threads_by_load = None
+
+
 async def test_a_burst_of_steps_costs_one_repaint(backend):
     """However many steps the engine made since the last flush, the answer and the status bar
     repaint once for all of them: the UI's work follows the clock, not the model's pace."""

@@ -56,6 +56,8 @@ from specchat.errors import HistoryError
 from specchat.evaluation.race import error_text
 from specchat.history import StoredMessage
 
+MODEL_LABEL_EVERY = 1.0  # seconds between looks at the model's part of the status line
+
 
 class ChatScreen(Answering, Branches, Copying, Screen):
     """The chat by job: its answers (`chat_answering.py`), branches and editing
@@ -118,6 +120,7 @@ class ChatScreen(Answering, Branches, Copying, Screen):
                 self.notify(warning, severity="warning")
         self.query_one("#transcript").anchor()
         self.palette_changed_sync()
+        self.set_interval(MODEL_LABEL_EVERY, self._follow_model_label)
         if self.initial_chat_id is not None:
             await self.open_chat(self.initial_chat_id)
         self.query_one(PromptInput).focus()
@@ -264,6 +267,13 @@ class ChatScreen(Answering, Branches, Copying, Screen):
 
     def _show_status(self) -> None:
         self.query_one(StatusBar).show(self.figures, self.session.model_label)
+
+    def _follow_model_label(self) -> None:
+        """Between answers too, the status line says whether the model runs on fewer threads:
+        the count follows the machine's load while the chat waits (backends/threads_by_load.py),
+        and no answer's figures repaint the line then."""
+        if self.session.ready:
+            self.query_one(StatusBar).follow_model(self.session.model_label)
 
     def palette_changed_sync(self) -> None:
         session = self.session
