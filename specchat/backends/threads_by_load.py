@@ -193,13 +193,15 @@ class ThreadsByLoad:
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """Passes on the full count while it lasts (a measurement of the pass costs)."""
-        self._held += 1
-        kept, self.threads = self.threads, self.full
+        with self._lock:  # (not between the watch's reading and its count)
+            self._held += 1
+            kept, self.threads = self.threads, self.full
         try:
             yield
         finally:
-            self._held -= 1
-            self.threads = kept
+            with self._lock:
+                self._held -= 1
+                self.threads = kept
 
     @contextlib.contextmanager
     def passing(self, set_threads: Callable[[int], None]) -> Iterator[None]:
