@@ -95,7 +95,8 @@ class ProcStatLoad:
     def __call__(self) -> float | None:
         """Cores other processes used since the last call; None while the reading spans less
         than `SAMPLE` seconds, or spanned more than `STALE` in which this process idled (a wait
-        between answers: it starts again from now).
+        between answers that no watch read, `ThreadsByLoad.watch_while_idle`: it starts again
+        from now).
 
         The first reading after a start spans `FIRST`: an answer's first passes (its prompt,
         the longest) are where a wrong count costs most. Beside a busy process, waiting 0.25 s
