@@ -358,8 +358,8 @@ def test_an_answer_after_a_wait_runs_on_the_load_that_wait_left(runtime, bundled
     prompt = chat_prompt_ids(backend, [ChatMessage("user", "Name a river.")])
     try:
         for others, threads in ((ONE_BUSY_PROCESS, 1), (ALONE, 2), (ONE_BUSY_PROCESS, 1)):
-            load.others = others
-            time.sleep(0.2)  # typing: twenty turns of the watch
+            load.others = others  # while the person types
+            assert until(lambda n=threads: by_load.threads == n)  # the watch's: no pass ran
             backend.rollback(0)
             backend.prefill(prompt)
             assert runtime_threads(backend) == threads
