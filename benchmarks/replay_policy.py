@@ -90,7 +90,8 @@ def greedy_answers(
 
 
 class RowPriced:
-    """`backend` with a k-token pass charged 1 + row·(k − 1) of its one-token pass."""
+    """`backend` with a k-token pass charged 1 + row·(k − 1) of its one-token pass: what the
+    same drafts and policy would be worth if a drafted row cost `row` of a plain pass."""
 
     def __init__(self, backend, row: float) -> None:
         self._backend, self._row, self._plain = backend, row, backend.block_cost(1)
