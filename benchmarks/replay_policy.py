@@ -36,6 +36,7 @@ from pathlib import Path
 
 from specchat import locations
 from specchat.backends.base import ChatMessage
+from specchat.backends.block_cost import interpolate
 from specchat.backends.registry import LLAMA_CPP, LOCAL_RUNTIMES
 from specchat.bench.data import load_questions
 from specchat.bench.history import BenchHistory
@@ -89,18 +90,19 @@ def greedy_answers(
     return turns
 
 
-class RowPriced:
-    """`backend` with a k-token pass charged 1 + row·(k − 1) of its one-token pass: what the
-    same drafts and policy would be worth if a drafted row cost `row` of a plain pass."""
+class PricedAs:
+    """A backend whose pass costs are another table's (seconds by pass size, interpolated):
+    another size's measured costs (scale.py) or a synthetic price per drafted row
+    (--row-cost)."""
 
-    def __init__(self, backend, row: float) -> None:
-        self._backend, self._row, self._plain = backend, row, backend.block_cost(1)
-
-    def block_cost(self, k: int) -> float:
-        return self._plain * (1.0 + self._row * (k - 1))
+    def __init__(self, backend, costs: dict[int, float]) -> None:
+        self._backend, self._costs = backend, costs
 
     def __getattr__(self, name: str):
         return getattr(self._backend, name)
+
+    def block_cost(self, k: int) -> float:
+        return interpolate(self._costs, k)
 
 
 def situation(key: tuple) -> tuple[str, int]:
@@ -210,8 +212,9 @@ def main() -> None:
     generator.close()
     if args.costs:
         backend = load_model(None, LoadOptions(backend=args.costs), lambda *a: None)
-    if args.row_cost is not None:
-        backend = RowPriced(backend, args.row_cost)
+    if args.row_cost is not None:  # 1 + R·(k − 1) plain passes: a line through sizes 1 and 2
+        plain = backend.block_cost(1)
+        backend = PricedAs(backend, {1: plain, 2: plain * (1.0 + args.row_cost)})
     params = dict(p.split("=", 1) for p in args.param)
     decoder = build_decoder(
         args.decoder, scoped_params([args.decoder], params)[args.decoder], backend

@@ -24,10 +24,9 @@ from pathlib import Path
 
 from benchmarks.measure_int4 import CONTEXT, SIZES, pass_costs, say
 from benchmarks.random_gguf import RandomShape, quantize, write_block_gguf
-from benchmarks.replay_policy import greedy_answers, replay
+from benchmarks.replay_policy import PricedAs, greedy_answers, replay
 from specchat import cpu, locations
 from specchat.backends.base import ChatMessage
-from specchat.backends.block_cost import interpolate
 from specchat.backends.registry import INT4, LLAMA_CPP
 from specchat.decoding.draft_policy import DraftLengthPolicy
 from specchat.decoding.registry import build_decoder
@@ -48,19 +47,6 @@ SHAPES = {
     "gemma3-4B": RandomShape(arch="gemma3", layers=34, dim=2560, ffn=10240, heads=8, kv_heads=4, head_dim=256, window=1024),
 }  # fmt: skip
 HELD_OUT = Path(__file__).with_name("held_out.jsonl")
-
-
-class PricedAs:
-    """A backend whose pass costs are another size's: what the replay charges."""
-
-    def __init__(self, backend, costs: dict[int, float]) -> None:
-        self._backend, self._costs = backend, costs
-
-    def __getattr__(self, name: str):
-        return getattr(self._backend, name)
-
-    def block_cost(self, k: int) -> float:
-        return interpolate(self._costs, k)
 
 
 def projected(bundled, answers: list[dict], costs: dict[int, float]) -> dict[str, float]:
