@@ -33,12 +33,15 @@ def status_line(screen: str) -> str:
 
 
 def open_picker(session: str) -> str:
-    """F9 until the picker shows: a key can get lost while Textual still reads the terminal's
-    replies to its start-up queries (a second F9 while the list is read opens no second one)."""
+    """F9 until the picker shows with its list: a key can get lost while Textual still reads
+    the terminal's replies to its start-up queries (a second F9 while the list is read opens no
+    second one). The screen is read once the entries are painted ("runs on …"), not at the
+    title: a capture can land between the two (seen once in a fresh-clone run beside the suite,
+    the title painted and the list not yet)."""
     for _ in range(10):
         keys(session, "F9")
         try:
-            return wait_for(session, lambda s: "Enter loads it" in s, limit=10.0)
+            return wait_for(session, lambda s: "Enter loads it" in s and "runs on" in s, limit=10.0)
         except AssertionError:
             continue
     raise AssertionError(f"F9 never opened the picker:\n{capture(session)}")
