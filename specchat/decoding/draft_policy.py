@@ -32,6 +32,7 @@ step, a large share of a short answer. A copy then starts short and grows as its
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import json
@@ -67,11 +68,7 @@ _TIE = 1.0001  # a depth must beat a shorter one's rate by this much (ties go to
 
 def depth_bucket(depth: int) -> int:
     """Index of the statistics bucket for drafted depth `depth` (1-based)."""
-    bucket = 0
-    for i, edge in enumerate(_DEPTH_EDGES):
-        if depth >= edge:
-            bucket = i
-    return bucket
+    return max(0, bisect.bisect_right(_DEPTH_EDGES, depth) - 1)
 
 
 def expected_tokens(acceptance: float, k: int) -> float:
@@ -152,6 +149,7 @@ class DraftLengthPolicy:
         self.stake = stake
         self.situations: dict[tuple, SituationStats] = {}
         self.ledger = 0.0  # plain passes this answer's drafts have saved (negative: lost)
+        self._expected_memo: dict[tuple, tuple[float, ...]] = {}  # `expected`'s, until they learn
 
     def start_answer(self) -> None:
         """A new answer: its ledger starts at zero (what was learned stays)."""
@@ -164,6 +162,17 @@ class DraftLengthPolicy:
         by_bucket = [stats.rate(b, plan.prior, optimism) for b in range(depth_bucket(top) + 1)]
         return [by_bucket[b] for b in _buckets(top)]
 
+    def expected(self, plan: Plan, top: int, optimism: float | None = None) -> tuple[float, ...]:
+        """`expected_from_rates` of `rates`, kept until the rates learn: most steps ask what the
+        step before asked, and recomputing it was a tenth of a step's own Python."""
+        optimism = self.optimism if optimism is None else optimism
+        memo_key = (plan.key, plan.prior, top, optimism)
+        known = self._expected_memo.get(memo_key)
+        if known is None:
+            known = tuple(expected_from_rates(self.rates(plan, top, optimism)))
+            self._expected_memo[memo_key] = known
+        return known
+
     def depth(self, target: Backend, plan: Plan, room: int) -> int:
         """The depth in [0, min(available, room - 1)] with the most expected tokens per second,
         optimistic where exploring is cheap enough."""
@@ -171,18 +180,21 @@ class DraftLengthPolicy:
         if top == 0:
             return 0
         # the depths whose pass stakes no more than the answer's drafts saved plus the stake
-        plain = target.block_cost(1)
-        costs = [_pass_cost(target, plan, 0)]
+        # _pass_cost, inlined: this loop runs on every step
+        block_cost = target.block_cost
+        base, branches, drafting = plan.base, plan.branches, plan.draft_cost
+        plain = block_cost(1)
+        costs = [block_cost(base)]
         limit = (max(self.ledger, 0.0) + self.stake) * plain + costs[0]
         for d in range(1, top + 1):
-            cost = _pass_cost(target, plan, d)
+            cost = block_cost(base + branches * d) + drafting * d
             if cost > limit:
                 break
             costs.append(cost)
         top = len(costs) - 1
         if top == 0:
             return 0
-        known = expected_from_rates(self.rates(plan, top, optimism=0.0))
+        known = self.expected(plan, top, optimism=0.0)
         best = best_depth(known, costs)
         losing = self.ledger < -self.allowance
         margin = max(self.margin, self.fallback_margin) if losing else self.margin
@@ -192,7 +204,7 @@ class DraftLengthPolicy:
             return best
         # explore: the optimistic best among the depths the answer could lose whole (nothing
         # taken) and that keep all but the budget of the known best's speed
-        hopeful_rates = expected_from_rates(self.rates(plan, top))
+        hopeful_rates = self.expected(plan, top)
         floor = (1.0 - self.explore_budget) * known[best] / costs[best]
         hopeful, hopeful_rate = best, hopeful_rates[best] / costs[best]
         for d in range(best + 1, top + 1):
@@ -207,7 +219,7 @@ class DraftLengthPolicy:
         """Expected tokens a second of the step `depth` would take in `plan`, by the rates as
         known: how a drafter with two sources compares them."""
         depth = self.depth(target, plan, room)
-        known = expected_from_rates(self.rates(plan, depth, optimism=0.0)) if depth else [1.0]
+        known = self.expected(plan, depth, optimism=0.0) if depth else (1.0,)
         return known[depth] / _pass_cost(target, plan, depth)
 
     def update(self, target: Backend, plan: Plan, drafted: int, accepted: int) -> None:
@@ -215,10 +227,12 @@ class DraftLengthPolicy:
         what it saved or lost on `target`'s passes in the answer's ledger."""
         if drafted > 0:
             self.situations.setdefault(plan.key, SituationStats()).update(drafted, accepted)
+            self._expected_memo.clear()
             self.ledger += accepted + 1.0 - _pass_cost(target, plan, drafted) / target.block_cost(1)
 
     # -- kept per model across runs -------------------------------------------------------
     def load(self, model_key: str) -> None:
+        self._expected_memo.clear()
         table = _read_store().get(model_key, {})
         for text, counts in table.items():
             try:

@@ -39,11 +39,13 @@ class Continuation:
     tokens."""
 
     tokens: list[int]
-    probs: list[float]
+    probs: Sequence[float]
     match_length: int
 
     def through_end(self, ends: frozenset[int]) -> Continuation:
         """This continuation up to and with the first end of answer (see `through_end`)."""
+        if ends.isdisjoint(self.tokens):  # nearly always: no scan in Python on every step
+            return self
         tokens = through_end(self.tokens, ends)
         if len(tokens) == len(self.tokens):
             return self

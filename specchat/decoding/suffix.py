@@ -15,6 +15,7 @@ target verifies the best few together."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import numpy as np
@@ -272,9 +273,20 @@ class SuffixDrafter:
 def _recency_continuation(latest: Match) -> Continuation:
     """The latest occurrence's continuation, each token's chance of being reached estimated from
     the match length (prompt lookup's measured priors), so it scores against the trees' counts."""
-    rate = copy_prior(match_bucket(latest.length), False)
-    probs = [rate ** (i + 1) for i in range(len(latest.continuation))]
+    bucket, count = match_bucket(latest.length), len(latest.continuation)
+    probs = _reach(bucket, max(count, _REACH_KEPT))[:count]
     return Continuation(latest.continuation, probs, latest.length)
+
+
+_REACH_KEPT = 64  # the default draft limit: longer continuations are rare, their powers not kept
+
+
+@functools.lru_cache(maxsize=64)
+def _reach(bucket: int, count: int) -> tuple[float, ...]:
+    """rate^1 … rate^count for a match bucket's copy prior: asked for on every step, so kept
+    (about a tenth of a step's own Python was these powers)."""
+    rate = copy_prior(bucket, False)
+    return tuple(rate ** (i + 1) for i in range(count))
 
 
 def _new_nodes(children: dict[int, dict[int, int]], branch: list[int]) -> int:
