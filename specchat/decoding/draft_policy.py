@@ -180,14 +180,11 @@ class DraftLengthPolicy:
         if top == 0:
             return 0
         # the depths whose pass stakes no more than the answer's drafts saved plus the stake
-        # _pass_cost, inlined: this loop runs on every step
-        block_cost = target.block_cost
-        base, branches, drafting = plan.base, plan.branches, plan.draft_cost
-        plain = block_cost(1)
-        costs = [block_cost(base)]
+        plain = target.block_cost(1)
+        costs = [_pass_cost(target, plan, 0)]
         limit = (max(self.ledger, 0.0) + self.stake) * plain + costs[0]
         for d in range(1, top + 1):
-            cost = block_cost(base + branches * d) + drafting * d
+            cost = _pass_cost(target, plan, d)
             if cost > limit:
                 break
             costs.append(cost)
