@@ -23,7 +23,9 @@ import time
 
 import numpy as np
 
+from specchat import memory_probe
 from specchat.backends.base import Block, ChatMessage
+from specchat.bundled import bundled_gguf
 from specchat.prompting import chat_prompt_ids
 
 # the pass costs of the thread count asked for: it does not follow the load here
@@ -129,6 +131,7 @@ def main() -> None:
     parser.add_argument("--greedy-runs", type=int, default=3)
     args = parser.parse_args()
     backends = load(args.threads)
+    memory = memory_probe.probe(bundled_gguf().stat().st_size)
     say(f"chain passes behind {CONTEXT} cached tokens, {args.repeats} repeats")
     costs = pass_costs(backends, args.repeats)
     say(f"greedy, {GREEDY_TOKENS} tokens, {args.greedy_runs} runs each")
@@ -150,6 +153,7 @@ def main() -> None:
         print(f"{name:<10} {one * 1e3:>10.2f}{ratios}")
     llama_one, int4_one = costs["llama.cpp"][1], costs["int4"][1]
     print(f"int4 1-token pass / llama.cpp's: {int4_one / llama_one:.2f}")
+    print(f"before the passes, {memory.describe()}")
     print(f"\ngreedy tok/s over {GREEDY_TOKENS} tokens (median of {args.greedy_runs})")
     medians = {name: statistics.median(r) for name, r in rates.items()}
     for name, rate in medians.items():

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specchat import __version__, cpu
+from specchat import __version__, cpu, memory_probe
 from specchat.answers import make_decoder, open_model
 from specchat.backends.registry import runtime
 from specchat.bench.data import load_questions
@@ -74,6 +74,7 @@ def run_bench(
         loaded = open_model(config, speculative=True)
     for variant in variants:  # unavailable decoders stop here, before any run
         make_decoder(variant.name, variant.with_params(per[variant.name]), loaded)
+    memory = {"before": _memory_reading(loaded)}
     with stopped_when_terminated():  # a killed bench stops its peers' servers on the way out
         library_peers = peers_for(loaded, config.llama_server, names) if peers else []
         methods = [
@@ -106,6 +107,7 @@ def run_bench(
         finally:
             for peer in library_peers:  # peers that run a server stop it
                 peer.close()
+    memory["after"] = _memory_reading(loaded)
     summary = summarize(rows, baseline_name())
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {
@@ -121,12 +123,19 @@ def run_bench(
         "history": history,  # earlier questions saved as chats, a draft source
         # greedy-family decoders are bitwise greedy here, or only to near-ties
         "exactness": loaded.exactness().as_dict(),
+        # where the weights came from, before the runs and after: a cache or main memory
+        "memory": {when: r.as_dict() if r else None for when, r in memory.items()},
         "versions": _versions(),
         "decoder_params": per,
     }
     console = Console(file=sys.stdout)
     where = environment["cpu"] or loaded.device
     console.print(f"{loaded.model_name} on {loaded.name} · {where}", markup=False)
+    if memory["before"] and memory["after"]:
+        console.print(
+            f"before the runs {memory['before'].describe()}; after {memory['after'].describe()}",
+            markup=False,
+        )
     print_report(console, summary, ordered_categories, rows)
     if json_out:
         result = {
@@ -158,6 +167,13 @@ def run_bench(
         _write_atomically(
             Path(markdown_out), markdown(summary, ordered_categories, rows, command, environment)
         )
+
+
+def _memory_reading(loaded) -> memory_probe.MemoryReading | None:
+    """Where a CPU runtime's weights come from now (a GPU's, a server's: not measured)."""
+    if loaded.device != "cpu" or not loaded.model_path or not os.path.isfile(loaded.model_path):
+        return None
+    return memory_probe.probe(os.path.getsize(loaded.model_path))
 
 
 def _write_atomically(path: Path, text: str) -> None:

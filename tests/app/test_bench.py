@@ -8,8 +8,11 @@ import pytest
 
 from specchat.bench.data import load_questions
 from specchat.bench.summary import OVERALL, QuestionRow, summarize
+from specchat.bundled import bundled_gguf
 from specchat.errors import SpecchatError
 from tests.cli import run_cli
+
+BUNDLED_MB = bundled_gguf().stat().st_size / 1024 / 1024
 
 
 def _row(qid, cat, dec, tokens, seconds, steps=None, drafted=0, accepted=0, same=True):
@@ -153,6 +156,12 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
     assert row["tokens"] > 16
     env = report["environment"]
     assert env["backend"] in ("llama", "int4") and "versions" in env and "decoder_params" in env
+    # where the weights streamed from, read before the runs and after, beside every figure
+    for when in ("before", "after"):
+        reading = env["memory"][when]
+        assert abs(reading["weights_mb"] - BUNDLED_MB) < 1 and reading["memory_gbps"] > 0
+        assert isinstance(reading["cached"], bool)
+    assert "before the runs weights " in result.stdout
     # the same GGUF on specchat's other runtime: its greedy and the first drafting decoder
     other = "int4" if env["backend"] == "llama" else "llama"
     assert {f"greedy@{other}", f"pld@{other}"} <= set(report["summary"])

@@ -1,0 +1,25 @@
+"""The memory probe tells weights a cache holds from weights that stream from main memory."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from specchat import memory_probe
+
+
+def test_a_working_set_that_fits_the_core_cache_reads_as_cache_resident():
+    # 64 KB sits in any CPU's first or second cache; the large buffer exceeds the last one
+    reading = memory_probe.probe(64 * 1024)
+    assert reading.cached, reading.describe()
+    assert reading.weights_gbps > reading.memory_gbps > 0
+    assert reading.describe().startswith("weights cache-resident: 0 MB read at ")
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="sysfs lists the caches on Linux")
+def test_the_last_cache_is_the_largest_that_linux_lists():
+    size = memory_probe.last_cache_bytes()
+    if size is None:
+        pytest.skip("this system lists no CPU caches")
+    assert size >= 256 * 1024  # no CPU's last cache is smaller
