@@ -365,33 +365,6 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
     const float *q_bias = ops->bias, *k_bias = ops->bias ? ops->bias + q_width : NULL;
     const float *v_bias = ops->bias ? ops->bias + q_width + kv_width : NULL;
     float *q_rot = malloc(sizeof(float) * (size_t)rows * heads * head_dim);
-    float rotated[MAX_HEAD_DIM];
-    for (int32_t i = 0; i < rows; i++) {
-        const float *cos_row = cos_table ? cos_table + (int64_t)positions[i] * half : NULL;
-        const float *sin_row = sin_table ? sin_table + (int64_t)positions[i] * half : NULL;
-        const int64_t slot = (int64_t)n_prefix + i;
-        for (int32_t h = 0; h < heads; h++) {
-            float *qh = q_rot + ((int64_t)i * heads + h) * head_dim;
-            head_in(q + i * q_stride + h * head_dim, q_bias ? q_bias + h * head_dim : NULL,
-                    ops->q_norm, ops->eps, qh, head_dim);
-            if (cos_row) rope(qh, cos_row, sin_row, head_dim, ops->neox);
-        }
-        for (int32_t g = 0; g < kv_heads; g++) {
-            head_in(k + i * k_stride + g * head_dim, k_bias ? k_bias + g * head_dim : NULL,
-                    ops->k_norm, ops->eps, rotated, head_dim);
-            if (cos_row) rope(rotated, cos_row, sin_row, head_dim, ops->neox);
-            f16 *keys = k_cache + (int64_t)g * head_dim * slots;
-            for (int d = 0; d < head_dim; d++) keys[d * slots + slot] = to_half(rotated[d]);
-            bf16 *values = v_cache + ((int64_t)g * slots + slot) * head_dim;
-            const bf16 *vg = v + i * v_stride + g * head_dim;
-            if (v_bias) {
-                for (int d = 0; d < head_dim; d++)
-                    values[d] = to_bf16(from_bf16(vg[d]) + v_bias[g * head_dim + d]);
-            } else {
-                memcpy(values, vg, sizeof(bf16) * head_dim);
-            }
-        }
-    }
     const int32_t group = heads / kv_heads;
     /* each task: up to GROUP_QUERIES queries (row i, head h) of one key-value head, sharing its
      * prefix's keys and values; a head's queries split so that every thread has four tasks or more
@@ -410,6 +383,41 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
     const int64_t most_keys = (int64_t)n_prefix + most_seen;
 #pragma omp parallel num_threads(threads) if (tasks > 1 && threads > 1)
     {
+        /* each row's heads brought in first, shared by the threads: a query head of a row, or a
+         * key-value head for every row (its cache rows one thread's, so no two threads write one
+         * cache line); one thread alone took 6% of a drafted row's time while the others
+         * waited (docs/benchmarks.md, session 55) */
+#pragma omp for schedule(static, 1)
+        for (int64_t item = 0; item < (int64_t)rows * heads + kv_heads; item++) {
+            if (item < (int64_t)rows * heads) {
+                const int32_t i = (int32_t)(item / heads), h = (int32_t)(item % heads);
+                float *qh = q_rot + item * head_dim;
+                head_in(q + i * q_stride + h * head_dim, q_bias ? q_bias + h * head_dim : NULL,
+                        ops->q_norm, ops->eps, qh, head_dim);
+                if (cos_table) rope(qh, cos_table + (int64_t)positions[i] * half,
+                                    sin_table + (int64_t)positions[i] * half, head_dim, ops->neox);
+                continue;
+            }
+            const int32_t g = (int32_t)(item - (int64_t)rows * heads);
+            float rotated[MAX_HEAD_DIM];
+            for (int32_t i = 0; i < rows; i++) {
+                const int64_t slot = (int64_t)n_prefix + i;
+                head_in(k + i * k_stride + g * head_dim, k_bias ? k_bias + g * head_dim : NULL,
+                        ops->k_norm, ops->eps, rotated, head_dim);
+                if (cos_table) rope(rotated, cos_table + (int64_t)positions[i] * half,
+                                    sin_table + (int64_t)positions[i] * half, head_dim, ops->neox);
+                f16 *keys = k_cache + (int64_t)g * head_dim * slots;
+                for (int d = 0; d < head_dim; d++) keys[d * slots + slot] = to_half(rotated[d]);
+                bf16 *values = v_cache + ((int64_t)g * slots + slot) * head_dim;
+                const bf16 *vg = v + i * v_stride + g * head_dim;
+                if (v_bias) {
+                    for (int d = 0; d < head_dim; d++)
+                        values[d] = to_bf16(from_bf16(vg[d]) + v_bias[g * head_dim + d]);
+                } else {
+                    memcpy(values, vg, sizeof(bf16) * head_dim);
+                }
+            }
+        }
         float *weights = malloc(sizeof(float) * (size_t)(GROUP_QUERIES * (most_keys + LANES)));
         float acc[GROUP_QUERIES][MAX_HEAD_DIM];
 #pragma omp for schedule(static)

@@ -43,10 +43,10 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
                  int64_t rows, int64_t cols, const void *x, int32_t x_is_bf16, int64_t m,
                  void *out, int32_t out_is_bf16, int32_t threads);
 void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,
-                     int five, int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
+                     int five, int64_t rows, int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out,
                      int32_t out_is_bf16, int32_t threads); /* q4_rows8.c */
 void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, int64_t rows,
-                   int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
+                   int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads); /* q8_rows8.c */
 void matmul_dense(const float *f32, const uint8_t *codes, const float *scales, const float *zeros,
                   int32_t group, int32_t code_bits, int64_t rows, int64_t cols, const float *xf,

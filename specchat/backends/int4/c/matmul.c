@@ -41,17 +41,18 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
                  int32_t group, int32_t code_bits, int32_t scale_form, int32_t int8_x,
                  int64_t rows, int64_t cols, const void *x, int32_t x_is_bf16, int64_t m,
                  void *out, int32_t out_is_bf16, int32_t threads) {
-    float *scratch = NULL;
-    const float *xf = float_rows(x, x_is_bf16, m, cols, &scratch);
     const int int8_codes = !f32 && code_bits == 8 && (group == QGROUP || (group == QGROUP / 2 && !zeros));
-    if (!f32 && (code_bits == 5 || (int8_x && code_bits == 4)))
-        matmul_nibbles8(codes, scales, zeros, scale_form, code_bits == 5, rows, cols, xf, m, out,
-                        out_is_bf16, threads);
-    else if (int8_x && int8_codes)
-        matmul_int8x8(codes, scales, zeros, scale_form, QGROUP / group, rows, cols, xf, m, out,
-                      out_is_bf16, threads);
-    else
+    if (!f32 && (code_bits == 5 || (int8_x && code_bits == 4))) {
+        matmul_nibbles8(codes, scales, zeros, scale_form, code_bits == 5, rows, cols, x, x_is_bf16,
+                        m, out, out_is_bf16, threads);
+    } else if (int8_x && int8_codes) {
+        matmul_int8x8(codes, scales, zeros, scale_form, QGROUP / group, rows, cols, x, x_is_bf16,
+                      m, out, out_is_bf16, threads);
+    } else {
+        float *scratch = NULL;
+        const float *xf = float_rows(x, x_is_bf16, m, cols, &scratch);
         matmul_dense(f32, codes, scales, zeros, group, code_bits, rows, cols, xf, m, out,
                      out_is_bf16, threads);
-    free(scratch);
+        free(scratch);
+    }
 }

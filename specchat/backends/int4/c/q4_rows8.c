@@ -236,16 +236,16 @@ static inline __attribute__((always_inline)) void nibbles8_unit(
  * of 8: the last block's missing rows are zeros in the layout and are not stored. */
 static inline __attribute__((always_inline)) void nibbles8_blocks(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
-    int64_t rows, int64_t cols, const float *xf, int8_rows *q, int64_t m, void *out,
+    int64_t rows, int64_t cols, const void *x, int x_is_bf16, int8_rows *q, int64_t m, void *out,
     int32_t out_is_bf16, int32_t threads) {
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
     const int64_t code_bytes = groups * group_bytes(five), scale_step = scale_bytes(groups, form);
     const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
     const int shared = SHARED_ROUNDING(m, threads);
-    if (!shared) quantize_groups(xf, m, cols, 0, q);
+    if (!shared) quantize_groups(x, x_is_bf16, m, cols, 0, q);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        if (shared) quantize_groups(xf, m, cols, 0, q); /* its omp for ends on a barrier */
+        if (shared) quantize_groups(x, x_is_bf16, m, cols, 0, q); /* its omp for ends on a barrier */
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < units; unit++)
             nibbles8_unit(codes, scales, zeros, form, five, rows, cols, code_bytes, scale_step,
@@ -254,14 +254,16 @@ static inline __attribute__((always_inline)) void nibbles8_blocks(
 }
 
 void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,
-                     int five, int64_t rows, int64_t cols, const float *xf, int64_t m, void *out,
+                     int five, int64_t rows, int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out,
                      int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
     alloc_int8_rows(m, cols, 0, &q);
     if (five) /* constant in each copy: the 4-bit tile keeps its own code */
-        nibbles8_blocks(codes, scales, zeros, form, 1, rows, cols, xf, &q, m, out, out_is_bf16, threads);
+        nibbles8_blocks(codes, scales, zeros, form, 1, rows, cols, x, x_is_bf16, &q, m, out, out_is_bf16,
+                        threads);
     else
-        nibbles8_blocks(codes, scales, zeros, form, 0, rows, cols, xf, &q, m, out, out_is_bf16, threads);
+        nibbles8_blocks(codes, scales, zeros, form, 0, rows, cols, x, x_is_bf16, &q, m, out, out_is_bf16,
+                        threads);
     free_int8_rows(&q);
 }
 

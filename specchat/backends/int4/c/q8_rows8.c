@@ -224,7 +224,7 @@ static inline __attribute__((always_inline)) void int8x8_unit(
 #endif
 
 void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, int64_t rows,
-                   int64_t cols, const float *xf, int64_t m, void *out, int32_t out_is_bf16,
+                   int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads) {
     int8_rows q;
     alloc_int8_rows(m, cols, sub == 2, &q);
@@ -232,10 +232,10 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, 
     const int64_t code_bytes = groups * 8 * 32, scale_step = scale_bytes(groups * sub, form);
     const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
     const int shared = SHARED_ROUNDING(m, threads);
-    if (!shared) quantize_groups(xf, m, cols, sub == 2, &q);
+    if (!shared) quantize_groups(x, x_is_bf16, m, cols, sub == 2, &q);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        if (shared) quantize_groups(xf, m, cols, sub == 2, &q); /* ends on a barrier */
+        if (shared) quantize_groups(x, x_is_bf16, m, cols, sub == 2, &q); /* ends on a barrier */
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < units; unit++)
             int8x8_unit(codes, scales, zeros, form, sub, rows, cols, code_bytes, scale_step, unit,

@@ -71,12 +71,28 @@ void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q) {
     q->lows = halves ? calloc((size_t)(m * q->padded), sizeof(int32_t)) : NULL;
 }
 
-void quantize_groups(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q) {
+/* One group of bf16 x widened to float32 (exactly), as quantize_group reads it. */
+static inline void widen_group(const bf16 *narrow, float *wide) {
+#if defined(HAVE_AVX2)
+    for (int i = 0; i < QGROUP; i += 8) _mm256_storeu_ps(wide + i, from_bf16x8(narrow + i));
+#else
+    for (int i = 0; i < QGROUP; i++) wide[i] = from_bf16(narrow[i]);
+#endif
+}
+
+void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int halves,
+                     int8_rows *q) {
     const int64_t groups = cols / QGROUP;
 #pragma omp for schedule(static)
     for (int64_t at_group = 0; at_group < m * groups; at_group++) {
-        const int64_t r = at_group / groups, g = at_group % groups;
-        const group_code c = quantize_group(x + r * cols + g * QGROUP, q->codes + r * cols + g * QGROUP);
+        const int64_t r = at_group / groups, g = at_group % groups, first = r * cols + g * QGROUP;
+        float wide[QGROUP];
+        const float *xg = (const float *)x + first;
+        if (x_is_bf16) {
+            widen_group((const bf16 *)x + first, wide);
+            xg = wide;
+        }
+        const group_code c = quantize_group(xg, q->codes + first);
         const int64_t at = r * q->padded + g;
         if (halves) q->lows[at] = c.low;
         q->scales[at] = c.scale;

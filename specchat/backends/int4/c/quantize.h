@@ -22,9 +22,12 @@ typedef struct {
 /* x rounded in two steps, so that a matmul may round it inside its own parallel region: the
  * arrays (`halves`: also each group's first-half sum, which int8 weights in groups of 16 need),
  * then the groups (an `omp for`, shared by the region's threads where one encloses it; a group's
- * result is the same whichever thread rounds it). */
+ * result is the same whichever thread rounds it). x is float32, or bf16 (`x_is_bf16`) widened
+ * a group at a time (exactly): a layer's bf16 rows are then never widened whole by one thread
+ * while the others wait, 4% of a drafted row's time (docs/benchmarks.md, session 55). */
 void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q);
-void quantize_groups(const float *x, int64_t m, int64_t cols, int halves, int8_rows *q);
+void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int halves,
+                     int8_rows *q);
 /* Whether a matmul rounds its m rows of x inside its parallel region: with more than one thread
  * and two rows or more (a lone row's 18-48 groups are left to one thread: too little to share). */
 #define SHARED_ROUNDING(m, threads) ((threads) > 1 && (m) >= 2)
