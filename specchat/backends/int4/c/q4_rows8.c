@@ -22,6 +22,11 @@
  * and every level's tile below gives the plain C's bits. */
 #include "kernels.h"
 #include "rows8.h"
+/* A tile of five tokens or more sums each token's low and high nibbles in one chain of vpdpbusd
+ * (integers: the same sums in any order): enough chains run side by side to hide the latency,
+ * and the add of two chains' sums goes. An 8-token pass took 0.968-0.983x its time behind 256
+ * and 768 tokens; at 4 tokens one chain each ran 1.008-1.012x, so fewer keep two (session 55). */
+static inline int one_chain(int count) { return count >= 5; }
 
 /* Bytes of one group of 32 of a block of eight rows: the nibble tile, and 5-bit codes' plane. */
 static inline int64_t group_bytes(int five) { return five ? 160 : 128; }
@@ -71,12 +76,16 @@ static inline __attribute__((always_inline)) void nibbles16_tile(
                 memcpy(&first, x, 4);
                 memcpy(&second, x + 4, 4);
                 sums[j] = _mm512_dpbusd_epi32(sums[j], lo, _mm512_set1_epi32(first));
-                highs[j] = _mm512_dpbusd_epi32(highs[j], hi, _mm512_set1_epi32(second));
+                if (one_chain(count))
+                    sums[j] = _mm512_dpbusd_epi32(sums[j], hi, _mm512_set1_epi32(second));
+                else
+                    highs[j] = _mm512_dpbusd_epi32(highs[j], hi, _mm512_set1_epi32(second));
             }
         }
         const __m512 scale = pair_ps(lanes8(scales_a, g * ROWS8, form), lanes8(scales_b, g * ROWS8, form));
         for (int j = 0; j < count; j++)
-            acc[j] = add_group16(acc[j], _mm512_add_epi32(sums[j], highs[j]), scale, q, r0 + j, g);
+            acc[j] = add_group16(acc[j], one_chain(count) ? sums[j] : _mm512_add_epi32(sums[j], highs[j]),
+                                 scale, q, r0 + j, g);
     }
     add_zero_terms16(zeros_a, zeros_b, scales_a, scales_b, form, q, r0, groups, count, acc, results);
 }
