@@ -4,14 +4,15 @@ Why a speed figure needs it: a one-token pass reads every weight once, so on a C
 speed weights reach the cores, while a drafted token's extra cost is arithmetic. Where a cache
 holds the weights (a server's L3 of hundreds of MB, shared with other machines' guests), the
 one-token pass runs fast and drafts look dear; where they stream from memory (a laptop's 8-36 MB
-L3 against the bundled model's 98 MB) the same drafts pay much more. On one Xeon VM the bundled
+L3 against the bundled model's 94 MB) the same drafts pay much more. On one Xeon VM the bundled
 model's one-token int4 pass took 3.3 ms on hours the host's 480 MB L3 held its weights and 5.5 ms
 on hours it did not, with a drafted row's cost the same in milliseconds, and the default's speedup
 on code edits read 1.88x and 2.15x (docs/benchmarks.md, session 55). So figures say which it was.
 
 The probe reads a buffer of the weights' size over and over, and one larger than the last-level
 cache (which no cache holds), and compares their read rates: about equal, the weights stream from
-memory. It takes one to two seconds (most of it faulting in the larger buffer) and allocates the larger buffer only while it reads.
+memory. It takes one to two seconds (most of it faulting in the larger buffer) and holds its
+buffers only while it reads them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class MemoryReading:
     weights_gbps: float  # its read rate, read over and over
     memory_gbps: float  # a buffer larger than the last-level cache
     last_cache_mb: float | None  # the last-level cache's size, where the system says
+    read: bool = True  # False: weights larger than any cache, not read (main memory's rate)
 
     @property
     def cached(self) -> bool:
@@ -42,9 +44,9 @@ class MemoryReading:
 
     def describe(self) -> str:
         where = "cache-resident" if self.cached else "from memory"
+        how = f"read at {self.weights_gbps:.0f} GB/s" if self.read else "larger than the cache"
         return (
-            f"weights {where}: {self.weights_mb:.0f} MB read at {self.weights_gbps:.0f} GB/s, "
-            f"memory {self.memory_gbps:.0f} GB/s"
+            f"weights {where}: {self.weights_mb:.0f} MB {how}, memory {self.memory_gbps:.0f} GB/s"
         )
 
     def as_dict(self) -> dict:
@@ -54,6 +56,7 @@ class MemoryReading:
             "memory_gbps": round(self.memory_gbps, 1),
             "last_cache_mb": self.last_cache_mb,
             "cached": self.cached,
+            "read": self.read,
         }
 
 
@@ -85,14 +88,17 @@ def read_rate(nbytes: int, rounds: int) -> float:
 
 
 def probe(weights_bytes: int) -> MemoryReading:
-    """Read rates of the weights' working set and of main memory, now."""
+    """Read rates of the weights' working set and of main memory, now. Weights as large as the
+    buffer that stands for main memory are not read (no cache holds them; an 8B model's would
+    be gigabytes): their rate is main memory's."""
     cache = last_cache_bytes()
-    large = max(3 * (cache or _FALLBACK_CACHE) // 2, 4 * weights_bytes)
-    weights = read_rate(weights_bytes, 15)
+    large = max(3 * (cache or _FALLBACK_CACHE) // 2, 64 * _MB)
     memory = read_rate(large, 3)
+    read = weights_bytes < large
     return MemoryReading(
         weights_mb=weights_bytes / _MB,
-        weights_gbps=weights,
+        weights_gbps=read_rate(weights_bytes, 15) if read else memory,
         memory_gbps=memory,
         last_cache_mb=cache / _MB if cache else None,
+        read=read,
     )

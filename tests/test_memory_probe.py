@@ -23,3 +23,11 @@ def test_the_last_cache_is_the_largest_that_linux_lists():
     if size is None:
         pytest.skip("this system lists no CPU caches")
     assert size >= 256 * 1024  # no CPU's last cache is smaller
+
+
+def test_weights_no_cache_could_hold_are_not_read():
+    # a model of a terabyte: reading (or allocating) a buffer of its size would never end
+    reading = memory_probe.probe(1 << 40)
+    assert not reading.cached
+    assert reading.weights_gbps == reading.memory_gbps > 0
+    assert reading.describe().startswith("weights from memory: 1048576 MB larger than the cache")
