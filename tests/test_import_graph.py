@@ -70,7 +70,7 @@ def test_no_import_cycle():
 LAYERS = (
     # what everything may use: errors, where files live, the CPU, figures computed one way
     ("specchat.errors", "specchat.locations", "specchat.cpu", "specchat.hardware",
-     "specchat.tables", "specchat.metrics", "specchat.json_tables"),
+     "specchat.memory_probe", "specchat.tables", "specchat.metrics", "specchat.json_tables"),
     # models and their runtimes; prompts and what a user attaches to them
     ("specchat.backends", "specchat.bundled", "specchat.devices", "specchat.prompting",
      "specchat.attachments"),

@@ -46,15 +46,26 @@ static inline int64_t max_vector(const float *weights, int64_t count, float *top
     return t;
 }
 
-/* exp(weight - top) over whole vectors of 16 at AVX-512, then of 8: each lane the same
- * operations at either width (vec.h), so the same bits. */
-static inline int64_t exp_shifted_vector(float *weights, int64_t count, float top) {
-    int64_t t = 0;
 #if defined(__AVX512F__)
+/* exp(weight - top) over whole vectors of 16; returns where the vectors of 8 go on. */
+static inline int64_t exp_shifted16(float *weights, int64_t count, float top) {
+    int64_t t = 0;
     for (; t + 16 <= count; t += 16)
         _mm512_storeu_ps(weights + t, exp_approx16(_mm512_sub_ps(_mm512_loadu_ps(weights + t),
                                                                  _mm512_set1_ps(top))));
+    return t;
+}
+#else
+static inline int64_t exp_shifted16(float *weights, int64_t count, float top) {
+    (void)weights, (void)count, (void)top;
+    return 0;
+}
 #endif
+
+/* exp(weight - top) over whole vectors of 16 at AVX-512, then of 8: each lane the same
+ * operations at either width (vec.h), so the same bits. */
+static inline int64_t exp_shifted_vector(float *weights, int64_t count, float top) {
+    int64_t t = exp_shifted16(weights, count, top);
     for (; t + 8 <= count; t += 8)
         _mm256_storeu_ps(weights + t,
                          exp_approx8(_mm256_sub_ps(_mm256_loadu_ps(weights + t), _mm256_set1_ps(top))));

@@ -72,13 +72,15 @@ void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q) {
 }
 
 /* One group of bf16 x widened to float32 (exactly), as quantize_group reads it. */
-static inline void widen_group(const bf16 *narrow, float *wide) {
 #if defined(HAVE_AVX2)
+static inline void widen_group(const bf16 *narrow, float *wide) {
     for (int i = 0; i < QGROUP; i += 8) _mm256_storeu_ps(wide + i, from_bf16x8(narrow + i));
-#else
-    for (int i = 0; i < QGROUP; i++) wide[i] = from_bf16(narrow[i]);
-#endif
 }
+#else
+static inline void widen_group(const bf16 *narrow, float *wide) {
+    for (int i = 0; i < QGROUP; i++) wide[i] = from_bf16(narrow[i]);
+}
+#endif
 
 void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int halves,
                      int8_rows *q) {
