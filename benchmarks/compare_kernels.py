@@ -8,7 +8,7 @@ new ÷ old. The old C comes from another tree (`git worktree add /tmp/old REV`, 
 `--old /tmp/old/specchat/backends/int4/c`).
 
     PYTHONPATH=. python benchmarks/compare_kernels.py --old DIR [--model GGUF] [--level avx2]
-        [--rounds 15] [--contexts 256,768,1536]
+        [--rounds 15] [--contexts 256,768,1536] [--sizes 1,2,4,8]
 """
 
 from __future__ import annotations
@@ -48,27 +48,30 @@ def load_both(old: Path, model: Path, level: str | None, threads: int):
 
 
 def compare(
-    before, after, context: int, rounds: int
+    before, after, context: int, rounds: int, sizes: tuple[int, ...] = SIZES
 ) -> tuple[dict[int, tuple[float, float]], bool]:
     """Per size, the median seconds of (old, new) passes behind `context` filler tokens, taken in
     turn (the order flipped every round), each after settling plain passes of its own build; and
-    whether a two-token block's logits are equal."""
+    whether a block's logits are equal at every size."""
     for backend in (before, after):
         backend.rollback(0)
         backend.prefill([_FILLER] * context)
-    times: dict[tuple[int, int], list[float]] = {(k, side): [] for k in SIZES for side in (0, 1)}
+    times: dict[tuple[int, int], list[float]] = {(k, side): [] for k in sizes for side in (0, 1)}
     for round_ in range(rounds):
-        for k in SIZES:
+        for k in sizes:
             order = ((0, before), (1, after)) if round_ % 2 else ((1, after), (0, before))
             for side, backend in order:
                 chain = [_FILLER + i for i in range(k)]
                 times[k, side].append(settled_seconds(backend, chain, context))
-    logits = []
-    for backend in (before, after):
-        logits.append(backend.evaluate(Block.chain([_FILLER + 2, _FILLER + 3])))
-        backend.rollback(context)
-    medians = {k: (statistics.median(times[k, 0]), statistics.median(times[k, 1])) for k in SIZES}
-    return medians, bool(np.array_equal(*logits))
+    same = True
+    for k in sorted({2, *sizes}):
+        logits = []
+        for backend in (before, after):
+            logits.append(backend.evaluate(Block.chain([_FILLER + 2 + i for i in range(k)])))
+            backend.rollback(context)
+        same = same and bool(np.array_equal(*logits))
+    medians = {k: (statistics.median(times[k, 0]), statistics.median(times[k, 1])) for k in sizes}
+    return medians, same
 
 
 def main() -> None:
@@ -83,6 +86,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--contexts", default="256,768,1536")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="tokens a pass")
     args = parser.parse_args()
     model = args.model or bundled_gguf()
     say(f"loading {model.name} on the old C ({args.old}) and on this tree's")
@@ -90,7 +94,8 @@ def main() -> None:
     line = cpu.describe(args.level)
     print(f"{line}, {args.threads} threads, {model.name}; new ÷ old, medians of {args.rounds}")
     for context in (int(c) for c in args.contexts.split(",")):
-        medians, same = compare(before, after, context, args.rounds)
+        sizes = tuple(int(k) for k in args.sizes.split(","))
+        medians, same = compare(before, after, context, args.rounds, sizes)
         cells = [f"k={k} {1e3 * old:.2f} → {1e3 * new:.2f} ms ({new / old:.3f})"
                  for k, (old, new) in medians.items()]  # fmt: skip
         print(f"behind {context:>5}: " + "  ".join(cells) + f"  bits equal: {same}", flush=True)
