@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--old", type=Path, required=True, help="the other tree's int4 C folder")
     parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: bundled)")
     parser.add_argument(
-        "--level", default=None, help="avx512, avx2 or generic (default: the CPU's)"
+        "--level", default=None, help="avx512, avxvnni, avx2 or generic (default: the CPU's)"
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)

@@ -16,16 +16,21 @@ from functools import cache
 
 from specchat.errors import SpecchatError
 
-# lowest first; a cap never raises a level above what the CPU has
-LEVELS = ("generic", "avx2", "avx512")
+# lowest first; a cap never raises a level above what the CPU has. avxvnni is AVX2 with AVX-VNNI's
+# byte dot products (Intel since Alder Lake and Sapphire Rapids, AMD since Zen 5): most laptops
+# sold since 2022, without AVX-512; some AVX-512 CPUs lack it (Ice Lake servers, Zen 4), so a cap
+# at avxvnni there runs avx2.
+LEVELS = ("generic", "avx2", "avxvnni", "avx512")
 ENV = "SPECCHAT_CPU"
+_AVX2 = {"avx2", "fma", "f16c", "bmi2"}
 # what each level needs in /proc/cpuinfo's flags (x86-64-v3 and v4, as compilers define them)
 _NEEDS = {
-    "avx2": {"avx2", "fma", "f16c", "bmi2"},
-    "avx512": {"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq"},
+    "avx2": _AVX2,
+    "avxvnni": _AVX2 | {"avx_vnni"},
+    "avx512": _AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"},
 }
 # torch's names for the same caps
-_TORCH_CAPABILITY = {"generic": "default", "avx2": "avx2", "avx512": "avx512"}
+_TORCH_CAPABILITY = {"generic": "default", "avx2": "avx2", "avxvnni": "avx2", "avx512": "avx512"}
 
 
 @cache
@@ -50,15 +55,23 @@ def cpu_name() -> str:
     return _cpuinfo()[0]
 
 
+def runs(level: str) -> bool:
+    """Whether this CPU has what `level` needs (generic: any)."""
+    if level == "generic":
+        return True
+    return platform.machine().lower() in ("x86_64", "amd64") and _NEEDS[level] <= _cpuinfo()[1]
+
+
 def native_level() -> str:
-    """The highest level this CPU runs: avx512 or avx2 on x86-64 with those features, else
-    generic (plain C, which the compiler vectorizes where it can: NEON on ARM)."""
-    flags = _cpuinfo()[1]
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        for level in reversed(LEVELS[1:]):
-            if _NEEDS[level] <= flags:
-                return level
-    return "generic"
+    """The highest level this CPU runs: avx512, avxvnni or avx2 on x86-64 with those features,
+    else generic (plain C, which the compiler vectorizes where it can: NEON on ARM)."""
+    return levels_here()[-1]
+
+
+def levels_here(top: str | None = None) -> list[str]:
+    """The levels this CPU runs, lowest first, up to `top` (default: all of them)."""
+    below = LEVELS if top is None else LEVELS[: LEVELS.index(top) + 1]
+    return [level for level in below if runs(level)]
 
 
 def check_level(value: str) -> str:
@@ -75,8 +88,7 @@ def level() -> str:
     cap = os.environ.get(ENV, "").strip()
     if not cap:
         return native
-    capped = check_level(cap)
-    return min(capped, native, key=LEVELS.index)
+    return levels_here(min(check_level(cap), native, key=LEVELS.index))[-1]
 
 
 def apply(cap: str | None) -> None:

@@ -80,7 +80,7 @@ def _small_numpy(backend) -> Callable[[int], Backend]:
 
 # the int4 runtime also at each instruction-set level below the CPU's own (SPECCHAT_CPU's caps),
 # and on a random-weight file of each other family it runs (conftest.FAMILY_SHAPES)
-LOWER_LEVELS = cpu.LEVELS[: cpu.LEVELS.index(cpu.native_level())]
+LOWER_LEVELS = cpu.levels_here()[:-1]
 FAMILIES = ("smollm3", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
 
 

@@ -19,20 +19,53 @@ from specchat.backends.base import Block
 from specchat.errors import SpecchatError
 from tests.cli import run_cli
 
-HERE = cpu.LEVELS[: cpu.LEVELS.index(cpu.native_level()) + 1]
+HERE = cpu.levels_here()
 
 
 def test_the_cap_never_raises_the_level(monkeypatch: pytest.MonkeyPatch) -> None:
     native = cpu.native_level()
     for cap in cpu.LEVELS:
         monkeypatch.setenv(cpu.ENV, cap)
-        assert cpu.level() == min(cap, native, key=cpu.LEVELS.index)
+        assert cpu.level() in HERE
+        assert cpu.LEVELS.index(cpu.level()) <= cpu.LEVELS.index(
+            min(cap, native, key=cpu.LEVELS.index)
+        )
+    monkeypatch.setenv(cpu.ENV, "avx2")
+    assert cpu.level() == ("avx2" if "avx2" in HERE else "generic")
     monkeypatch.setenv(cpu.ENV, "generic")
     assert cpu.describe().startswith(cpu.cpu_name())
     assert "generic" in cpu.describe()
     monkeypatch.setenv(cpu.ENV, "avx9")
     with pytest.raises(SpecchatError, match="avx9"):
         cpu.level()
+
+
+AVX2 = "fpu sse2 avx avx2 fma f16c bmi2"
+AVX512 = " avx512f avx512bw avx512vl avx512dq avx512_vnni"
+
+
+@pytest.mark.parametrize(
+    ("flags", "native", "capped_at_avxvnni"),
+    [
+        (AVX2, "avx2", "avx2"),  # an AMD EPYC of Zen 3
+        (AVX2 + " avx_vnni", "avxvnni", "avxvnni"),  # an Alder Lake laptop
+        (AVX2 + AVX512, "avx512", "avx2"),  # a Zen 4 or an Ice Lake server: no AVX-VNNI
+        (AVX2 + AVX512 + " avx_vnni", "avx512", "avxvnni"),  # a Sapphire Rapids Xeon
+    ],
+)
+def test_each_cpu_runs_the_levels_it_has(
+    monkeypatch: pytest.MonkeyPatch, flags: str, native: str, capped_at_avxvnni: str
+) -> None:
+    """A level runs only where the CPU has its instructions, so a cap at avxvnni on an AVX-512
+    CPU without AVX-VNNI runs avx2 (the kernels would otherwise stop on an illegal instruction)."""
+    monkeypatch.setattr(cpu, "_cpuinfo", lambda: ("a CPU", frozenset(flags.split())))
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "x86_64")
+    monkeypatch.delenv(cpu.ENV, raising=False)
+    assert cpu.native_level() == cpu.level() == native
+    monkeypatch.setenv(cpu.ENV, "avxvnni")
+    assert cpu.level() == capped_at_avxvnni
+    monkeypatch.setenv(cpu.ENV, "generic")
+    assert cpu.level() == "generic"
 
 
 def test_a_llama_cpp_build_names_its_level() -> None:

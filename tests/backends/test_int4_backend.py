@@ -28,7 +28,7 @@ from specchat.prompting import chat_prompt_ids
 # two picked different tokens only where llama.cpp's top two were within 0.37 of each other.
 NEAR_TIE = 0.75
 # the instruction-set levels this machine runs: its own and every one below it
-LEVELS_HERE = cpu.LEVELS[: cpu.LEVELS.index(cpu.native_level()) + 1]
+LEVELS_HERE = cpu.levels_here()
 
 
 @pytest.fixture(scope="session")

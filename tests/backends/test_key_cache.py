@@ -9,7 +9,7 @@ import pytest
 from specchat import cpu
 from specchat.backends.int4.kernels import kernels
 
-LEVELS_HERE = cpu.LEVELS[: cpu.LEVELS.index(cpu.native_level()) + 1]
+LEVELS_HERE = cpu.levels_here()
 
 
 def values_to_round() -> np.ndarray:

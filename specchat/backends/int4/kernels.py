@@ -35,7 +35,12 @@ _FLAGS = ["-O3", "-fno-math-errno", "-fPIC", "-shared", "-std=c11"]
 _OPENMP = "-fopenmp"
 # what each level is built for on x86-64; avx512 is only ever the CPU's own (a level never
 # exceeds it), so it is built for the CPU itself, as it always was
-_X86_MARCH = {"generic": "-march=x86-64", "avx2": "-march=x86-64-v3", "avx512": "-march=native"}
+_X86_MARCH = {
+    "generic": ["-march=x86-64"],
+    "avx2": ["-march=x86-64-v3"],
+    "avxvnni": ["-march=x86-64-v3", "-mavxvnni"],
+    "avx512": ["-march=native"],
+}
 
 _p = ctypes.c_void_p
 _i64 = ctypes.c_int64
@@ -69,7 +74,7 @@ def _compiler() -> str:
 def level_flags(level: str) -> list[str]:
     """The compiler flags that build the kernels for `level` on this machine."""
     if platform.machine().lower() in ("x86_64", "amd64"):
-        return [_X86_MARCH[level]]
+        return list(_X86_MARCH[level])
     return []  # another architecture: plain C, vectorized by the compiler (NEON on ARM)
 
 

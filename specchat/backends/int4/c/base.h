@@ -20,6 +20,9 @@
 #if defined(__AVX2__) && defined(__FMA__) /* x86-64-v3; every AVX-512 build has them too */
 #include <immintrin.h>
 #define HAVE_AVX2 1
+#if defined(__AVXVNNI__) /* AVX-VNNI: Alder Lake, Sapphire Rapids, Zen 5 and later */
+#define HAVE_AVXVNNI 1
+#endif
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) /* Ice Lake, Zen 4 and later */
 #define HAVE_VNNI512 1
 #endif

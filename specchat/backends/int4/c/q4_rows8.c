@@ -122,12 +122,17 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                 int32_t first, second;
                 memcpy(&first, x, 4);
                 memcpy(&second, x + 4, 4);
+                if (BYTE_DOTS) { /* AVX-VNNI: each chunk's sums straight into int32 lanes */
+                    s32[j] = byte_dots(byte_dots(s32[j], lo, _mm256_set1_epi32(first)), hi,
+                                       _mm256_set1_epi32(second));
+                    continue;
+                }
                 const __m256i pair = _mm256_add_epi16(
                     _mm256_maddubs_epi16(lo, _mm256_set1_epi32(first)),
                     _mm256_maddubs_epi16(hi, _mm256_set1_epi32(second)));
                 s16[j] = _mm256_add_epi16(s16[j], pair);
             }
-            if (five && (c & 1)) /* a pair of chunks' 5-bit sums is all int16 lanes hold */
+            if (five && !BYTE_DOTS && (c & 1)) /* a pair of chunks' 5-bit sums is all int16 lanes hold */
                 for (int j = 0; j < count; j++) {
                     s32[j] = _mm256_add_epi32(s32[j], _mm256_madd_epi16(s16[j], ones));
                     s16[j] = _mm256_setzero_si256();
@@ -135,7 +140,7 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
         }
         const __m256 scale = lanes8(scales, g * ROWS8, form);
         for (int j = 0; j < count; j++) {
-            const __m256i isum = five ? s32[j] : _mm256_madd_epi16(s16[j], ones);
+            const __m256i isum = five || BYTE_DOTS ? s32[j] : _mm256_madd_epi16(s16[j], ones);
             acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
         }
     }

@@ -73,7 +73,6 @@ static inline __attribute__((always_inline)) void int8x8_tile(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r0,
     int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TOKENS];
     for (int j = 0; j < count; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
@@ -88,9 +87,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
                 int32_t four;
                 memcpy(&four, q->codes + (r0 + j) * cols + QGROUP * g + 4 * c, 4);
                 const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), raw);
-                sums[h][j] = _mm256_add_epi32(
-                    sums[h][j],
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed_x), ones));
+                sums[h][j] = byte_dots(sums[h][j], magnitudes, signed_x);
             }
         }
         for (int h = 0; h < sub; h++) {

@@ -101,6 +101,21 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *
         _mm_prefetch((const char *)here + PREFETCH_BYTES + line, _MM_HINT_T0);
 }
 
+/* acc + each int32 lane's four products of unsigned bytes u8 and signed bytes s8: one
+ * instruction with AVX-VNNI (BYTE_DOTS), else maddubs's pairs (|products| under 2^15 as the
+ * callers keep them) widened and added. The same exact integers either way. */
+#if defined(HAVE_AVXVNNI)
+#define BYTE_DOTS 1
+static inline __m256i byte_dots(__m256i acc, __m256i u8, __m256i s8) {
+    return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+}
+#else
+#define BYTE_DOTS 0
+static inline __m256i byte_dots(__m256i acc, __m256i u8, __m256i s8) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
+}
+#endif
+
 static inline __m256 lanes8(const void *values, int64_t at, int form) {
     if (form == 0) return _mm256_loadu_ps((const float *)values + at);
     if (form == 1)
