@@ -91,14 +91,25 @@ static inline void store_rows8(void *out, int out_is_bf16, int64_t first, int64_
  * a tile of one or two tokens did too: asked ahead, a one-token pass of the bundled model took
  * 0.87x its time, 1.7B Q4_K_M's 0.80x (avx512) and 0.72x (avx2). On the AMD EPYC, where it was
  * first tried for small tiles, a 2-token pass read 1.02-1.05x (docs/benchmarks.md, session 44).
+ * Each line is asked for twice: PREFETCH_BYTES ahead into L1, and PREFETCH_FAR_BYTES ahead into
+ * L2 only, which keeps more of the stream in flight than L1's few fill buffers can: a pass still
+ * read the weights at about half what two threads read alone (59 GB/s cache-resident on the
+ * Xeon), and with the far request it took 0.89-0.93x its time at 1 token, 0.86-0.92x at 2,
+ * 0.88-0.95x at 4 and 8 (avx2: 0.86x at 1 and 2), the same bits (session 56).
  * always_inline: GCC 12 left this out of line in the tiles and dropped the prefetches from it. */
 #ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 2048
 #endif
-/* The `bytes` of codes PREFETCH_BYTES past `here`, asked for, a line at a time. */
+#ifndef PREFETCH_FAR_BYTES
+#define PREFETCH_FAR_BYTES 16384
+#endif
+/* The `bytes` of codes PREFETCH_BYTES and PREFETCH_FAR_BYTES past `here`, asked for, a line at a
+ * time. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *here, int64_t bytes) {
-    for (int64_t line = 0; line < bytes; line += 64)
+    for (int64_t line = 0; line < bytes; line += 64) {
         _mm_prefetch((const char *)here + PREFETCH_BYTES + line, _MM_HINT_T0);
+        _mm_prefetch((const char *)here + PREFETCH_FAR_BYTES + line, _MM_HINT_T1);
+    }
 }
 
 /* acc + each int32 lane's four products of unsigned bytes u8 and signed bytes s8: one
