@@ -8,6 +8,13 @@
 /* Queries of one key-value head (its query heads, for every row of the block) that one task
  * scores together: each key and value of the shared prefix is loaded once for all of them. */
 #define GROUP_QUERIES 4
+/* Keys asked for this many slots ahead of the score loop, each dimension's row: the cache is
+ * transposed (a dimension's keys side by side), so a block of keys is 64 short runs a cache's
+ * row apart, which the hardware's prefetch does not follow; they come from L3 (the weights streamed
+ * since have pushed them out of L2). Asked for a block ahead, passes of 1-8 tokens took 0.95-1.00x
+ * their time behind 256 tokens, 0.89-0.98x behind 768 and 0.86-0.92x behind 1,536 (avx2:
+ * 0.82-0.88x); the values, read in order, gained nothing from it (docs/benchmarks.md, session 56). */
+#define KEYS_AHEAD 64
 /* registers for accumulators and loads: 32 vectors at AVX-512, 16 below */
 #if defined(__AVX512F__)
 #define SHARED_REGISTERS 24
@@ -128,6 +135,8 @@ static inline __attribute__((always_inline)) int64_t shared_scores_n(
             for (int c = 0; c < kv; c++) a[j][c] = vec_zero();
         for (int d = 0; d < dim; d++) {
             const f16 *kd = keys + d * slots + start;
+            _mm_prefetch((const char *)(kd + KEYS_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(kd + KEYS_AHEAD + 32), _MM_HINT_T0);
             vecf k[4];
             for (int c = 0; c < kv; c++) k[c] = vec_load_half(kd + c * VEC);
             for (int j = 0; j < nq; j++) {
