@@ -393,13 +393,17 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
     float *q_rot = malloc(sizeof(float) * (size_t)rows * heads * head_dim);
     const int32_t group = heads / kv_heads;
     /* each task: up to GROUP_QUERIES queries (row i, head h) of one key-value head, sharing its
-     * prefix's keys and values; a head's queries split so that every thread has four tasks or more
-     * where there are queries enough (fewer, larger tasks left a thread idle: a one-token pass
-     * of three query heads a key-value head ran 7-10% slower at avx2 as two tasks a head).
-     * Each query's arithmetic is the same whichever task holds it. */
+     * prefix's keys and values; a head's queries split so that every thread has two tasks or more
+     * where there are queries enough (fewer, larger tasks left a thread idle). A task's time is
+     * mostly its head's keys and values coming from L3, whatever its queries, so more, smaller
+     * tasks read them more often: with four a thread, a one-token pass of three query heads a
+     * key-value head read each head's three times; with two, twice, and passes took 0.91-0.98x
+     * their time behind 768 and 1,536 tokens (session 56; in session 41, before the weights and
+     * keys were asked for ahead, two a head ran 7-10% slower at avx2). Each query's arithmetic
+     * is the same whichever task holds it. */
     const int64_t queries = (int64_t)rows * group;
     int64_t chunks = (queries + GROUP_QUERIES - 1) / GROUP_QUERIES;
-    const int64_t wanted = (4 * (int64_t)threads + kv_heads - 1) / kv_heads;
+    const int64_t wanted = (2 * (int64_t)threads + kv_heads - 1) / kv_heads;
     if (chunks < wanted) chunks = wanted < queries ? wanted : queries;
     const int64_t per_chunk = (queries + chunks - 1) / chunks;
     chunks = (queries + per_chunk - 1) / per_chunk;
