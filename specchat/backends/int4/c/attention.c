@@ -398,8 +398,8 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
      * mostly its head's keys and values coming from L3, whatever its queries, so more, smaller
      * tasks read them more often: with four a thread, a one-token pass of three query heads a
      * key-value head read each head's three times; with two, twice, and passes took 0.91-0.98x
-     * their time behind 768 and 1,536 tokens (session 56; in session 41, before the weights and
-     * keys were asked for ahead, two a head ran 7-10% slower at avx2). Each query's arithmetic
+     * their time behind 768 and 1,536 tokens (session 56; measured before the weights and keys
+     * were asked for ahead, two a head had run 7-10% slower at avx2). Each query's arithmetic
      * is the same whichever task holds it. */
     const int64_t queries = (int64_t)rows * group;
     int64_t chunks = (queries + GROUP_QUERIES - 1) / GROUP_QUERIES;
