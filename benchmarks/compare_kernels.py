@@ -93,8 +93,8 @@ def main() -> None:
     before, after = load_both(args.old, model, args.level, args.threads)
     line = cpu.describe(args.level)
     print(f"{line}, {args.threads} threads, {model.name}; new ÷ old, medians of {args.rounds}")
+    sizes = tuple(int(k) for k in args.sizes.split(","))
     for context in (int(c) for c in args.contexts.split(",")):
-        sizes = tuple(int(k) for k in args.sizes.split(","))
         medians, same = compare(before, after, context, args.rounds, sizes)
         cells = [f"k={k} {1e3 * old:.2f} → {1e3 * new:.2f} ms ({new / old:.3f})"
                  for k, (old, new) in medians.items()]  # fmt: skip
