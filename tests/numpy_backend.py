@@ -174,6 +174,10 @@ class NumpyBackend:
         self.clock += self.pass_seconds(len(ids)) if ids else 0.0
         self._committed.extend(ids)
 
+    def draft_features(self, token: int) -> None:
+        """None: a table of logits has no hidden states (base.Backend)."""
+        return None
+
     def evaluate(self, block: Block) -> np.ndarray:
         self._pending = None
         self._check_room(max(block.depths, default=-1) + 1)

@@ -153,6 +153,12 @@ class Backend(Protocol):
     def block_cost(self, k: int) -> float:
         """Seconds one pass over a k-token chain costs, measured once per model and device."""
 
+    def draft_features(self, token: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """What a draft head reads (decoding/draft_head.py): the final hidden state (after the
+        last norm, float32) of the last committed token's row — the input of the logits the
+        pending token came from — and `token`'s input embedding. None where the runtime does
+        not give them, or nothing was committed by a pass since the last prompt."""
+
     def exactness(self) -> Exactness:
         """Whether a block's logits equal one-token passes' (`exactness.py`), probed once."""
 

@@ -196,6 +196,10 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
             return []
         return self._committed[self._valid[seq] :]
 
+    def draft_features(self, token: int) -> None:
+        """None: llama.cpp gives a pass's hidden states only in its embeddings mode, which would change every pass (base.Backend)."""
+        return None
+
     def evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass (timed: use refines the pass costs), on the
         thread count the machine's load leaves (`threads_by_load.py`)."""

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from specchat.backends.base import Backend
+from specchat.decoding.draft_head import DraftHead, head_for
 from specchat.decoding.draft_policy import DraftLengthPolicy, Plan
 from specchat.decoding.ngram_index import Match, NgramIndex
 from specchat.decoding.params import Param
@@ -29,6 +30,7 @@ from specchat.decoding.recycled import WIDTH, RecycledCandidates
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import (
     CHAT,
+    HEAD,
     NO_SOURCES,
     PREVIOUS,
     PROMPT,
@@ -77,6 +79,15 @@ _CONFIDENCE_SCALE = (0.6, 0.85, 1.0)
 _RECYCLED_CHAIN = 8
 _RECYCLED_PRIOR = 0.27
 _RECYCLED_SIBLINGS = (WIDTH - 1, 3)
+# A draft head's guess drafted alone, where nothing copies: the acceptance assumed before any
+# evidence (a third: measured along greedy answers, docs/benchmarks.md, session 57).
+_HEAD_PRIOR = 0.3
+# A copy whose first token the head guessed too is right far more often than one it did not
+# (the dev half's greedy answers: after a one-token match 0.81 against 0.10, two tokens 0.91
+# against 0.26, longer 0.97 against 0.60; docs/benchmarks.md): before evidence, agreement keeps
+# this share of the copy's prior miss rate, a difference this share of its hit rate.
+_AGREE_MISS = 0.3
+_DIFFER_HIT = 0.5
 
 
 class SuffixDrafter:
@@ -91,6 +102,7 @@ class SuffixDrafter:
         min_prob: float,
         policy: DraftLengthPolicy | None = None,
         recycle: bool = False,
+        head: bool = False,
     ):
         # the decoder's policy: it prices a copy against the recycled chain
         self.policy = policy or DraftLengthPolicy()
@@ -103,6 +115,10 @@ class SuffixDrafter:
         self.undrafted_is_plain = not recycle
         self._recycled: RecycledCandidates | None = None
         self._chain: list[int] = []  # the recycled chain planned for this step
+        self.use_head = head
+        self._head: DraftHead | None = None
+        self.head_problem: str | None = None  # why a head file there was not used
+        self._guess: int | None = None  # the head's guess after the pending token, this step
         # how often the pending token's candidate of each rank was the target's next token
         self._rank_hits = np.zeros(WIDTH)
         self._rank_trials = 0.0
@@ -120,6 +136,8 @@ class SuffixDrafter:
         self._target = target
         if self.recycle and self._recycled is None:
             self._recycled = RecycledCandidates.of(target)
+        if self.use_head:
+            self._head, self.head_problem = head_for(target)
 
     def finish(self) -> None:
         if self._recycled is not None:
@@ -163,36 +181,54 @@ class SuffixDrafter:
         more tokens a second (a short copy the policy would not draft, or no copy at all)."""
         limit = max(0, min(self.num_pred_tokens, room - 1))
         self._proposals = self.proposals(context, limit) if limit else []
+        self._chain, self._guess = [], None
+        target = self._target
+        if self._head is not None and limit and target is not None:
+            self._guess = self._head_guess(target, context[-1])
         copied = self._copy_plan(context) if self._proposals else Plan(0, key=("suffix",))
-        self._chain = []
+        plans = [copied] if copied.available else []
         if self._recycled is not None and limit:
             self._chain = self._recycled.chain(context[-1], min(limit, _RECYCLED_CHAIN))
-        if not self._chain:
+            if self._chain:
+                plans.append(
+                    Plan(available=len(self._chain), key=(RECYCLED,), prior=self._first_rate(0))
+                )
+        if self._guess is not None and not copied.available:
+            plans.append(Plan(1, key=(HEAD,), prior=_HEAD_PRIOR))
+        if not plans:
             return copied
-        recycled = Plan(available=len(self._chain), key=(RECYCLED,), prior=self._first_rate(0))
-        target = self._target
-        if (
-            copied.available
-            and target is not None
-            and self.policy.value(target, copied, room) >= self.policy.value(target, recycled, room)
-        ):
+        if len(plans) > 1 and target is not None:  # the most expected tokens a second
+            values = [self.policy.value(target, plan, room) for plan in plans]
+            plans = [plans[values.index(max(values))]]
+        chosen = plans[0]
+        if chosen.key != (RECYCLED,):
             self._chain = []
-            return copied
-        return recycled
+        if chosen.key != (HEAD,):
+            self._guess = None
+        return chosen
+
+    def _head_guess(self, target: Backend, pending: int) -> int | None:
+        """The draft head's guess at the token after `pending` (None: no features here)."""
+        features = target.draft_features(pending)
+        if features is None or self._head is None:
+            return None
+        return self._head.guess(*features)
 
     def _copy_plan(self, context: list[int]) -> Plan:
         best, source = self._proposals[0]
         bucket = match_bucket(best.match_length)
         if source in (PROMPT, CHAT):  # a copy, as prompt lookup's: its learned acceptance too
             key, prior = self._copies.situation(self._latest, len(context))
-            return Plan(available=len(best.tokens), key=key, prior=prior)
-        sure = confidence_bucket(best.probs[0])
-        streak = self._copies.streak
-        return Plan(
-            available=len(best.tokens),
-            key=("suffix", bucket, sure, streak),
-            prior=copy_prior(bucket, streak) * _CONFIDENCE_SCALE[sure],
-        )
+        else:
+            sure = confidence_bucket(best.probs[0])
+            streak = self._copies.streak
+            key = ("suffix", bucket, sure, streak)
+            prior = copy_prior(bucket, streak) * _CONFIDENCE_SCALE[sure]
+        if self._guess is not None:  # whether the draft head guessed the copy's first token
+            agrees = self._guess == best.tokens[0]
+            key += ("head agrees" if agrees else "head differs",)
+            prior = 1.0 - (1.0 - prior) * _AGREE_MISS if agrees else prior * _DIFFER_HIT
+        return Plan(available=len(best.tokens), key=key, prior=prior)
 
     def proposal(self, context: list[int]) -> list[int]:
         """What it would propose after `context` at most (a function of the context alone)."""
@@ -204,6 +240,9 @@ class SuffixDrafter:
     ) -> Draft:
         if depth and self._chain:
             return self._recycled_tree(target, context[-1], self._chain[:depth])
+        if self._guess is not None:
+            guess, self._guess = self._guess, None
+            return Draft.chain(context[-1], [guess][:depth], source=HEAD)
         if not depth or not self._proposals:
             return Draft.chain(context[-1], [])
         best, source = self._proposals[0]
@@ -222,7 +261,7 @@ class SuffixDrafter:
         return Draft(tokens, parents, children, longest, source=source, node_sources=node_sources)
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
-        if draft.source != RECYCLED:
+        if draft.source not in (RECYCLED, HEAD):
             self._copies.observe(draft.drafted, accepted)
         if self._recycled is None or logits is None:
             return
@@ -341,6 +380,16 @@ class SuffixDecoder(SpeculativeDecoder):
             False,
             "draft the model's own likeliest successors (from earlier passes) where nothing copies",
         ),
+        # off by default: the guess and the features it reads cost 0.2 and 0.17 ms a step in
+        # Python beside a 3 ms pass, more than its drafts and its agreement with the copies
+        # saved on held-out first turns (docs/benchmarks.md, session 57)
+        Param(
+            "head",
+            bool,
+            False,
+            "draft the token after next from the model's draft head where one ships for it, and"
+            " trust a copy more where the head guessed its first token",
+        ),
     ) + SPECULATIVE_PARAMS
     reads_saved_chats = True
 
@@ -361,6 +410,7 @@ class SuffixDecoder(SpeculativeDecoder):
             float(values["min_token_prob"]),
             self.policy,
             bool(values["recycle"]),
+            bool(values["head"]),
         )
 
     def finish(self) -> None:

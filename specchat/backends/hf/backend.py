@@ -199,6 +199,10 @@ class HFBackend(MeasuredCosts):
         mask.masked_fill_(~allowed, self._mask_min)
         return mask[None, None]
 
+    def draft_features(self, token: int) -> None:
+        """None: not asked of transformers' passes yet (base.Backend)."""
+        return None
+
     def evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass (timed: use refines the pass costs)."""
         with self._costs.timing(block):

@@ -125,6 +125,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self.level = self.model.level
         self._n_committed = 0
         self._pending: Block | None = None
+        self._last_row: int | None = None  # the row of the last pass whose token was committed last
         self._costs = BlockCostTable(self, key=cost_key(path, self.level))
 
     def _load(self, path: Path, n_ctx: int, threads: int | None, level: str | None, progress):
@@ -175,6 +176,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
 
     def prefill(self, ids: list[int]) -> None:
         self._pending = None
+        self._last_row = None
         if self._n_committed + len(ids) > self.n_ctx:
             raise SpecchatError(
                 f"the prompt needs {self._n_committed + len(ids)} tokens but the context "
@@ -225,9 +227,20 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self.model.move(self._n_committed, list(path))
         self._n_committed += len(path)
         self._pending = None
+        self._last_row = path[-1] if path else None
+
+    def draft_features(self, token: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """See base.Backend: the last committed row's final hidden state, `token`'s embedding."""
+        if self._last_row is None or self.model is None:
+            return None
+        hidden = self.model.final_hidden(self._last_row)
+        if hidden is None:
+            return None
+        return hidden, self.model.embed([token])[0].numpy()
 
     def rollback(self, n_committed: int) -> None:
         self._pending = None
+        self._last_row = None
         self._n_committed = max(0, min(n_committed, self._n_committed))
 
     def close(self) -> None:

@@ -1,0 +1,122 @@
+"""The draft head: the hidden state it reads is the one the logits came from, the bundled model's
+head drafts in `suffix` on text that copies nothing and the answer stays greedy's, and a file
+that is not a head is ignored in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specchat.backends.base import Block, ChatMessage
+from specchat.decoding.draft_head import DraftHead, head_for, head_path, load_head
+from specchat.decoding.registry import build_decoder
+from specchat.decoding.sources import HEAD
+from specchat.engine.events import StepEvent
+from specchat.engine.local import Engine
+from specchat.engine.protocol import GenerationRequest
+from specchat.prompting import chat_prompt_ids
+
+STORY = "Tell me a short story about a lighthouse keeper and a storm."
+
+
+def test_the_features_are_the_hidden_state_the_logits_came_from(int4_backend):
+    backend = int4_backend
+    backend.rollback(0)
+    ids = backend.tokenize("The lighthouse keeper climbed the stairs")
+    assert backend.draft_features(ids[-1]) is None  # nothing committed by a pass yet
+    logits = backend.evaluate(Block.chain(ids))
+    backend.commit([0, 1, 2])  # the third row's token is the last committed
+    hidden, embedding = backend.draft_features(ids[3])
+    again = backend.model.head(torch.from_numpy(hidden)[None]).numpy()[0]
+    assert int(np.argmax(again)) == int(np.argmax(logits[2]))
+    np.testing.assert_allclose(again, logits[2], rtol=0, atol=1e-3 * np.abs(logits[2]).max())
+    assert np.array_equal(embedding, backend.model.embed([ids[3]])[0].numpy())
+    backend.prefill(ids)  # a prompt: no pass row to read until the next one commits
+    assert backend.draft_features(ids[0]) is None
+
+
+def test_the_bundled_model_ships_a_head_and_llama_cpp_gives_no_features(int4_backend, fresh_llama):
+    head, problem = head_for(int4_backend)
+    assert head is not None and problem is None, head_path(int4_backend)
+    assert fresh_llama.draft_features(0) is None
+
+
+def _answer(backend, name, ids, **params):
+    engine = Engine(backend, build_decoder(name, params, backend))
+    backend.rollback(0)
+    events = list(engine.generate(GenerationRequest(tuple(ids), 96)))
+    engine.decoder.finish()
+    return events[-1], [e for e in events if isinstance(e, StepEvent) and not e.tail]
+
+
+def test_suffix_drafts_the_heads_guess_where_nothing_copies_and_stays_greedy(int4_backend):
+    ids = chat_prompt_ids(int4_backend, [ChatMessage("user", STORY)])
+    greedy, _ = _answer(int4_backend, "greedy", ids)
+    done, steps = _answer(int4_backend, "suffix", ids, fixed_draft=1, head=True)
+    assert done.token_ids == greedy.token_ids
+    taken = [s for s in steps if s.accepted and s.source == HEAD]
+    assert len(taken) >= 5, [(s.source, s.accepted) for s in steps]
+    off, off_steps = _answer(int4_backend, "suffix", ids, fixed_draft=1)  # off by default
+    assert off.token_ids == greedy.token_ids
+    assert not any(s.source == HEAD for s in off_steps)
+    assert done.stats.steps < off.stats.steps  # fewer passes for the same answer
+
+
+def test_a_copy_the_head_agrees_with_is_learned_apart(int4_backend, tmp_path, monkeypatch):
+    """Where the head guessed a copy's first token the policy learns that copy's acceptance
+    apart from one it did not (the head's agreement is part of the copy's situation)."""
+    ids = chat_prompt_ids(int4_backend, [ChatMessage("user", STORY)])
+
+    def marks(head: bool) -> set[str]:
+        monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path / str(head)))  # rates learned apart
+        engine = Engine(int4_backend, build_decoder("suffix", {"head": head}, int4_backend))
+        int4_backend.rollback(0)
+        list(engine.generate(GenerationRequest(tuple(ids), 96)))
+        copies = [key for key in engine.decoder.policy.situations if key[0] in ("copy", "suffix")]
+        return {key[-1] for key in copies} & {"head agrees", "head differs"}
+
+    assert marks(True) == {"head agrees", "head differs"}
+    assert not marks(False)
+
+
+SHORTLIST = tuple(range(3, 27))
+
+
+def _arrays(dim=32, hidden=32, shortlist=SHORTLIST):
+    rng = np.random.default_rng(0)
+    return {
+        "a_weight": rng.standard_normal((hidden, 2 * dim)).astype(np.float16),
+        "a_bias": np.zeros(hidden, np.float16),
+        "b_weight": rng.standard_normal((dim, hidden)).astype(np.float16),
+        "b_bias": np.zeros(dim, np.float16),
+        "shortlist": np.asarray(shortlist, np.int32),
+        "out_rows": rng.standard_normal((len(shortlist), dim)).astype(np.float16),
+    }
+
+
+def test_a_guess_is_a_shortlisted_token_and_another_width_gets_none():
+    head = DraftHead(_arrays(), vocab=64)
+    rng = np.random.default_rng(1)
+    hidden, embedding = rng.standard_normal((2, 32)).astype(np.float32)
+    assert head.guess(hidden, embedding) in SHORTLIST
+    assert head.guess(hidden[:16], embedding[:16]) is None
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda path: path.write_bytes(b"not a numpy archive"),
+        lambda path: np.savez(path, **{**_arrays(), "shortlist": np.arange(50, 74)}),
+        lambda path: np.savez(path, **{k: v for k, v in _arrays().items() if k != "b_bias"}),
+        lambda path: np.savez(path, **{**_arrays(), "b_weight": np.full((32, 32), np.nan)}),
+    ],
+    ids=["garbage", "tokens past the vocabulary", "a part missing", "not numbers"],
+)
+def test_a_file_that_is_no_head_is_ignored_in_one_line(tmp_path, spoil):
+    path = tmp_path / "head.npz"
+    spoil(path)
+    head, problem = load_head(path, 64)
+    assert head is None
+    assert problem.startswith(f"draft head {path}: not usable") and "\n" not in problem
+    assert load_head(tmp_path / "none.npz", 64) == (None, None)
