@@ -197,7 +197,8 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         return self._committed[self._valid[seq] :]
 
     def draft_features(self, token: int) -> None:
-        """None: llama.cpp gives a pass's hidden states only in its embeddings mode, which would change every pass (base.Backend)."""
+        """None: llama.cpp gives a pass's hidden states only in its embeddings mode, which
+        would change every pass (base.Backend)."""
         return None
 
     def evaluate(self, block: Block) -> np.ndarray:

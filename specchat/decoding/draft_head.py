@@ -35,7 +35,7 @@ _KEYS = ("a_weight", "a_bias", "b_weight", "b_bias", "shortlist", "out_rows")
 
 
 class DraftHead:
-    """One model's head, in float32 for numpy's matrix-vector products."""
+    """One model's head: its matrices as the int4 runtime's int8 rows, its biases float32."""
 
     def __init__(self, arrays: dict[str, np.ndarray], vocab: int) -> None:
         a, b, rows = arrays["a_weight"], arrays["b_weight"], arrays["out_rows"]

@@ -178,7 +178,9 @@ class SuffixDrafter:
 
     def plan(self, context: list[int], room: int) -> Plan:
         """The best copy's plan, or the recycled chain's where the policy expects it to yield
-        more tokens a second (a short copy the policy would not draft, or no copy at all)."""
+        more tokens a second (a short copy the policy would not draft, or no copy at all), or,
+        where nothing copies, the draft head's guess. With a head, a copy's situation also
+        says whether the head guessed its first token."""
         limit = max(0, min(self.num_pred_tokens, room - 1))
         self._proposals = self.proposals(context, limit) if limit else []
         self._chain, self._guess = [], None

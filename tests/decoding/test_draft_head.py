@@ -12,12 +12,10 @@ from specchat.backends.base import Block, ChatMessage
 from specchat.decoding.draft_head import DraftHead, head_for, head_path, load_head
 from specchat.decoding.registry import build_decoder
 from specchat.decoding.sources import HEAD
-from specchat.engine.events import StepEvent
 from specchat.engine.local import Engine
 from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import chat_prompt_ids
-
-STORY = "Tell me a short story about a lighthouse keeper and a storm."
+from tests.decoding.test_recycled import STORY, _answer
 
 
 def test_the_features_are_the_hidden_state_the_logits_came_from(int4_backend):
@@ -40,14 +38,6 @@ def test_the_bundled_model_ships_a_head_and_llama_cpp_gives_no_features(int4_bac
     head, problem = head_for(int4_backend)
     assert head is not None and problem is None, head_path(int4_backend)
     assert fresh_llama.draft_features(0) is None
-
-
-def _answer(backend, name, ids, **params):
-    engine = Engine(backend, build_decoder(name, params, backend))
-    backend.rollback(0)
-    events = list(engine.generate(GenerationRequest(tuple(ids), 96)))
-    engine.decoder.finish()
-    return events[-1], [e for e in events if isinstance(e, StepEvent) and not e.tail]
 
 
 def test_suffix_drafts_the_heads_guess_where_nothing_copies_and_stays_greedy(int4_backend):
