@@ -17,9 +17,8 @@ CHAT = "chat"  # earlier turns of this chat
 SAVED = "saved"  # the saved chats (the chat store)
 PREVIOUS = "previous"  # the answer being regenerated
 LOOKAHEAD = "lookahead"  # n-grams lookahead's Jacobi window guessed
-DRAFT = "draft"  # a draft model
+DRAFT = "draft"  # a draft model, or a draft head's guess (draft_head.py): a small network drafts
 RECYCLED = "recycled"  # the model's own likeliest successors, from earlier passes' logits
-HEAD = "head"  # a draft head's guess from the last pass's hidden state (draft_head.py)
 
 # In legend order, with what the legend says (short: the legend is one line).
 SOURCE_LABELS: dict[str, str] = {
@@ -30,7 +29,6 @@ SOURCE_LABELS: dict[str, str] = {
     LOOKAHEAD: "lookahead",
     DRAFT: "draft model",
     RECYCLED: "recycled",
-    HEAD: "draft head",
 }
 
 

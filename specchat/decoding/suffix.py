@@ -30,7 +30,7 @@ from specchat.decoding.recycled import WIDTH, RecycledCandidates
 from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import (
     CHAT,
-    HEAD,
+    DRAFT,
     NO_SOURCES,
     PREVIOUS,
     PROMPT,
@@ -79,8 +79,10 @@ _CONFIDENCE_SCALE = (0.6, 0.85, 1.0)
 _RECYCLED_CHAIN = 8
 _RECYCLED_PRIOR = 0.27
 _RECYCLED_SIBLINGS = (WIDTH - 1, 3)
-# A draft head's guess drafted alone, where nothing copies: the acceptance assumed before any
+# A draft head's guess drafted alone, where nothing copies (its situation; its source is a draft
+# model's, as the chat colours it): the acceptance assumed before any
 # evidence (a third: measured along greedy answers, docs/benchmarks.md, session 57).
+_HEAD = "head"
 _HEAD_PRIOR = 0.3
 # A copy whose first token the head guessed too is right far more often than one it did not
 # (the dev half's greedy answers: after a one-token match 0.81 against 0.10, two tokens 0.91
@@ -196,7 +198,7 @@ class SuffixDrafter:
                     Plan(available=len(self._chain), key=(RECYCLED,), prior=self._first_rate(0))
                 )
         if self._guess is not None and not copied.available:
-            plans.append(Plan(1, key=(HEAD,), prior=_HEAD_PRIOR))
+            plans.append(Plan(1, key=(_HEAD,), prior=_HEAD_PRIOR))
         if not plans:
             return copied
         if len(plans) > 1 and target is not None:  # the most expected tokens a second
@@ -205,7 +207,7 @@ class SuffixDrafter:
         chosen = plans[0]
         if chosen.key != (RECYCLED,):
             self._chain = []
-        if chosen.key != (HEAD,):
+        if chosen.key != (_HEAD,):
             self._guess = None
         return chosen
 
@@ -244,7 +246,7 @@ class SuffixDrafter:
             return self._recycled_tree(target, context[-1], self._chain[:depth])
         if self._guess is not None:
             guess, self._guess = self._guess, None
-            return Draft.chain(context[-1], [guess][:depth], source=HEAD)
+            return Draft.chain(context[-1], [guess][:depth], source=DRAFT)
         if not depth or not self._proposals:
             return Draft.chain(context[-1], [])
         best, source = self._proposals[0]
@@ -263,7 +265,7 @@ class SuffixDrafter:
         return Draft(tokens, parents, children, longest, source=source, node_sources=node_sources)
 
     def observe(self, draft: Draft, logits: np.ndarray, accepted: int) -> None:
-        if draft.source not in (RECYCLED, HEAD):
+        if draft.source not in (RECYCLED, DRAFT):
             self._copies.observe(draft.drafted, accepted)
         if self._recycled is None or logits is None:
             return

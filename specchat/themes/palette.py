@@ -51,52 +51,24 @@ class RunPalette:
         return self.colour_for_source(source) if by == "source" else self.colour_for(tokens)
 
 
-# Sources: this turn, earlier in chat, saved chats, previous answer, lookahead, draft model,
-# recycled, draft head.
+# Sources: this turn, earlier in chat, saved chats, previous answer, lookahead, draft model.
 COLOUR_BLIND_SAFE = RunPalette(
     short="#56B4E9",
     medium="#E69F00",
     long="#CC79A7",
-    sources=(
-        "#56B4E9",
-        "#009E73",
-        "#E69F00",
-        "#CC79A7",
-        "#F0E442",
-        "#D55E00",
-        "#0072B2",
-        "#999999",
-    ),
+    sources=("#56B4E9", "#009E73", "#E69F00", "#CC79A7", "#F0E442", "#D55E00", "#0072B2"),
 )
 DARK = RunPalette(
     short="#7aa2f7",
     medium="#e0af68",
     long="#f7768e",
-    sources=(
-        "#7dcfff",
-        "#9ece6a",
-        "#e0af68",
-        "#bb9af7",
-        "#f7768e",
-        "#ff9e64",
-        "#2ac3de",
-        "#c0caf5",
-    ),
+    sources=("#7dcfff", "#9ece6a", "#e0af68", "#bb9af7", "#f7768e", "#ff9e64", "#2ac3de"),
 )
 LIGHT = RunPalette(
     short="#005f87",
     medium="#875f00",
     long="#af005f",
-    sources=(
-        "#005f87",
-        "#005f00",
-        "#875f00",
-        "#af005f",
-        "#5f00af",
-        "#af0000",
-        "#0000af",
-        "#585858",
-    ),
+    sources=("#005f87", "#005f00", "#875f00", "#af005f", "#5f00af", "#af0000", "#0000af"),
 )
 
 

@@ -11,7 +11,7 @@ import torch
 from specchat.backends.base import Block, ChatMessage
 from specchat.decoding.draft_head import DraftHead, head_for, head_path, load_head
 from specchat.decoding.registry import build_decoder
-from specchat.decoding.sources import HEAD
+from specchat.decoding.sources import DRAFT
 from specchat.engine.local import Engine
 from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import chat_prompt_ids
@@ -45,11 +45,11 @@ def test_suffix_drafts_the_heads_guess_where_nothing_copies_and_stays_greedy(int
     greedy, _ = _answer(int4_backend, "greedy", ids)
     done, steps = _answer(int4_backend, "suffix", ids, fixed_draft=1, head=True)
     assert done.token_ids == greedy.token_ids
-    taken = [s for s in steps if s.accepted and s.source == HEAD]
+    taken = [s for s in steps if s.accepted and s.source == DRAFT]
     assert len(taken) >= 5, [(s.source, s.accepted) for s in steps]
     off, off_steps = _answer(int4_backend, "suffix", ids, fixed_draft=1)  # off by default
     assert off.token_ids == greedy.token_ids
-    assert not any(s.source == HEAD for s in off_steps)
+    assert not any(s.source == DRAFT for s in off_steps)
     assert done.stats.steps < off.stats.steps  # fewer passes for the same answer
 
 
