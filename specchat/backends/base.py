@@ -108,6 +108,31 @@ class ChatMessage:
     content: str
 
 
+@dataclass(frozen=True)
+class DraftFeatures:
+    """What a draft head reads (decoding/draft_head.py) after a pass: the final hidden state h of
+    the last committed token's row (the input of the logits the pending token came from) and
+    the pending token's input embedding, float32. A runtime may hand over the row's sum before
+    the final RMS norm instead (`norm`, `eps`): the head's C then normalizes it, as the forward
+    does, without a copy in Python. `threads`: how many the runtime's passes run on now, which
+    the head's products may share."""
+
+    row: np.ndarray
+    embedding: np.ndarray
+    norm: np.ndarray | None = None
+    eps: float = 0.0
+    threads: int = 1
+
+    def hidden(self) -> np.ndarray:
+        """h in numpy, as c/norms.c computes it (squares summed in double)."""
+        if self.norm is None:
+            return self.row
+        wide = self.row.astype(np.float64)
+        mean = np.float32(np.dot(wide, wide) / self.row.shape[0])
+        scale = np.float32(1.0) / np.sqrt(mean + np.float32(self.eps))
+        return (self.row * scale) * self.norm
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What a decoder may ask of a model runtime specchat decodes on (a *local* runtime: it
@@ -153,11 +178,9 @@ class Backend(Protocol):
     def block_cost(self, k: int) -> float:
         """Seconds one pass over a k-token chain costs, measured once per model and device."""
 
-    def draft_features(self, token: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """What a draft head reads (decoding/draft_head.py): the final hidden state (after the
-        last norm, float32) of the last committed token's row — the input of the logits the
-        pending token came from — and `token`'s input embedding. None where the runtime does
-        not give them, or nothing was committed by a pass since the last prompt."""
+    def draft_features(self, token: int) -> DraftFeatures | None:
+        """What a draft head reads, `token` the pending one. None where the runtime does not
+        give it, or nothing was committed by a pass since the last prompt."""
 
     def exactness(self) -> Exactness:
         """Whether a block's logits equal one-token passes' (`exactness.py`), probed once."""

@@ -21,13 +21,13 @@ hold a head of the model's shape is ignored with a one-line `problem`.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from specchat.backends.base import Backend
+from specchat.backends.base import Backend, DraftFeatures
 from specchat.errors import SpecchatError
 
 _FOLDER = Path(__file__).resolve().parent.parent / "draft_heads"
@@ -61,32 +61,42 @@ class DraftHead:
         self.a_bias, self.b_bias = f32(arrays["a_bias"]), f32(arrays["b_bias"])
         if not all(np.isfinite(w).all() for w in (*weights, self.a_bias, self.b_bias)):
             raise ValueError("a draft head with weights that are not numbers")
-        self.shortlist = shortlist.astype(np.int64)
-        # in the int4 runtime's C kernels as int8 codes (a byte a weight, a scale per 32), on
-        # the calling thread: numpy's BLAS would start threads of its own beside the passes'
-        # OpenMP team, and a pass waited on them at every barrier (an answer drafting a guess
-        # every step ran 12x slower)
-        self.a, self.b, self.out = (_int8_linear(w) for w in weights)
+        self.shortlist = shortlist.astype(np.int32)
+        # in the int4 runtime's C (c/draft_head.c) as int8 codes (a byte a weight, a scale per
+        # 32), on the passes' OpenMP team: numpy's BLAS would start threads of its own beside
+        # it, and a pass waited on them at every barrier (an answer drafting a guess every step
+        # ran 12x slower); in Python the step's few calls cost 0.4 ms
+        from specchat.backends.int4.c_structs import CDraftHead, linear_weights
+        from specchat.backends.int4.kernels import kernels
 
-    def guess(self, hidden: np.ndarray, embedding: np.ndarray) -> int | None:
-        """The token after the pending one: `hidden` is the final hidden state its logits came
-        from, `embedding` the pending token's input embedding (None: not this head's width)."""
-        if hidden.shape != (self.dim,) or embedding.shape != (self.dim,):
+        self._kernels = kernels()
+        self._linears = [_int8_linear(w, self._kernels) for w in weights]
+        self._c = CDraftHead(
+            *map(linear_weights, self._linears), self.a_bias.ctypes.data,
+            self.b_bias.ctypes.data, self.shortlist.ctypes.data,
+        )  # fmt: skip
+        self._out = ctypes.c_int32()
+
+    def guess(self, features: DraftFeatures) -> int | None:
+        """The token after the pending one (None: features of another width)."""
+        row, embedding, norm = features.row, features.embedding, features.norm
+        if row.shape != (self.dim,) or embedding.shape != (self.dim,):
             return None
-        scale = np.linalg.norm(hidden) / max(float(np.linalg.norm(embedding)), 1e-6)
-        joined = np.concatenate([hidden, embedding * np.float32(scale)]).astype(np.float32)
-        inner = self.a(torch.from_numpy(joined[None])).numpy()[0] + self.a_bias
-        inner *= 1.0 / (1.0 + np.exp(-np.clip(inner, -60.0, 60.0)))  # SiLU
-        z = hidden + self.b(torch.from_numpy(inner[None])).numpy()[0] + self.b_bias
-        scores = self.out(torch.from_numpy(z.astype(np.float32)[None])).numpy()[0]
-        return int(self.shortlist[int(np.argmax(scores))])
+        if norm is not None and norm.shape != (self.dim,):
+            return None
+        row, embedding = (np.ascontiguousarray(v, dtype=np.float32) for v in (row, embedding))
+        norm = None if norm is None else np.ascontiguousarray(norm, dtype=np.float32)
+        self._kernels.draft_head_guess(
+            ctypes.byref(self._c), row.ctypes.data, None if norm is None else norm.ctypes.data,
+            features.eps, embedding.ctypes.data, features.threads, ctypes.byref(self._out),
+        )  # fmt: skip
+        return int(self._out.value)
 
 
-def _int8_linear(weight: np.ndarray):
+def _int8_linear(weight: np.ndarray, library):
     """`weight` [rows, cols] as the C kernels' int8 rows: codes rounded to the nearest of 255
     steps of each 32 weights' largest magnitude (as Q8_0 stores a weight), float32 out."""
     from specchat.backends.gguf.tensors import GroupedInt8
-    from specchat.backends.int4.kernels import kernels
     from specchat.backends.int4.linear import RowsLinear
 
     rows, cols = weight.shape
@@ -96,7 +106,7 @@ def _int8_linear(weight: np.ndarray):
     scales = np.abs(groups).max(axis=2) / np.float32(127.0)
     codes = np.rint(groups / np.where(scales > 0, scales, 1.0)[..., None]).astype(np.int8)
     packed = GroupedInt8(codes.reshape(rows, cols), scales.astype(np.float32), None, 32)
-    return RowsLinear(packed, float32_out=True, library=kernels())
+    return RowsLinear(packed, float32_out=True, library=library)
 
 
 def head_path(backend: Backend) -> Path:

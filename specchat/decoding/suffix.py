@@ -216,7 +216,7 @@ class SuffixDrafter:
         features = target.draft_features(pending)
         if features is None or self._head is None:
             return None
-        return self._head.guess(*features)
+        return self._head.guess(features)
 
     def _copy_plan(self, context: list[int]) -> Plan:
         best, source = self._proposals[0]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specchat.backends.base import Block, ChatMessage
+from specchat.backends.base import Block, ChatMessage, DraftFeatures
 from specchat.decoding.draft_head import DraftHead, head_for, head_path, load_head
 from specchat.decoding.registry import build_decoder
 from specchat.decoding.sources import DRAFT
@@ -25,7 +25,8 @@ def test_the_features_are_the_hidden_state_the_logits_came_from(int4_backend):
     assert backend.draft_features(ids[-1]) is None  # nothing committed by a pass yet
     logits = backend.evaluate(Block.chain(ids))
     backend.commit([0, 1, 2])  # the third row's token is the last committed
-    hidden, embedding = backend.draft_features(ids[3])
+    features = backend.draft_features(ids[3])
+    hidden, embedding = features.hidden(), features.embedding
     again = backend.model.head(torch.from_numpy(hidden)[None]).numpy()[0]
     assert int(np.argmax(again)) == int(np.argmax(logits[2]))
     np.testing.assert_allclose(again, logits[2], rtol=0, atol=1e-3 * np.abs(logits[2]).max())
@@ -85,12 +86,47 @@ def _arrays(dim=32, hidden=32, shortlist=SHORTLIST):
     }
 
 
+def _reference_scores(arrays, hidden: np.ndarray, embedding: np.ndarray) -> np.ndarray:
+    """The head's shortlist scores in float64 numpy, unrounded weights (what training
+    computed)."""
+    a, b, rows = (arrays[k].astype(np.float64) for k in ("a_weight", "b_weight", "out_rows"))
+    scale = np.linalg.norm(hidden) / max(np.linalg.norm(embedding), 1e-6)
+    inner = a @ np.concatenate([hidden, embedding * scale]) + arrays["a_bias"]
+    inner = inner / (1.0 + np.exp(-inner))
+    z = hidden + b @ inner + arrays["b_bias"]
+    return rows @ z
+
+
 def test_a_guess_is_a_shortlisted_token_and_another_width_gets_none():
     head = DraftHead(_arrays(), vocab=64)
     rng = np.random.default_rng(1)
     hidden, embedding = rng.standard_normal((2, 32)).astype(np.float32)
-    assert head.guess(hidden, embedding) in SHORTLIST
-    assert head.guess(hidden[:16], embedding[:16]) is None
+    assert head.guess(DraftFeatures(hidden, embedding)) in SHORTLIST
+    assert head.guess(DraftFeatures(hidden[:16], embedding[:16])) is None
+
+
+def test_the_bundled_heads_guesses_in_c_are_its_own_in_numpy(int4_backend):
+    """Along a real answer, the C's guess (int8 weights, the final norm applied in C) is the
+    head's own float computation's wherever that one's best score leads by a margin."""
+    backend = int4_backend
+    head, _ = head_for(backend)
+    with np.load(head_path(backend)) as data:
+        arrays = {k: data[k] for k in data.files}
+    backend.rollback(0)
+    ids = chat_prompt_ids(backend, [ChatMessage("user", STORY)])
+    backend.prefill(ids[:-1])
+    token, compared, guesses = ids[-1], [], set()
+    for _ in range(64):
+        token = int(np.argmax(backend.evaluate(Block.chain([token]))[0]))
+        backend.commit([0])
+        features = backend.draft_features(token)
+        guesses.add(head.guess(features))
+        scores = _reference_scores(arrays, features.hidden(), features.embedding)
+        second, first = np.sort(scores)[-2:]
+        if first - second > 0.02 * (first - scores.min()):  # int8 weights may swap a near tie
+            compared.append((head.guess(features), int(arrays["shortlist"][np.argmax(scores)])))
+    assert len(compared) >= 40 and all(c == r for c, r in compared), compared
+    assert len(guesses) > 10
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.backends.base import Block, block_to_commit
+from specchat.backends.base import Block, DraftFeatures, block_to_commit
 from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
 from specchat.backends.gguf.header import GGUFHeader
 from specchat.backends.gguf.tensors import (
@@ -229,14 +229,18 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self._pending = None
         self._last_row = path[-1] if path else None
 
-    def draft_features(self, token: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """See base.Backend: the last committed row's final hidden state, `token`'s embedding."""
-        if self._last_row is None or self.model is None:
+    def draft_features(self, token: int) -> DraftFeatures | None:
+        """See base.Backend: the last committed row's sum before the final norm (the C wrote it
+        into the pass's input), the norm, `token`'s embedding."""
+        model = self.model
+        x = None if model is None else model.last_residual
+        row = self._last_row
+        if x is None or row is None or not 0 <= row < x.shape[0]:
             return None
-        hidden = self.model.final_hidden(self._last_row)
-        if hidden is None:
-            return None
-        return hidden, self.model.embed([token])[0].numpy()
+        return DraftFeatures(
+            x[row].numpy(), model.embed([token])[0].numpy(), model.final_norm.numpy(),
+            model.shape.norm_eps, model.threads,
+        )  # fmt: skip
 
     def rollback(self, n_committed: int) -> None:
         self._pending = None

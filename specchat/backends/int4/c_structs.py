@@ -51,6 +51,15 @@ class CModel(ctypes.Structure):
     ]  # fmt: skip
 
 
+class CDraftHead(ctypes.Structure):
+    """c/draft_head.c's draft_head."""
+
+    _fields_ = [
+        ("inner", CLinear), ("outer", CLinear), ("rows", CLinear), ("inner_bias", ctypes.c_void_p),
+        ("outer_bias", ctypes.c_void_p), ("shortlist", ctypes.c_void_p),
+    ]  # fmt: skip
+
+
 def linear_weights(linear: RowsLinear) -> CLinear:
     return CLinear(
         RowsLinear._pointer(linear.f32), RowsLinear._pointer(linear.codes),

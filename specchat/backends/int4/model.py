@@ -151,7 +151,7 @@ class Int4Model:
         self._embedding_rows: dict[int, np.ndarray] = {}
         self._embedding_rows_kept = max(1, _EMBED_CACHE_BYTES // (4 * shape.dim))
         # the residual stream after the last layer, per row of the last pass with logits: the
-        # head's input before its norm (what a draft head reads, `final_hidden`)
+        # head's input before its norm (what a draft head reads: Int4Backend.draft_features)
         self.last_residual: torch.Tensor | None = None
         self.threads = threads
         self._whole = whole_model(self)
@@ -244,18 +244,6 @@ class Int4Model:
             cap = np.float32(shape.logit_softcap)
             out = torch.tanh(out * (1.0 / cap)) * cap
         return out
-
-    def final_hidden(self, row: int) -> np.ndarray | None:
-        """Row `row` of the last pass with logits after the final norm (what the LM head
-        multiplied), float32; None if that pass had no such row."""
-        x = self.last_residual
-        if x is None or not 0 <= row < x.shape[0]:
-            return None
-        v = x[row].numpy()
-        wide = v.astype(np.float64)
-        mean = np.float32(np.dot(wide, wide) / v.shape[0])  # as c/norms.c: squares in double
-        scale = np.float32(1.0) / np.sqrt(mean + np.float32(self.shape.norm_eps))
-        return (v * scale) * self.final_norm.numpy()
 
     def move(self, n_prefix: int, block_rows: list[int]) -> None:
         """Put the keys and values of block rows `block_rows` (a root-to-node path) right behind

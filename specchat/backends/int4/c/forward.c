@@ -6,14 +6,6 @@
 #include "kernels.h"
 
 typedef struct {
-    const float *f32;
-    const uint8_t *codes;
-    const float *scales, *zeros;
-    int32_t group, code_bits, scale_form, int8_x;
-    int64_t rows, cols;
-} linear_weights;
-
-typedef struct {
     const float *attn_norm, *ffn_norm;
     const float *attn_post_norm, *ffn_post_norm; /* Gemma's norms of the sublayers' outputs */
     const float *cos_table, *sin_table; /* this layer's RoPE (Gemma 3's local base; NULL: none) */
@@ -39,12 +31,6 @@ typedef struct {
     bf16 *v_cache;  /* [layers][kv_heads][slots][head_dim] */
     int64_t slots;
 } model_weights;
-
-static void linear(const linear_weights *w, const void *x, int32_t x_is_bf16, int64_t m, void *out,
-                   int32_t out_is_bf16, int32_t threads) {
-    matmul_rows(w->f32, w->codes, w->scales, w->zeros, w->group, w->code_bits, w->scale_form,
-                w->int8_x, w->rows, w->cols, x, x_is_bf16, m, out, out_is_bf16, threads);
-}
 
 /* Several weights reading the same x: their outputs side by side in `out` (row stride `total`),
  * from one fused call or one call each (each then in its own scratch, copied in). */

@@ -1,5 +1,6 @@
 /* The kernels' parts as the forward and each other call them; the functions Python calls through
- * ctypes (forward, matmul_rows, top_k_rows, tile_blocks) are declared here too. */
+ * ctypes (forward, matmul_rows, top_k_rows, tile_blocks,
+ * draft_head_guess) are declared here too. */
 #ifndef SPECCHAT_KERNELS_H
 #define SPECCHAT_KERNELS_H
 
@@ -42,6 +43,16 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
                  int32_t group, int32_t code_bits, int32_t scale_form, int32_t int8_x,
                  int64_t rows, int64_t cols, const void *x, int32_t x_is_bf16, int64_t m,
                  void *out, int32_t out_is_bf16, int32_t threads);
+/* A weight as the forward and the draft head hand it to matmul_rows (mirrored in c_structs.py). */
+typedef struct {
+    const float *f32;
+    const uint8_t *codes;
+    const float *scales, *zeros;
+    int32_t group, code_bits, scale_form, int8_x;
+    int64_t rows, cols;
+} linear_weights;
+void linear(const linear_weights *w, const void *x, int32_t x_is_bf16, int64_t m, void *out,
+            int32_t out_is_bf16, int32_t threads); /* matmul_rows for `w` */
 void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros, int form,
                      int five, int64_t rows, int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out,
                      int32_t out_is_bf16, int32_t threads); /* q4_rows8.c */
@@ -56,5 +67,10 @@ void tile_blocks(int32_t *out); /* q4_rows8.c: 1, or 2 where AVX-512's tiles tak
 
 /* top_k.c */
 void top_k_rows(const float *logits, int64_t rows, int64_t vocab, int32_t k, int32_t *out);
+
+/* draft_head.c */
+typedef struct draft_head draft_head;
+void draft_head_guess(const draft_head *head, const float *residual, const float *final_norm,
+                      float eps, const float *embedding, int32_t threads, int32_t *out);
 
 #endif

@@ -56,3 +56,9 @@ void matmul_rows(const float *f32, const uint8_t *codes, const float *scales, co
         free(scratch);
     }
 }
+
+void linear(const linear_weights *w, const void *x, int32_t x_is_bf16, int64_t m, void *out,
+            int32_t out_is_bf16, int32_t threads) {
+    matmul_rows(w->f32, w->codes, w->scales, w->zeros, w->group, w->code_bits, w->scale_form,
+                w->int8_x, w->rows, w->cols, x, x_is_bf16, m, out, out_is_bf16, threads);
+}
