@@ -183,7 +183,7 @@ def report(head: DraftHead, found, rows, embeddings) -> None:
             DraftFeatures(
                 found["hidden"][position].astype(np.float32), embeddings[found["next"][position]]
             )
-        )
+        ).token
         bucket = conversation_match(tokens[: t + 2])
         tally = hits.setdefault(bucket, [0, 0])
         tally[0] += 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,14 @@ from specchat.errors import SpecchatError
 
 _FOLDER = Path(__file__).resolve().parent.parent / "draft_heads"
 _KEYS = ("a_weight", "a_bias", "b_weight", "b_bias", "shortlist", "out_rows")
+
+
+class Guess(NamedTuple):
+    """The head's guess and its probability under the head (its softmax over the shortlist):
+    the guess is right far more often where the head is sure (docs/benchmarks.md, session 58)."""
+
+    token: int
+    sure: float
 
 
 class DraftHead:
@@ -75,9 +84,9 @@ class DraftHead:
             *map(linear_weights, self._linears), self.a_bias.ctypes.data,
             self.b_bias.ctypes.data, self.shortlist.ctypes.data,
         )  # fmt: skip
-        self._out = ctypes.c_int32()
+        self._out, self._sure = ctypes.c_int32(), ctypes.c_float()
 
-    def guess(self, features: DraftFeatures) -> int | None:
+    def guess(self, features: DraftFeatures) -> Guess | None:
         """The token after the pending one (None: features of another width)."""
         row, embedding, norm = features.row, features.embedding, features.norm
         if row.shape != (self.dim,) or embedding.shape != (self.dim,):
@@ -89,8 +98,9 @@ class DraftHead:
         self._kernels.draft_head_guess(
             ctypes.byref(self._c), row.ctypes.data, None if norm is None else norm.ctypes.data,
             features.eps, embedding.ctypes.data, features.threads, ctypes.byref(self._out),
+            ctypes.byref(self._sure),
         )  # fmt: skip
-        return int(self._out.value)
+        return Guess(int(self._out.value), float(self._sure.value))
 
 
 def _int8_linear(weight: np.ndarray, library):

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from specchat.backends.base import Backend
-from specchat.decoding.draft_head import DraftHead, head_for
+from specchat.decoding.draft_head import DraftHead, Guess, head_for
 from specchat.decoding.draft_policy import DraftLengthPolicy, Plan
 from specchat.decoding.ngram_index import Match, NgramIndex
 from specchat.decoding.params import Param
@@ -79,17 +79,22 @@ _CONFIDENCE_SCALE = (0.6, 0.85, 1.0)
 _RECYCLED_CHAIN = 8
 _RECYCLED_PRIOR = 0.27
 _RECYCLED_SIBLINGS = (WIDTH - 1, 3)
-# A draft head's guess drafted alone, where nothing copies (its situation; its source is a draft
-# model's, as the chat colours it): the acceptance assumed before any
-# evidence (a third: measured along greedy answers, docs/benchmarks.md, session 57).
+# A draft head's guess drafted alone, where nothing copies (its source is a draft model's, as the
+# chat colours it). Its situation is how sure the head was (its probability for the guess): the
+# least it was and the acceptance assumed before any evidence, measured along held-out greedy
+# answers (docs/benchmarks.md, session 58: below 0.6 about 0.14, up to 0.9 0.37, above 0.71).
 _HEAD = "head"
-_HEAD_PRIOR = 0.3
+_HEAD_SURENESS = ((0.9, "sure", 0.7), (0.6, "fair", 0.37), (0.0, "unsure", 0.14))
 # A copy whose first token the head guessed too is right far more often than one it did not
 # (the dev half's greedy answers: after a one-token match 0.81 against 0.10, two tokens 0.91
 # against 0.26, longer 0.97 against 0.60; docs/benchmarks.md): before evidence, agreement keeps
 # this share of the copy's prior miss rate, a difference this share of its hit rate.
 _AGREE_MISS = 0.3
 _DIFFER_HIT = 0.5
+# Only a copy of a match this short is told apart by agreement: a longer one is mostly right
+# either way, and learning its acceptance in two halves cost the copy-heavy categories more
+# than it saved (held out, session 58: extraction 2.49x -> 2.18x, coding 1.32x -> 1.22x).
+_AGREEMENT_MATCHES = 2
 
 
 class SuffixDrafter:
@@ -120,7 +125,7 @@ class SuffixDrafter:
         self.use_head = head
         self._head: DraftHead | None = None
         self.head_problem: str | None = None  # why a head file there was not used
-        self._guess: int | None = None  # the head's guess after the pending token, this step
+        self._guess: Guess | None = None  # the head's guess after the pending token, this step
         # how often the pending token's candidate of each rank was the target's next token
         self._rank_hits = np.zeros(WIDTH)
         self._rank_trials = 0.0
@@ -187,8 +192,9 @@ class SuffixDrafter:
         self._proposals = self.proposals(context, limit) if limit else []
         self._chain, self._guess = [], None
         target = self._target
-        if self._head is not None and limit and target is not None:
-            self._guess = self._head_guess(target, context[-1])
+        short = not self._proposals or self._proposals[0][0].match_length <= _AGREEMENT_MATCHES
+        if self._head is not None and limit and target is not None and short:
+            self._guess = self._head_guess(target, context[-1])  # not asked of a long copy
         copied = self._copy_plan(context) if self._proposals else Plan(0, key=("suffix",))
         plans = [copied] if copied.available else []
         if self._recycled is not None and limit:
@@ -198,7 +204,8 @@ class SuffixDrafter:
                     Plan(available=len(self._chain), key=(RECYCLED,), prior=self._first_rate(0))
                 )
         if self._guess is not None and not copied.available:
-            plans.append(Plan(1, key=(_HEAD,), prior=_HEAD_PRIOR))
+            _, name, prior = next(b for b in _HEAD_SURENESS if self._guess.sure >= b[0])
+            plans.append(Plan(1, key=(_HEAD, name), prior=prior))
         if not plans:
             return copied
         if len(plans) > 1 and target is not None:  # the most expected tokens a second
@@ -207,11 +214,11 @@ class SuffixDrafter:
         chosen = plans[0]
         if chosen.key != (RECYCLED,):
             self._chain = []
-        if chosen.key != (_HEAD,):
+        if chosen.key[0] != _HEAD:
             self._guess = None
         return chosen
 
-    def _head_guess(self, target: Backend, pending: int) -> int | None:
+    def _head_guess(self, target: Backend, pending: int) -> Guess | None:
         """The draft head's guess at the token after `pending` (None: no features here)."""
         features = target.draft_features(pending)
         if features is None or self._head is None:
@@ -228,8 +235,9 @@ class SuffixDrafter:
             streak = self._copies.streak
             key = ("suffix", bucket, sure, streak)
             prior = copy_prior(bucket, streak) * _CONFIDENCE_SCALE[sure]
-        if self._guess is not None:  # whether the draft head guessed the copy's first token
-            agrees = self._guess == best.tokens[0]
+        if self._guess is not None and best.match_length <= _AGREEMENT_MATCHES:
+            # whether the draft head guessed the short copy's first token
+            agrees = self._guess.token == best.tokens[0]
             key += ("head agrees" if agrees else "head differs",)
             prior = 1.0 - (1.0 - prior) * _AGREE_MISS if agrees else prior * _DIFFER_HIT
         return Plan(available=len(best.tokens), key=key, prior=prior)
@@ -246,7 +254,7 @@ class SuffixDrafter:
             return self._recycled_tree(target, context[-1], self._chain[:depth])
         if self._guess is not None:
             guess, self._guess = self._guess, None
-            return Draft.chain(context[-1], [guess][:depth], source=DRAFT)
+            return Draft.chain(context[-1], [guess.token][:depth], source=DRAFT)
         if not depth or not self._proposals:
             return Draft.chain(context[-1], [])
         best, source = self._proposals[0]

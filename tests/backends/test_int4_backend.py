@@ -79,6 +79,16 @@ def test_int4_blocks_are_the_files_weights(bundled_gguf, quantized, file, kind) 
         assert np.array_equal(blocks.dequantize(), gguf_dequantized(tensors, name)), name
 
 
+@pytest.mark.parametrize("file", ["Q4_1", "Q4_K_M"])  # token_embd Q8_0, and Q6_K
+def test_embedding_rows_are_gguf_s_own(bundled_gguf, quantized, file) -> None:
+    """The embedding rows a decoding step looks up (Q8_0's read without gguf's generic calls)
+    are gguf's dequantized rows bit for bit."""
+    tensors = GGUFTensors(model_file(file, bundled_gguf, quantized))
+    rows = np.asarray([0, 17, 4_000, tensors.shape("token_embd.weight")[0] - 1])
+    whole = gguf_dequantized(tensors, "token_embd.weight")
+    assert np.array_equal(tensors.dense_rows("token_embd.weight", rows), whole[rows])
+
+
 @pytest.mark.parametrize("level", LEVELS_HERE)
 @pytest.mark.parametrize("file", ["Q4_1", "Q4_0", "Q4_K_M"])
 def test_four_bit_rows_read_eight_at_a_time_are_the_files_weights(

@@ -517,7 +517,15 @@ class GGUFTensors:
         """Some rows of a 2-D tensor dequantized (an embedding lookup), float32 [len(rows), cols]."""
         tensor = self._tensor(name)
         gguf = _gguf()
-        values = gguf.quants.dequantize(np.asarray(tensor.data[rows]), tensor.tensor_type)
+        raw = np.asarray(tensor.data[rows])
+        if tensor.tensor_type == gguf.GGMLQuantizationType.Q8_0:
+            # gguf's own dequantization of the same blocks, without its generic calls: a decoding
+            # step's new token's row took it 0.1 ms
+            blocks = raw.reshape(-1, 34)
+            values = blocks[:, 2:].view(np.int8).astype(np.float32)
+            values *= blocks[:, :2].view(np.float16).astype(np.float32)
+        else:
+            values = gguf.quants.dequantize(raw, tensor.tensor_type)
         return values.reshape(len(rows), -1).astype(np.float32, copy=False)
 
     def check_readable(self, names: list[str]) -> None:

@@ -54,7 +54,9 @@ _SIGNATURES = {
     "top_k_rows": [_p, _i64, _i64, _i32, _p],  # logits, rows, vocab, k, out (int32 [rows, k])
     "tile_blocks": [_p],  # out (int32): blocks of eight rows a tile takes (codes laid for it)
     "halves_of": [_p, _i64, _p],  # float32 values, n, out (float16 bits): the key cache's rounding
-    "draft_head_guess": [_p, _p, _p, _f32, _p, _i32, _p],  # head, residual, norm, eps, embedding, threads, out
+    "draft_head_guess": [
+        _p, _p, _p, _f32, _p, _i32, _p, _p,  # head, residual, norm, eps, embedding, threads, out, sure
+    ],
     "forward": [
         _p, _p, _i32, _p, _i32,  # model, x, rows, positions, n_prefix
         _p, _i32, _p, _p, _i32,  # seen, seen_stride, n_seen, logits, threads

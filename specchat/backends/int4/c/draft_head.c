@@ -17,9 +17,11 @@ static float length_of(const float *v, int64_t n) { return (float)sqrt(squares_s
 
 /* `residual` the last committed row's sum before the final norm (weight `final_norm`; NULL: it
  * is the final hidden state h already), `embedding` the pending token's input embedding; `out`
- * gets the shortlisted token whose score is highest (the first of equals). */
+ * gets the shortlisted token whose score is highest (the first of equals) and `sure` its share
+ * of the scores' softmax over the shortlist: how sure the head is. */
 void draft_head_guess(const draft_head *head, const float *residual, const float *final_norm,
-                      float eps, const float *embedding, int32_t threads, int32_t *out) {
+                      float eps, const float *embedding, int32_t threads, int32_t *out,
+                      float *sure) {
     const int64_t dim = head->outer.rows, width = head->inner.rows, n = head->rows.rows;
     float *joined = malloc(sizeof(float) * (size_t)(2 * dim));
     float *inner = malloc(sizeof(float) * (size_t)width);
@@ -45,7 +47,10 @@ void draft_head_guess(const draft_head *head, const float *residual, const float
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)
         if (scores[i] > scores[best]) best = i;
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) total += exp((double)(scores[i] - scores[best]));
     *out = head->shortlist[best];
+    *sure = (float)(1.0 / total);
     free(joined);
     free(inner);
     free(z);

@@ -71,6 +71,7 @@ void top_k_rows(const float *logits, int64_t rows, int64_t vocab, int32_t k, int
 /* draft_head.c */
 typedef struct draft_head draft_head;
 void draft_head_guess(const draft_head *head, const float *residual, const float *final_norm,
-                      float eps, const float *embedding, int32_t threads, int32_t *out);
+                      float eps, const float *embedding, int32_t threads, int32_t *out,
+                      float *sure);
 
 #endif
