@@ -392,9 +392,9 @@ class SuffixDecoder(SpeculativeDecoder):
             False,
             "draft the model's own likeliest successors (from earlier passes) where nothing copies",
         ),
-        # off by default: the guess and the features it reads cost 0.2 and 0.17 ms a step in
-        # Python beside a 3 ms pass, more than its drafts and its agreement with the copies
-        # saved on held-out first turns (docs/benchmarks.md, session 57)
+        # off by default: 10% fewer steps on held-out first turns, but the guess (0.13 ms a step
+        # beside a 3 ms pass) and its drafted rows cost about as much (1.00-1.02x the default
+        # at avx512, 1.00x at avx2, 0.99x on code edits: docs/benchmarks.md, session 58)
         Param(
             "head",
             bool,

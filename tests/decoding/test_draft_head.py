@@ -55,20 +55,25 @@ def test_suffix_drafts_the_heads_guess_where_nothing_copies_and_stays_greedy(int
 
 
 def test_a_copy_the_head_agrees_with_is_learned_apart(int4_backend, tmp_path, monkeypatch):
-    """Where the head guessed a copy's first token the policy learns that copy's acceptance
-    apart from one it did not (the head's agreement is part of the copy's situation)."""
+    """Where the head guessed a short copy's first token the policy learns that copy's
+    acceptance apart from one it did not (the head's agreement is part of the copy's
+    situation), and a guess drafted alone apart by how sure the head was."""
     ids = chat_prompt_ids(int4_backend, [ChatMessage("user", STORY)])
 
-    def marks(head: bool) -> set[str]:
+    def marks(head: bool) -> tuple[set[str], set[tuple]]:
         monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path / str(head)))  # rates learned apart
         engine = Engine(int4_backend, build_decoder("suffix", {"head": head}, int4_backend))
         int4_backend.rollback(0)
         list(engine.generate(GenerationRequest(tuple(ids), 96)))
-        copies = [key for key in engine.decoder.policy.situations if key[0] in ("copy", "suffix")]
-        return {key[-1] for key in copies} & {"head agrees", "head differs"}
+        situations = engine.decoder.policy.situations
+        copies = [key for key in situations if key[0] in ("copy", "suffix")]
+        guesses = {key for key in situations if key[0] == "head"}
+        return {key[-1] for key in copies} & {"head agrees", "head differs"}, guesses
 
-    assert marks(True) == {"head agrees", "head differs"}
-    assert not marks(False)
+    agreement, guesses = marks(True)
+    assert agreement == {"head agrees", "head differs"}
+    assert guesses and guesses <= {("head", "unsure"), ("head", "fair"), ("head", "sure")}
+    assert marks(False) == (set(), set())
 
 
 SHORTLIST = tuple(range(3, 27))
