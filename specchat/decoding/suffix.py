@@ -85,6 +85,7 @@ _RECYCLED_SIBLINGS = (WIDTH - 1, 3)
 # answers (docs/benchmarks.md, session 58: below 0.6 about 0.14, up to 0.9 0.37, above 0.71).
 _HEAD = "head"
 _HEAD_SURENESS = ((0.9, "sure", 0.7), (0.6, "fair", 0.37), (0.0, "unsure", 0.14))
+_THEN_COPY = "then copy"
 # A copy whose first token the head guessed too is right far more often than one it did not
 # (the dev half's greedy answers: after a one-token match 0.81 against 0.10, two tokens 0.91
 # against 0.26, longer 0.97 against 0.60; docs/benchmarks.md): before evidence, agreement keeps
@@ -126,6 +127,7 @@ class SuffixDrafter:
         self._head: DraftHead | None = None
         self.head_problem: str | None = None  # why a head file there was not used
         self._guess: Guess | None = None  # the head's guess after the pending token, this step
+        self._then: list[int] = []  # what followed the pending token and the guess, if planned
         # how often the pending token's candidate of each rank was the target's next token
         self._rank_hits = np.zeros(WIDTH)
         self._rank_trials = 0.0
@@ -203,9 +205,9 @@ class SuffixDrafter:
                 plans.append(
                     Plan(available=len(self._chain), key=(RECYCLED,), prior=self._first_rate(0))
                 )
-        if self._guess is not None and not copied.available:
-            _, name, prior = next(b for b in _HEAD_SURENESS if self._guess.sure >= b[0])
-            plans.append(Plan(1, key=(_HEAD, name), prior=prior))
+        self._then = []
+        if self._guess is not None:
+            plans += self._head_plans(context, limit)
         if not plans:
             return copied
         if len(plans) > 1 and target is not None:  # the most expected tokens a second
@@ -216,7 +218,24 @@ class SuffixDrafter:
             self._chain = []
         if chosen.key[0] != _HEAD:
             self._guess = None
+        if chosen.key[-1] != _THEN_COPY:
+            self._then = []
         return chosen
+
+    def _head_plans(self, context: list[int], limit: int) -> list[Plan]:
+        """The guess alone where nothing copies, and the guess with what followed the pending
+        token and the guess together where the conversation holds them (LogitSpec's order:
+        guess, then retrieve); each learned apart by how sure the head was."""
+        guess = self._guess
+        _, name, prior = next(b for b in _HEAD_SURENESS if guess.sure >= b[0])
+        plans = [] if self._proposals else [Plan(1, key=(_HEAD, name), prior=prior)]
+        if limit > 1:
+            after = self._conversation.match(limit - 1, tail=[*context, guess.token])
+            if after.continuation and after.length >= 2:
+                self._then = after.continuation
+                key = (_HEAD, name, _THEN_COPY)
+                plans.append(Plan(1 + len(after.continuation), key=key, prior=prior))
+        return plans
 
     def _head_guess(self, target: Backend, pending: int) -> Guess | None:
         """The draft head's guess at the token after `pending` (None: no features here)."""
@@ -254,7 +273,7 @@ class SuffixDrafter:
             return self._recycled_tree(target, context[-1], self._chain[:depth])
         if self._guess is not None:
             guess, self._guess = self._guess, None
-            return Draft.chain(context[-1], [guess.token][:depth], source=DRAFT)
+            return Draft.chain(context[-1], [guess.token, *self._then][:depth], source=DRAFT)
         if not depth or not self._proposals:
             return Draft.chain(context[-1], [])
         best, source = self._proposals[0]
@@ -392,9 +411,9 @@ class SuffixDecoder(SpeculativeDecoder):
             False,
             "draft the model's own likeliest successors (from earlier passes) where nothing copies",
         ),
-        # off by default: 10% fewer steps on held-out first turns, but the guess (0.13 ms a step
-        # beside a 3 ms pass) and its drafted rows cost about as much (1.00-1.02x the default
-        # at avx512, 1.00x at avx2, 0.99x on code edits: docs/benchmarks.md, session 58)
+        # off by default: 10-13% fewer steps on held-out first turns, but the guess (0.13 ms a
+        # step beside a 3 ms pass) and its drafted rows cost nearly as much (1.01-1.05x the
+        # default at avx512, 1.00x at avx2, 0.98x on code edits: docs/benchmarks.md, session 58)
         Param(
             "head",
             bool,

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from specchat.backends.base import Block, ChatMessage, DraftFeatures
-from specchat.decoding.draft_head import DraftHead, head_for, head_path, load_head
+from specchat.decoding.draft_head import DraftHead, Guess, head_for, head_path, load_head
 from specchat.decoding.registry import build_decoder
 from specchat.decoding.sources import DRAFT
+from specchat.decoding.suffix import SuffixDrafter
 from specchat.engine.local import Engine
 from specchat.engine.protocol import GenerationRequest
 from specchat.prompting import chat_prompt_ids
@@ -72,8 +73,35 @@ def test_a_copy_the_head_agrees_with_is_learned_apart(int4_backend, tmp_path, mo
 
     agreement, guesses = marks(True)
     assert agreement == {"head agrees", "head differs"}
-    assert guesses and guesses <= {("head", "unsure"), ("head", "fair"), ("head", "sure")}
+    sureness = {"unsure", "fair", "sure"}
+    assert {key[1] for key in guesses} <= sureness
+    assert {("head", name) for name in sureness} & guesses  # a guess drafted alone
+    assert {("head", name, "then copy") for name in sureness} & guesses  # and then a copy
     assert marks(False) == (set(), set())
+
+
+def test_a_guess_is_followed_by_what_followed_the_pending_token_and_it_before():
+    """Where the conversation holds the pending token and the guess together, the head's draft
+    goes on with what followed them there (LogitSpec's order: guess, then retrieve)."""
+    drafter = SuffixDrafter(8, 3, 1.0, 0.1, head=True)
+    context = [5, 6, 7, 8, 9, 20, 21, 6]  # pending 6; "6 7 8 9" earlier
+    drafter.reset(context)
+    drafter.proposals(context, 6)
+    drafter._guess = Guess(7, 0.95)  # what the head would say: sure of 7
+    then = [p for p in drafter._head_plans(context, 6) if p.key[-1] == "then copy"]
+    assert [(p.key, p.available) for p in then] == [(("head", "sure", "then copy"), 6)]
+    draft = drafter.draft(None, context, None, then[0], 4)
+    assert draft.tokens == [6, 7, 8, 9, 20] and draft.source == DRAFT
+    drafter._guess = Guess(30, 0.5)  # a guess never seen after 6: nothing to follow
+    assert not [p for p in drafter._head_plans(context, 6) if p.key[-1] == "then copy"]
+
+
+def test_the_head_drafts_stay_greedy_where_the_answer_repeats_itself(int4_backend):
+    prompt = "Give three tips for learning a new language, each as a numbered item."
+    ids = chat_prompt_ids(int4_backend, [ChatMessage("user", prompt)])
+    greedy, _ = _answer(int4_backend, "greedy", ids)
+    done, _ = _answer(int4_backend, "suffix", ids, head=True)
+    assert done.token_ids == greedy.token_ids
 
 
 SHORTLIST = tuple(range(3, 27))
