@@ -84,7 +84,6 @@ class DraftHead:
             *map(linear_weights, self._linears), self.a_bias.ctypes.data,
             self.b_bias.ctypes.data, self.shortlist.ctypes.data,
         )  # fmt: skip
-        self._out, self._sure = ctypes.c_int32(), ctypes.c_float()
 
     def guess(self, features: DraftFeatures) -> Guess | None:
         """The token after the pending one (None: features of another width)."""
@@ -95,12 +94,13 @@ class DraftHead:
             return None
         row, embedding = (np.ascontiguousarray(v, dtype=np.float32) for v in (row, embedding))
         norm = None if norm is None else np.ascontiguousarray(norm, dtype=np.float32)
+        out, sure = ctypes.c_int32(), ctypes.c_float()  # a call's own: races share a head
         self._kernels.draft_head_guess(
             ctypes.byref(self._c), row.ctypes.data, None if norm is None else norm.ctypes.data,
-            features.eps, embedding.ctypes.data, features.threads, ctypes.byref(self._out),
-            ctypes.byref(self._sure),
+            features.eps, embedding.ctypes.data, features.threads, ctypes.byref(out),
+            ctypes.byref(sure),
         )  # fmt: skip
-        return Guess(int(self._out.value), float(self._sure.value))
+        return Guess(int(out.value), float(sure.value))
 
 
 def _int8_linear(weight: np.ndarray, library):

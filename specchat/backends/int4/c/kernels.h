@@ -1,6 +1,6 @@
 /* The kernels' parts as the forward and each other call them; the functions Python calls through
- * ctypes (forward, matmul_rows, top_k_rows, tile_blocks,
- * draft_head_guess) are declared here too. */
+ * ctypes (forward, matmul_rows, top_k_rows, tile_blocks, draft_head_guess) are declared here
+ * too. */
 #ifndef SPECCHAT_KERNELS_H
 #define SPECCHAT_KERNELS_H
 
