@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specchat.backends.base import Block, ChatMessage, DraftFeatures
+from specchat.backends.base import Block, ChatMessage, DraftFeatures, rms_normed
 from specchat.bench.data import load_questions
 from specchat.decoding.draft_head import DraftHead, head_path
 from specchat.decoding.sampling import SamplingParams
@@ -59,13 +59,6 @@ def texts(backend, data: Path | None, seed: int, out: Path) -> list[tuple[list[i
     return rows
 
 
-def _final_hidden(model) -> np.ndarray:
-    """The last pass's rows after the final norm (what its LM head multiplied)."""
-    x = model.last_residual.numpy().astype(np.float64)
-    scale = 1.0 / np.sqrt((x * x).mean(axis=1, keepdims=True) + model.shape.norm_eps)
-    return (x * scale * model.final_norm.numpy()).astype(np.float32)
-
-
 def features(backend, rows, out: Path) -> dict[str, np.ndarray]:
     """Per position: h_t (float16), x = text[t + 1], the greedy token after x, whether x is
     an answer token, and which text it is from."""
@@ -73,6 +66,7 @@ def features(backend, rows, out: Path) -> dict[str, np.ndarray]:
         with np.load(out) as kept:
             return dict(kept)
     model = backend.model
+    final_norm = model.final_norm.numpy()
     hidden, nexts, targets, answer, text = [], [], [], [], []
     for index, (tokens, prompt_length) in enumerate(rows):
         backend.rollback(0)
@@ -81,7 +75,8 @@ def features(backend, rows, out: Path) -> dict[str, np.ndarray]:
             chunk = tokens[start : start + _CHUNK]
             # (not `evaluate`: these passes are not the use its pass-cost table learns from)
             greedy.append(backend._evaluate(Block.chain(chunk)).argmax(-1))
-            h.append(_final_hidden(model))
+            # the rows after the final norm: what the LM head multiplied
+            h.append(rms_normed(model.last_residual.numpy(), final_norm, model.shape.norm_eps))
             backend.commit(list(range(len(chunk))))
         h, greedy = np.concatenate(h), np.concatenate(greedy)
         t = np.arange(len(tokens) - 2)

@@ -124,13 +124,17 @@ class DraftFeatures:
     threads: int = 1
 
     def hidden(self) -> np.ndarray:
-        """h in numpy, as c/norms.c computes it (squares summed in double)."""
-        if self.norm is None:
-            return self.row
-        wide = self.row.astype(np.float64)
-        mean = np.float32(np.dot(wide, wide) / self.row.shape[0])
-        scale = np.float32(1.0) / np.sqrt(mean + np.float32(self.eps))
-        return (self.row * scale) * self.norm
+        """h in numpy (for checks and training; the head's C normalizes `row` itself)."""
+        return self.row if self.norm is None else rms_normed(self.row, self.norm, self.eps)
+
+
+def rms_normed(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm over the last axis, float32, as c/norms.c orders it (the mean of squares in
+    double, the scale applied before the weight)."""
+    wide = x.astype(np.float64)
+    mean = ((wide * wide).mean(axis=-1, keepdims=True)).astype(np.float32)
+    scale = np.float32(1.0) / np.sqrt(mean + np.float32(eps))
+    return ((x * scale) * weight).astype(np.float32, copy=False)
 
 
 @runtime_checkable

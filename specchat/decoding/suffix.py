@@ -194,9 +194,8 @@ class SuffixDrafter:
         self._proposals = self.proposals(context, limit) if limit else []
         self._chain, self._guess = [], None
         target = self._target
-        short = not self._proposals or self._proposals[0][0].match_length <= _AGREEMENT_MATCHES
-        if self._head is not None and limit and target is not None and short:
-            self._guess = self._head_guess(target, context[-1])  # not asked of a long copy
+        if self._head is not None and limit and self._short_or_no_copy():
+            self._guess = self._head_guess(context[-1])  # not asked beside a long copy
         copied = self._copy_plan(context) if self._proposals else Plan(0, key=("suffix",))
         plans = [copied] if copied.available else []
         if self._recycled is not None and limit:
@@ -237,12 +236,13 @@ class SuffixDrafter:
                 plans.append(Plan(1 + len(after.continuation), key=key, prior=prior))
         return plans
 
-    def _head_guess(self, target: Backend, pending: int) -> Guess | None:
+    def _short_or_no_copy(self) -> bool:
+        return not self._proposals or self._proposals[0][0].match_length <= _AGREEMENT_MATCHES
+
+    def _head_guess(self, pending: int) -> Guess | None:
         """The draft head's guess at the token after `pending` (None: no features here)."""
-        features = target.draft_features(pending)
-        if features is None or self._head is None:
-            return None
-        return self._head.guess(features)
+        features = None if self._target is None else self._target.draft_features(pending)
+        return None if features is None else self._head.guess(features)
 
     def _copy_plan(self, context: list[int]) -> Plan:
         best, source = self._proposals[0]
@@ -254,7 +254,7 @@ class SuffixDrafter:
             streak = self._copies.streak
             key = ("suffix", bucket, sure, streak)
             prior = copy_prior(bucket, streak) * _CONFIDENCE_SCALE[sure]
-        if self._guess is not None and best.match_length <= _AGREEMENT_MATCHES:
+        if self._guess is not None and self._short_or_no_copy():
             # whether the draft head guessed the short copy's first token
             agrees = self._guess.token == best.tokens[0]
             key += ("head agrees" if agrees else "head differs",)

@@ -521,9 +521,9 @@ class GGUFTensors:
         if tensor.tensor_type == gguf.GGMLQuantizationType.Q8_0:
             # gguf's own dequantization of the same blocks, without its generic calls: a decoding
             # step's new token's row took it 0.1 ms
-            blocks = raw.reshape(-1, 34)
+            blocks = raw.reshape(-1, _BLOCK_BYTES["Q8_0"][1])
             values = blocks[:, 2:].view(np.int8).astype(np.float32)
-            values *= blocks[:, :2].view(np.float16).astype(np.float32)
+            values *= _stored_halves(blocks[:, :2]).astype(np.float32)[:, None]
         else:
             values = gguf.quants.dequantize(raw, tensor.tensor_type)
         return values.reshape(len(rows), -1).astype(np.float32, copy=False)
