@@ -8,7 +8,7 @@ tokens/s over 128 tokens of a short chat prompt (median of a few runs) and wheth
 answers agree. Each runtime first runs `WARM_UP` plain passes of its own: after the other
 runtime's, one untimed pass did not settle it on an Intel Xeon (int4's one-token pass read 5.6 ms
 where its greedy loop ran 3.1 ms a token, and every multiple of it read flattered;
-docs/benchmarks.md, session 45).
+docs/bench-log.md, session 45).
 
     PYTHONPATH=. python benchmarks/measure_int4.py [--threads 2] [--repeats 30]
 """
@@ -75,7 +75,7 @@ def settled_seconds(backend, chain: list[int], context: int) -> float:
     after `WARM_UP` untimed one-token passes of the same runtime. Right after the other
     runtime's (or build's, or model's) passes, whose threads still spin on the same cores, one
     settling pass was not enough: int4's one-token pass read 5.6 ms where its greedy loop ran
-    3.1 ms a token, and every multiple of it read flattered (docs/benchmarks.md, sessions 35
+    3.1 ms a token, and every multiple of it read flattered (docs/bench-log.md, sessions 35
     and 45)."""
     warm_up(backend, Block.chain(chain[:1]), context)
     started = time.perf_counter()

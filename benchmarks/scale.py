@@ -11,14 +11,25 @@ model's greedy answers to the held-out questions (`benchmarks/replay_policy.py`'
 drafts it would make, accepted as far as greedy agrees) and charged this size's measured costs.
 A projection: a larger model's answers, and so what copying finds in them, differ.
 
+`--live D` (repeatable: `suffix`, `suffix:head=true`, `suffix:recycle=true`, ...) projects
+decoders the replay cannot: sources that follow the model's logits or hidden state (recycled
+candidates, the draft head). Each runs live on the bundled model (int4), every pass charged what a
+pass of its size costs at this size's int4 table (`ChargedAs`), its policy deciding at those
+costs, and its charged seconds are set against greedy's over the same questions. A step's own
+Python (a tenth of a millisecond) is left out: beside a 48 ms pass it is noise; beside the
+bundled model's 3 ms pass it is what keeps the head and the recycled candidates off by default.
+
     PYTHONPATH=. python benchmarks/scale.py [--sizes 360M,1.7B,3B,8B] [--threads 2] [--repeats 9]
-        [--quant Q4_K_M|Q5_K_M]
+        [--quant Q4_K_M|Q5_K_M] [--live suffix --live suffix:head=true ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,10 +38,15 @@ from benchmarks.random_gguf import RandomShape, quantize, write_block_gguf
 from benchmarks.replay_policy import PricedAs, greedy_answers, replay
 from specchat import cpu, locations
 from specchat.backends.base import ChatMessage
+from specchat.backends.block_cost import interpolate
 from specchat.backends.registry import INT4, LLAMA_CPP
+from specchat.decoding import draft_policy, recycled
 from specchat.decoding.draft_policy import DraftLengthPolicy
 from specchat.decoding.registry import build_decoder
+from specchat.decoding.sampling import SamplingParams
 from specchat.decoding.sources import DraftSources
+from specchat.evaluation.race import run_decoder
+from specchat.evaluation.variants import parse_variant
 from specchat.prompting import turn_start
 
 SHAPES = {
@@ -71,6 +87,78 @@ def projected(bundled, answers: list[dict], costs: dict[int, float]) -> dict[str
     return {key: statistics.mean(values) for key, values in speeds.items()}
 
 
+class ChargedAs(PricedAs):
+    """PricedAs that also adds up what its passes would cost at the other table."""
+
+    def __init__(self, backend, costs: dict[int, float]) -> None:
+        super().__init__(backend, costs)
+        self.charged = 0.0
+
+    def evaluate(self, block):
+        self.charged += interpolate(self._costs, len(block))
+        return self._backend.evaluate(block)
+
+
+@contextlib.contextmanager
+def fresh_data_dir():
+    """Learned rates and candidate tables from nothing, as a cold bench starts (and the user's
+    own left alone)."""
+    kept = os.environ.get("SPECCHAT_DATA_DIR")
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["SPECCHAT_DATA_DIR"] = folder
+        try:
+            yield
+        finally:
+            if kept is None:
+                os.environ.pop("SPECCHAT_DATA_DIR", None)
+            else:
+                os.environ["SPECCHAT_DATA_DIR"] = kept
+
+
+def live_projection(
+    bundled, answers: list[dict], costs: dict[int, float], specs: list[str], max_tokens: int
+) -> dict[str, dict[str, float]]:
+    """Each decoder's speedup over greedy, per category and "overall" (the mean of per-question
+    speeds), decoding every turn's prompt live on `bundled` (the int4 runtime) with every pass
+    charged at `costs`; a decoder that leaves greedy's answer stops it. Each decoder learns from
+    its own answers only (the draft policy's rates, the recycled candidates), from nothing, as a
+    user who runs only it would: run after another on the same prompt, it would draft the answer
+    that run taught the candidates."""
+    turns, conversation = [], []
+    for number, turn in enumerate(answers):
+        if number and turn["question"] != answers[number - 1]["question"]:
+            conversation = []
+        conversation.append(ChatMessage("user", turn["turn"]))
+        sources = DraftSources(turn_start=turn_start(bundled, conversation, turn["prompt"]))
+        conversation.append(ChatMessage("assistant", turn["text"]))
+        turns.append((turn, sources))
+    charged: dict[str, list[float]] = {}
+    greedy: list[tuple[int, ...]] = []
+    with fresh_data_dir():
+        nothing_learned = (recycled.checkpoint(), draft_policy.checkpoint())
+        for spec in ["greedy", *specs]:
+            for restore in nothing_learned:
+                restore()
+            variant = parse_variant(spec)
+            for number, (turn, sources) in enumerate(turns):
+                priced = ChargedAs(bundled, costs)
+                done = run_decoder(
+                    priced, variant.name, variant.values(), turn["prompt"], max_tokens,
+                    SamplingParams(), sources,
+                )  # fmt: skip
+                if spec == "greedy":
+                    greedy.append(done.token_ids)
+                elif done.token_ids != greedy[number]:
+                    raise SystemExit(f"{spec} left greedy's answer: no projection from it")
+                charged.setdefault(spec, []).append(priced.charged)
+    speeds: dict[str, dict[str, list[float]]] = {spec: {} for spec in specs}
+    for spec in specs:
+        for (turn, _), plain, drafted in zip(turns, charged["greedy"], charged[spec]):
+            for key in (turn["category"], "overall"):
+                speeds[spec].setdefault(key, []).append(plain / drafted)
+    return {spec: {k: statistics.mean(v) for k, v in by.items()} for spec, by in speeds.items()}
+
+
 def model_file(size: str, quant: str = "Q4_0") -> Path:
     """The size's random-weight file in `quant`: written in Q4_0 blocks, other types requantized
     from it by llama.cpp's quantizer (Q4_K_M, what most people download: Q4_K with Q6_K for
@@ -102,6 +190,7 @@ def main() -> None:
     parser.add_argument("--per-category", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--quant", default="Q4_0", choices=("Q4_0", "Q4_K_M", "Q5_K_M"))
+    parser.add_argument("--live", action="append", default=[], metavar="DECODER")
     args = parser.parse_args()
 
     import torch
@@ -112,7 +201,16 @@ def main() -> None:
 
     bundled = load_model(None, LoadOptions(backend=LLAMA_CPP, threads=1), lambda *a: None)
     answers = greedy_answers(bundled, args.per_category, args.max_tokens, str(HELD_OUT))
-    rows = []
+    for spec in args.live:
+        parse_variant(spec)  # a misspelt decoder stops it before any timing
+    rows, live = [], {}
+    # the bundled model on int4, decoding live at each size's costs (its own greedy: int4's
+    # answers are not llama.cpp's)
+    int4 = (
+        load_model(None, LoadOptions(backend=INT4, threads=args.threads), lambda *a: None)
+        if args.live
+        else None
+    )
     for size in args.sizes.split(","):
         path = model_file(size, args.quant)
         say(f"{size}: loading {path.name} on llama.cpp and the int4 runtime")
@@ -130,7 +228,12 @@ def main() -> None:
         llama_one = costs["llama.cpp"][1]
         fastest = max(costs, key=lambda n: speedups[n]["overall"] * llama_one / costs[n][1])
         rows.append((size, costs, speedups, fastest, llama_one))
+        if int4 is not None:
+            say(f"  {size}: decoding live at its int4 costs: {', '.join(args.live)}")
+            live[size] = live_projection(int4, answers, costs[INT4], args.live, args.max_tokens)
     bundled.close()
+    if int4 is not None:
+        int4.close()
 
     print(f"\n{cpu.describe()}, {args.threads} threads")
     print(
@@ -151,6 +254,14 @@ def main() -> None:
             f"{'':<11}per category, ÷ {fastest}'s greedy: "
             + ", ".join(f"{c} {speedups[fastest][c]:.2f}x" for c in categories)
         )
+    for size, by_spec in live.items():
+        print(f"\n{size}, decoded live at its int4 costs (÷ int4's greedy, every turn):")
+        for spec, figures in by_spec.items():
+            categories = [c for c in figures if c != "overall"]
+            print(
+                f"  {spec:<32}{figures['overall']:.2f}x  "
+                + ", ".join(f"{c} {figures[c]:.2f}x" for c in categories)
+            )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ one-token pass runs fast and drafts look dear; where they stream from memory (a 
 L3 against the bundled model's 94 MB) the same drafts pay much more. On one Xeon VM the bundled
 model's one-token int4 pass took 3.3 ms on hours the host's 480 MB L3 held its weights and 5.5 ms
 on hours it did not, with a drafted row's cost the same in milliseconds, and the default's speedup
-on code edits read 1.88x and 2.15x (docs/benchmarks.md, session 55). So figures say which it was.
+on code edits read 1.88x and 2.15x (docs/bench-log.md, session 55). So figures say which it was.
 
 The probe reads a buffer of the weights' size over and over, and one larger than the last-level
 cache (which no cache holds), and compares their read rates: about equal, the weights stream from

@@ -3,7 +3,7 @@
 What a speculative decoder drafts, and which runtime a GGUF loads on, follow the pass costs; timed
 on two cores that run two tests at once, they swing from one run to the next (a 2-token llama.cpp
 pass measured 1.8x-2.3x a 1-token one), and the decisions with them. The suite sizes drafts by the
-costs measured for the design on an idle two-core machine instead (docs/benchmarks.md). A
+costs measured for the design on an idle two-core machine instead (docs/bench-log.md). A
 transformers model's one-token pass is priced by its size (a fixed overhead and a cost per
 weight, measured for the bundled model on one thread), so a tiny draft model stays cheap beside
 its target; a timing kept in the suite's cache would carry one busy run's load into every later

@@ -3,7 +3,7 @@
 The command-line entry points (`ask`, the line-mode chat) load the model in the main thread, and
 the model's first passes (pass costs, the exactness probe) run there: torch's OpenMP pool then
 lives on that thread, and parallel ops in any other thread run several times slower for as long
-as it does (docs/benchmarks.md has the measurement). So they generate where
+as it does (docs/bench-log.md has the measurement). So they generate where
 the model was loaded, not through `AnswerEngine.start`; the chat loads, answers and races on its
 one model thread (`model_thread.py`) and never computes in its main thread.
 """

@@ -7,7 +7,7 @@ OpenMP threads than there are cores it stops spinning at barriers and sleeps in 
 each one (its "throttled" spin count), hundreds of times a pass. The chat's workers run in
 whichever thread the event loop's executor has free: a decoder switch mid-answer took a second
 one, the next answer could land there, and from then on every pass, on every thread, ran 2-4x
-slower until the app was restarted (docs/benchmarks.md has the measurement).
+slower until the app was restarted (docs/bench-log.md has the measurement).
 
 So the chat loads its model, answers and races on `run_on_model_thread`: one long-lived thread,
 one OpenMP pool for the life of the app (the command line's entry points compute in the main

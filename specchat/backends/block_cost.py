@@ -161,7 +161,7 @@ class BlockCostTable:
         """Raise a size the table prices below what its passes cost in use. The table's shape is
         timed once, and this machine's shape moves with its neighbours' load while the plain
         pass barely does: a 4-token int4 pass ran 1.52x a plain one for minutes after the table
-        timed it at 1.22x, and the policy drafted where decoding lost (docs/benchmarks.md). Each
+        timed it at 1.22x, and the policy drafted where decoding lost (docs/bench-log.md). Each
         drafted pass is priced against the plain passes just before it, so a change of scale
         cancels; the raise is the median of a size's latest ratios over the table's. Raised only,
         never lowered below the table: the table also charges what a pass slows after it, which

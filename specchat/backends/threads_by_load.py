@@ -5,7 +5,7 @@ Why: a pass's threads meet at a barrier after every matmul. Beside a busy proces
 threads on two cores shares its core and every barrier waits for it, so each pass takes several
 times what it takes alone (measured: greedy at a quarter to a third of its idle speed with one
 busy shell loop beside it) — while one thread alone keeps a whole core (0.7x the idle speed on an
-AMD EPYC, docs/benchmarks.md). So the count is the cores other processes leave free.
+AMD EPYC, docs/bench-log.md). So the count is the cores other processes leave free.
 
 What other processes use is read, not guessed from pass times: the machine's CPU time
 (`/proc/stat`, the cores this process may run on) less this process's own. An earlier version
@@ -102,13 +102,13 @@ class ProcStatLoad:
         the longest) are where a wrong count costs most. Beside a busy process, waiting 0.25 s
         for it left a prompt and up to 20 passes on both threads (one pass 150 ms): a 128-token
         answer ran at 0.44x its idle speed, against 0.58x read sooner and from the start of the
-        model's loading (docs/benchmarks.md, session 50). A tenth of a second already tells one
+        model's loading (docs/bench-log.md, session 50). A tenth of a second already tells one
         busy core from none here (readings 0.90-1.12 against 0.00-0.14).
 
         A long span in which this process computed is a reading like any other: it is one long
         pass, and the slowest passes are the ones beside a busy machine. Discarding every span
         over `STALE` kept a llama.cpp answer on both threads beside two busy processes, each
-        pass of a long draft taking 3 s and so never read (2.2 tok/s, docs/benchmarks.md
+        pass of a long draft taking 3 s and so never read (2.2 tok/s, docs/bench-log.md
         session 49)."""
         if self._last is None or time.monotonic() - self._last[0] < self._due:
             return None  # (the clock first: `/proc/stat` is read four times a second, not a pass)
@@ -170,7 +170,7 @@ class ThreadsByLoad:
         ~50 passes on one thread; one that began left its prompt on both (after a wait longer
         than `STALE` the reading started again with the answer). Read while idle, the count
         is the load's when the answer starts, and the idle readings are the cleanest there
-        are: this process adds nothing to them (docs/benchmarks.md, session 51)."""
+        are: this process adds nothing to them (docs/bench-log.md, session 51)."""
         threading.Thread(
             target=_watch, args=(weakref.ref(self), self._closed, every),
             name="specchat-load-watch", daemon=True,

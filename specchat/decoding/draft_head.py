@@ -8,7 +8,7 @@ It is trained per model on the model's own greedy continuations (self-distillati
 benchmarks/train_draft_head.py), so it guesses what greedy decoding would say, and a guess is a
 draft like a copied one (q = 1), verified exactly.
 
-Measured on held-out first turns of the bundled model (docs/benchmarks.md, session 57): the guess
+Measured on held-out first turns of the bundled model (docs/bench-log.md, session 57): the guess
 was the next greedy token at about a third or more of the positions where the conversation's
 own copies offer nothing or one token of match — better than a one-token copy (26%) and the
 recycled candidates (19–27%) there.
@@ -37,7 +37,7 @@ _KEYS = ("a_weight", "a_bias", "b_weight", "b_bias", "shortlist", "out_rows")
 
 class Guess(NamedTuple):
     """The head's guess and its probability under the head (its softmax over the shortlist):
-    the guess is right far more often where the head is sure (docs/benchmarks.md, session 58)."""
+    the guess is right far more often where the head is sure (docs/bench-log.md, session 58)."""
 
     token: int
     sure: float

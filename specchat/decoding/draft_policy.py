@@ -15,7 +15,7 @@ depth is taken only while, by the rates as known, it keeps all but `_EXPLORE_BUD
 depth's speed — little, so that a prompt whose drafts keep failing runs at greedy's pace. Where
 long drafts are nearly free (a runtime whose 8-token pass costs little more than one) it drafts
 boldly; where a failed draft is dear (a pass that grows with every token) it probes only cheaply
-(benchmarks/replay_policy.py replays budgets on Spec-Bench dev answers; docs/benchmarks.md).
+(benchmarks/replay_policy.py replays budgets on Spec-Bench dev answers; docs/bench-log.md).
 
 Each answer also keeps a ledger: the passes its drafts have saved (accepted tokens + 1 against the
 pass's cost in plain passes), negative where they lost. An exploring draft is made only while the
@@ -53,11 +53,11 @@ _OPTIMISM = 1.0  # standard deviations added to each rate (exploration)
 # the int4 runtime's drafted passes as they cost in use, 0.1 (chosen at llama.cpp's costs) lost
 # 1.3% on the dev half and held out and 2.5% on code edits against 0.05; none at all drafted a
 # little better still on a CPU, but never tries the long drafts a nearly flat pass (a GPU) makes
-# cheap (docs/benchmarks.md, session 47)
+# cheap (docs/bench-log.md, session 47)
 _EXPLORE_BUDGET = 0.05
 # how much faster than a plain pass a draft must be expected to be: a little, for what pricing
 # misses (the drafted step's own Python, a cost table a busy minute moved); replayed on the dev
-# half at llama.cpp's costs a small margin also drafts better overall (docs/benchmarks.md)
+# half at llama.cpp's costs a small margin also drafts better overall (docs/bench-log.md)
 _MARGIN = 0.1
 _ALLOWANCE = 1.0  # plain passes an answer's exploring drafts may lose before its drafts have gained
 _FALLBACK_MARGIN = 0.2  # the gain a draft must promise once an answer's drafts have lost
@@ -280,7 +280,7 @@ def break_even_acceptance(
     `draft_share` of the target's one-token pass gains `margin` over plain passes, at the best
     chain length up to `longest`, by the target's measured pass costs (1.0: at none). A 135M
     draft for a 1.7B-shaped target, measured: from 0.47 on int4, from 0.93 on llama.cpp, whose
-    extra tokens cost more (docs/benchmarks.md)."""
+    extra tokens cost more (docs/bench-log.md)."""
     plain = target.block_cost(1)
     for hundredths in range(1, 100):
         rate = hundredths / 100

@@ -28,7 +28,7 @@ class Match:
     end: int  # index of the occurrence's last matched token
     # of the matched n-gram's indexed occurrences, how many there are and how many were followed
     # by the continuation's first token: a short match whose every occurrence went on the same
-    # way is a far better bet than one whose occurrences went many ways (docs/benchmarks.md)
+    # way is a far better bet than one whose occurrences went many ways (docs/bench-log.md)
     occurrences: int = 0
     agreeing: int = 0
 

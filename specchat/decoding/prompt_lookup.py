@@ -34,7 +34,7 @@ from specchat.errors import SpecchatError
 # Match lengths share statistics in buckets: 1, 2, 3, 4-5, 6-8, 9-12, 13-16, 17-24, 25-32, 33+.
 MATCH_EDGES = (1, 2, 3, 4, 6, 9, 13, 17, 25, 33)
 # Per-token acceptance before any evidence, per bucket: the rates measured on Spec-Bench dev
-# answers of the bundled model (docs/benchmarks.md), rising with the match length as copied text
+# answers of the bundled model (docs/bench-log.md), rising with the match length as copied text
 # does; a fully accepted previous draft raises it.
 _COPY_PRIORS = (0.28, 0.5, 0.6, 0.68, 0.75, 0.8, 0.85, 0.88, 0.9, 0.92)
 
@@ -76,7 +76,7 @@ _RESUME_WITHIN = 16
 _RESUME_SKIP = 8
 # An answer whose first `_FROM_START` tokens or more are all one match copies from its start: on
 # Spec-Bench and code-edit answers the first drafted token was taken in nearly all such positions,
-# and 4-7.5 tokens of 8 (docs/benchmarks.md, "Design choices measured").
+# and 4-7.5 tokens of 8 (docs/bench-log.md, "Design choices measured").
 _FROM_START = 2
 _FROM_START_PRIOR = 0.95
 
@@ -86,7 +86,7 @@ class CopyRegime:
     whole (a streak), or the context's short match picks up, a few tokens on, the text a long match
     was copying just before — a copy resumed after an edit (a renamed word, a changed number, an
     inserted clause). Such a match is taken about as far as a long one, where other matches of its
-    length are poor bets (docs/benchmarks.md, "Design choices measured"). An answer that is all one copy so
+    length are poor bets (docs/bench-log.md, "Design choices measured"). An answer that is all one copy so
     far (a function rewritten with type hints starts as the prompt's code) is a third situation,
     learned apart from the others: its short matches are the surest of all."""
 

@@ -6,7 +6,7 @@ model would say after t in that context. Keeping each token's top `WIDTH` from i
 gives, for text that copies nothing, a guess at the next token before the pass that decides it:
 measured on held-out first turns with a table filled only by the same answers, the next greedy
 token was the table's first candidate for the previous token 27% of the time and among its first
-four 41% (docs/benchmarks.md). Drafts built from it are copies (q = 1), verified exactly as any.
+four 41% (docs/bench-log.md). Drafts built from it are copies (q = 1), verified exactly as any.
 
 One table per model (its token ids), shared by every decoder in the process, kept on disk under
 the data dir beside the draft policy's learned rates (learned state, not a cache to rebuild) and

@@ -7,7 +7,7 @@ continuations are the most frequent ones, scored by the summed probability of th
 ArcticInference does. This conversation proposes what followed the latest earlier occurrence of its
 tail that agrees furthest back, as prompt lookup does: replayed on Spec-Bench dev answers with
 earlier questions saved (benchmarks/replay_policy.py --history), recency beat frequency for the
-conversation's own text at both runtimes' pass costs (docs/benchmarks.md). The best-scored
+conversation's own text at both runtimes' pass costs (docs/bench-log.md). The best-scored
 proposal is the draft, its length chosen by the shared draft-length policy from the match length and
 how sure the counts are. Other sources' proposals join it as extra branches of one tree-shaped pass
 while they cost next to nothing (on backends where a few more tokens per pass are free), so the
@@ -53,7 +53,7 @@ _PREFERENCE = (PREVIOUS, PROMPT, CHAT, SAVED)
 # A saved chat proposes only after a match this long, and longer than this conversation's own:
 # replayed on the dev half with earlier questions saved (benchmarks/replay_policy.py --history), short
 # saved matches displaced the conversation's better short matches and lost to prompt lookup at
-# both runtimes' pass costs (docs/benchmarks.md); from 12 tokens on they never did, and a question
+# both runtimes' pass costs (docs/bench-log.md); from 12 tokens on they never did, and a question
 # asked again still drafts its old answer whole.
 SAVED_MIN_MATCH = 16
 # An extra branch joins the pass while the pass costs at most this much more than the best
@@ -82,13 +82,13 @@ _RECYCLED_SIBLINGS = (WIDTH - 1, 3)
 # A draft head's guess drafted alone, where nothing copies (its source is a draft model's, as the
 # chat colours it). Its situation is how sure the head was (its probability for the guess): the
 # least it was and the acceptance assumed before any evidence, measured along held-out greedy
-# answers (docs/benchmarks.md, session 58: below 0.6 about 0.14, up to 0.9 0.37, above 0.71).
+# answers (docs/bench-log.md, session 58: below 0.6 about 0.14, up to 0.9 0.37, above 0.71).
 _HEAD = "head"
 _HEAD_SURENESS = ((0.9, "sure", 0.7), (0.6, "fair", 0.37), (0.0, "unsure", 0.14))
 _THEN_COPY = "then copy"
 # A copy whose first token the head guessed too is right far more often than one it did not
 # (the dev half's greedy answers: after a one-token match 0.81 against 0.10, two tokens 0.91
-# against 0.26, longer 0.97 against 0.60; docs/benchmarks.md): before evidence, agreement keeps
+# against 0.26, longer 0.97 against 0.60; docs/bench-log.md): before evidence, agreement keeps
 # this share of the copy's prior miss rate, a difference this share of its hit rate.
 _AGREE_MISS = 0.3
 _DIFFER_HIT = 0.5
@@ -404,7 +404,7 @@ class SuffixDecoder(SpeculativeDecoder):
             1.0,
         ),
         # off by default: on held-out first turns at this session's pass costs it lost to the
-        # copies alone at both CPU levels (docs/benchmarks.md, "Recycled candidates")
+        # copies alone at both CPU levels (docs/bench-log.md, "Recycled candidates")
         Param(
             "recycle",
             bool,
@@ -413,7 +413,7 @@ class SuffixDecoder(SpeculativeDecoder):
         ),
         # off by default: 10-13% fewer steps on held-out first turns, but the guess (0.13 ms a
         # step beside a 3 ms pass) and its drafted rows cost nearly as much (1.01-1.05x the
-        # default at avx512, 1.00x at avx2, 0.98x on code edits: docs/benchmarks.md, session 58)
+        # default at avx512, 1.00x at avx2, 0.98x on code edits: docs/bench-log.md, session 58)
         Param(
             "head",
             bool,

@@ -1,7 +1,7 @@
 """A compact, static suffix index over many token sequences: what every saved chat is drafted from.
 
 A suffix tree (ArcticInference's, used for the per-request sources) costs hundreds of bytes per
-indexed token, too much for a store of thousands of messages (docs/benchmarks.md). This
+indexed token, too much for a store of thousands of messages (docs/bench-log.md). This
 index keeps three int32 arrays — the text, its suffix array sorted on the first `DEPTH` tokens, and
 the suffix-array positions grouped by the token before each suffix (an FM-index's occurrence lists)
 — 12 bytes per token, built with numpy sorts, and saved to disk as plain .npy files.

@@ -351,7 +351,7 @@ def test_an_answer_after_a_wait_runs_on_the_load_that_wait_left(runtime, bundled
     """A person types; meanwhile a busy process ends, or begins. The next answer's first pass
     runs on what the load leaves then. (Before the watch, after a load ended, an answer's first
     ~50 passes stayed on one thread; after one began during a wait longer than `STALE`, its
-    prompt ran on both: docs/benchmarks.md, session 51.)"""
+    prompt ran on both: docs/bench-log.md, session 51.)"""
     backend, runtime_threads = backend_on_two_threads(bundled_gguf, runtime)
     load = Readings(ONE_BUSY_PROCESS)
     backend.threads_by_load = by_load = ThreadsByLoad(2, load, cores=2)

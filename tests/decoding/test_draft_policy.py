@@ -269,7 +269,7 @@ def test_a_copy_resumed_after_an_edit_is_learned_as_a_copy_under_way(make):
 def test_a_short_match_is_learned_apart_by_how_its_occurrences_went_on(make):
     """A one-token match whose every earlier occurrence went on the same way was the next token
     three times as often or more as one whose occurrences went different ways, a lone
-    occurrence in between (docs/benchmarks.md): the policy learns the three apart and assumes
+    occurrence in between (docs/bench-log.md): the policy learns the three apart and assumes
     more of the surer before evidence."""
     same = [5, 50, 6, 5, 50, 7, 5, 50, 8]  # 5 always went on as 50
     many = [5, 51, 6, 5, 52, 7, 5, 53, 8]  # 5 went on three ways
@@ -293,7 +293,7 @@ def test_a_short_match_is_learned_apart_by_how_its_occurrences_went_on(make):
 )
 def test_an_answer_that_copies_from_its_first_token_is_a_copy_from_the_start(make):
     """A function rewritten with type hints starts as a copy of the prompt's code: its first
-    short match is taken almost whole (docs/benchmarks.md, "Design choices measured"), unlike a short match
+    short match is taken almost whole (docs/bench-log.md, "Design choices measured"), unlike a short match
     that merely repeats."""
     passage = list(range(100, 140))
     prompt = [1, 2, *passage, 3, 4]

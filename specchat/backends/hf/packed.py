@@ -3,7 +3,7 @@
 Speculative decoding lives on what a pass of k tokens costs against a pass of one. With stock
 `nn.Linear` (MKL's sgemm, which packs its operands anew on every call) a second row nearly doubles
 a pass of the linear layers; with the weights reordered once into oneDNN's blocked layout
-(benchmarks/measure_packed_linear.py, figures in docs/benchmarks.md) a single token gets faster
+(benchmarks/measure_packed_linear.py, figures in docs/bench-log.md) a single token gets faster
 and a drafted one almost free. A row's result is the same, bit for bit, whatever
 the number of rows in the call, so a block agrees with one-token passes as closely as before.
 

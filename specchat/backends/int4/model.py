@@ -11,7 +11,7 @@ The whole forward (per layer four matmuls, attention, norms and the activation) 
 summed in integers as llama.cpp does, each weight row read once for every token of the block
 (AVX-512 VNNI, AVX2 and plain C compute the same bits). torch's int4 kernel carried the 4-bit
 weights on AVX-512 until the VNNI kernel cost less at one token and much less at four
-(docs/benchmarks.md); a Python loop over the layers cost more than a small layer's arithmetic.
+(docs/bench-log.md); a Python loop over the layers cost more than a small layer's arithmetic.
 
 Numbers: the residual stream is float32; matmul inputs and outputs are bf16 (the kernel's only
 fast type); keys are cached after RoPE in float32 and values in bf16 (what the projection gave);
@@ -193,7 +193,7 @@ class Int4Model:
         """The tokens' embedding rows. A decoding step's few rows come from a cache of the rows
         met before: gguf's dequantization runs a few hundred Python lines a call, which after
         a pass has swept the caches cost ~140 µs, 4% of the bundled model's one-token pass
-        (docs/benchmarks.md); a long prompt's rows are dequantized together and not kept."""
+        (docs/bench-log.md); a long prompt's rows are dequantized together and not kept."""
         if len(tokens) > _EMBED_CACHED_BELOW:
             ids = np.asarray(tokens, dtype=np.int64)
             x = np.array(self.tensors.dense_rows("token_embd.weight", ids), dtype=np.float32)

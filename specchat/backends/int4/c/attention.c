@@ -13,7 +13,7 @@
  * row apart, which the hardware's prefetch does not follow; they come from L3 (the weights streamed
  * since have pushed them out of L2). Asked for a block ahead, passes of 1-8 tokens took 0.95-1.00x
  * their time behind 256 tokens, 0.89-0.98x behind 768 and 0.86-0.92x behind 1,536 (avx2:
- * 0.82-0.88x); the values, read in order, gained nothing from it (docs/benchmarks.md, session 56). */
+ * 0.82-0.88x); the values, read in order, gained nothing from it (docs/bench-log.md, session 56). */
 #define KEYS_AHEAD 64
 /* registers for accumulators and loads: 32 vectors at AVX-512, 16 below */
 #if defined(__AVX512F__)
@@ -416,7 +416,7 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
         /* each row's heads brought in first, shared by the threads: a query head of a row, or a
          * key-value head for every row (its cache rows one thread's, so no two threads write one
          * cache line); one thread alone took 6% of a drafted row's time while the others
-         * waited (docs/benchmarks.md, session 55) */
+         * waited (docs/bench-log.md, session 55) */
 #pragma omp for schedule(static, 1)
         for (int64_t item = 0; item < (int64_t)rows * heads + kv_heads; item++) {
             if (item < (int64_t)rows * heads) {

@@ -50,7 +50,7 @@ static inline bf16 to_bf16(float value) {
 /* The squares of x[0 .. dim-1] summed in double, as llama.cpp's rms_norm sums them, but in
  * SQUARE_LANES running sums (square i in sum i % SQUARE_LANES) added pairwise at the end: one
  * running sum waited on each add before the next (~2,300 cycles a norm of 576, two norms a layer
- * and row; all of a pass's norms 2-4% of it, docs/benchmarks.md session 49), the lanes' adds
+ * and row; all of a pass's norms 2-4% of it, docs/bench-log.md session 49), the lanes' adds
  * overlap. The order is fixed, so every level and block size gets the same bits; the double can
  * differ from one running sum's in its last bits, and a row's float mean with it only where
  * those bits decide its rounding. */

@@ -24,7 +24,7 @@ typedef struct {
  * then the groups (an `omp for`, shared by the region's threads where one encloses it; a group's
  * result is the same whichever thread rounds it). x is float32, or bf16 (`x_is_bf16`) widened
  * a group at a time (exactly): a layer's bf16 rows are then never widened whole by one thread
- * while the others wait, 4% of a drafted row's time (docs/benchmarks.md, session 55). */
+ * while the others wait, 4% of a drafted row's time (docs/bench-log.md, session 55). */
 void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q);
 void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int halves,
                      int8_rows *q);

@@ -90,7 +90,7 @@ static inline void store_rows8(void *out, int out_is_bf16, int64_t first, int64_
  * behind (an 8B shape's 4-token pass stalled on each group's first load), and on an Intel Xeon
  * a tile of one or two tokens did too: asked ahead, a one-token pass of the bundled model took
  * 0.87x its time, 1.7B Q4_K_M's 0.80x (avx512) and 0.72x (avx2). On the AMD EPYC, where it was
- * first tried for small tiles, a 2-token pass read 1.02-1.05x (docs/benchmarks.md, session 44).
+ * first tried for small tiles, a 2-token pass read 1.02-1.05x (docs/bench-log.md, session 44).
  * Each line is asked for twice: PREFETCH_BYTES ahead into L1, and PREFETCH_FAR_BYTES ahead into
  * L2 only, which keeps more of the stream in flight than L1's few fill buffers can: a pass still
  * read the weights at about half what two threads read alone (59 GB/s cache-resident on the
