@@ -65,6 +65,21 @@ SHAPES = {
 HELD_OUT = Path(__file__).with_name("held_out.jsonl")
 
 
+def with_sources(bundled, answers: list[dict]) -> list[tuple[dict, DraftSources]]:
+    """Each turn with what its drafts may draw on: where its own turn starts in its prompt (a
+    question's later turns follow its earlier ones)."""
+    out, conversation = [], []
+    for number, turn in enumerate(answers):
+        if number and turn["question"] != answers[number - 1]["question"]:
+            conversation = []
+        conversation.append(ChatMessage("user", turn["turn"]))
+        out.append(
+            (turn, DraftSources(turn_start=turn_start(bundled, conversation, turn["prompt"])))
+        )
+        conversation.append(ChatMessage("assistant", turn["text"]))
+    return out
+
+
 def projected(bundled, answers: list[dict], costs: dict[int, float]) -> dict[str, float]:
     """The default decoder's replayed speedup over greedy at `costs`, per category and
     "overall": as bench reports it, the mean of per-question speeds."""
@@ -72,13 +87,7 @@ def projected(bundled, answers: list[dict], costs: dict[int, float]) -> dict[str
     decoder = build_decoder("suffix", {}, priced)
     policy = DraftLengthPolicy()
     speeds: dict[str, list[float]] = {}
-    conversation = []
-    for number, turn in enumerate(answers):
-        if number and turn["question"] != answers[number - 1]["question"]:
-            conversation = []
-        conversation.append(ChatMessage("user", turn["turn"]))
-        sources = DraftSources(turn_start=turn_start(bundled, conversation, turn["prompt"]))
-        conversation.append(ChatMessage("assistant", turn["text"]))
+    for turn, sources in with_sources(bundled, answers):
         if turn["answer"]:
             seconds, _, _ = replay(decoder, policy, priced, turn["prompt"], turn["answer"], sources)
             speed = len(turn["answer"]) * costs[1] / seconds
@@ -124,14 +133,7 @@ def live_projection(
     its own answers only (the draft policy's rates, the recycled candidates), from nothing, as a
     user who runs only it would: run after another on the same prompt, it would draft the answer
     that run taught the candidates."""
-    turns, conversation = [], []
-    for number, turn in enumerate(answers):
-        if number and turn["question"] != answers[number - 1]["question"]:
-            conversation = []
-        conversation.append(ChatMessage("user", turn["turn"]))
-        sources = DraftSources(turn_start=turn_start(bundled, conversation, turn["prompt"]))
-        conversation.append(ChatMessage("assistant", turn["text"]))
-        turns.append((turn, sources))
+    turns = with_sources(bundled, answers)
     charged: dict[str, list[float]] = {}
     greedy: list[tuple[int, ...]] = []
     with fresh_data_dir():
