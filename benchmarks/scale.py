@@ -26,12 +26,12 @@ bundled model's 3 ms pass it is what keeps the head and the recycled candidates 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest.mock import patch
 
 from benchmarks.measure_int4 import CONTEXT, SIZES, pass_costs, say
 from benchmarks.random_gguf import RandomShape, quantize, write_block_gguf
@@ -108,22 +108,6 @@ class ChargedAs(PricedAs):
         return self._backend.evaluate(block)
 
 
-@contextlib.contextmanager
-def fresh_data_dir():
-    """Learned rates and candidate tables from nothing, as a cold bench starts (and the user's
-    own left alone)."""
-    kept = os.environ.get("SPECCHAT_DATA_DIR")
-    with tempfile.TemporaryDirectory() as folder:
-        os.environ["SPECCHAT_DATA_DIR"] = folder
-        try:
-            yield
-        finally:
-            if kept is None:
-                os.environ.pop("SPECCHAT_DATA_DIR", None)
-            else:
-                os.environ["SPECCHAT_DATA_DIR"] = kept
-
-
 def live_projection(
     bundled, answers: list[dict], costs: dict[int, float], specs: list[str], max_tokens: int
 ) -> dict[str, dict[str, float]]:
@@ -136,7 +120,12 @@ def live_projection(
     turns = with_sources(bundled, answers)
     charged: dict[str, list[float]] = {}
     greedy: list[tuple[int, ...]] = []
-    with fresh_data_dir():
+    # learned rates and candidate tables from nothing, as a cold bench starts (the user's own
+    # left alone)
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        patch.dict(os.environ, {"SPECCHAT_DATA_DIR": folder}),
+    ):
         nothing_learned = (recycled.checkpoint(), draft_policy.checkpoint())
         for spec in ["greedy", *specs]:
             for restore in nothing_learned:
