@@ -125,6 +125,7 @@ class SuffixDrafter:
         self._chain: list[int] = []  # the recycled chain planned for this step
         self.use_head = head
         self._head: DraftHead | None = None
+        self._head_read = False  # whether the target's head was looked for (at its first step)
         self.head_problem: str | None = None  # why a head file there was not used
         self._guess: Guess | None = None  # the head's guess after the pending token, this step
         self._then: list[int] = []  # what followed the pending token and the guess, if planned
@@ -142,11 +143,11 @@ class SuffixDrafter:
 
     def prepare(self, target: Backend) -> None:
         self._ends = target.eos_ids
+        if target is not self._target:  # another model: its own head, if it has one
+            self._head, self._head_read = None, False
         self._target = target
         if self.recycle and self._recycled is None:
             self._recycled = RecycledCandidates.of(target)
-        if self.use_head:
-            self._head, self.head_problem = head_for(target)
 
     def finish(self) -> None:
         if self._recycled is not None:
@@ -194,7 +195,8 @@ class SuffixDrafter:
         self._proposals = self.proposals(context, limit) if limit else []
         self._chain, self._guess = [], None
         target = self._target
-        if self._head is not None and limit and self._short_or_no_copy():
+        wants_head = self.use_head and (self._head is not None or not self._head_read)
+        if wants_head and limit and self._short_or_no_copy():
             self._guess = self._head_guess(context[-1])  # not asked beside a long copy
         copied = self._copy_plan(context) if self._proposals else Plan(0, key=("suffix",))
         plans = [copied] if copied.available else []
@@ -240,9 +242,16 @@ class SuffixDrafter:
         return not self._proposals or self._proposals[0][0].match_length <= _AGREEMENT_MATCHES
 
     def _head_guess(self, pending: int) -> Guess | None:
-        """The draft head's guess at the token after `pending` (None: no features here)."""
+        """The draft head's guess at the token after `pending` (None: no features here, or no
+        head). The head is read at the first step whose runtime gives the features it reads,
+        so a runtime without them (llama.cpp, hf) never loads the int4 kernels for it."""
         features = None if self._target is None else self._target.draft_features(pending)
-        return None if features is None else self._head.guess(features)
+        if features is None:
+            return None
+        if not self._head_read:
+            self._head, self.head_problem = head_for(self._target)
+            self._head_read = True
+        return None if self._head is None else self._head.guess(features)
 
     def _copy_plan(self, context: list[int]) -> Plan:
         best, source = self._proposals[0]
@@ -411,13 +420,16 @@ class SuffixDecoder(SpeculativeDecoder):
             False,
             "draft the model's own likeliest successors (from earlier passes) where nothing copies",
         ),
-        # off by default: 10-13% fewer steps on held-out first turns, but the guess (0.13 ms a
-        # step beside a 3 ms pass) and its drafted rows cost nearly as much (1.01-1.05x the
-        # default at avx512, 1.00x at avx2, 0.98x on code edits: docs/bench-log.md, session 58)
+        # on by default: 10-15% fewer steps on held-out first turns; the guess (0.13 ms a step)
+        # and its drafted rows cost part of that, so what remains depends on the CPU: 1.06x
+        # the copies alone on the AMD EPYC at avx512 (1.02x on code edits), 1.01x at its avx2
+        # level; on the Xeon 1.01-1.05x at avx512, 1.00x at avx2, 0.98x on code edits
+        # (docs/bench-log.md, sessions 58 and 60). Only a runtime that gives its hidden state
+        # (int4) reads a head, and only a model with one shipped has it.
         Param(
             "head",
             bool,
-            False,
+            True,
             "draft the token after next from the model's draft head where one ships for it, and"
             " trust a copy more where the head guessed its first token",
         ),

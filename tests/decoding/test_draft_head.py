@@ -45,14 +45,28 @@ def test_the_bundled_model_ships_a_head_and_llama_cpp_gives_no_features(int4_bac
 def test_suffix_drafts_the_heads_guess_where_nothing_copies_and_stays_greedy(int4_backend):
     ids = chat_prompt_ids(int4_backend, [ChatMessage("user", STORY)])
     greedy, _ = _answer(int4_backend, "greedy", ids)
-    done, steps = _answer(int4_backend, "suffix", ids, fixed_draft=1, head=True)
+    done, steps = _answer(int4_backend, "suffix", ids, fixed_draft=1)  # on by default
     assert done.token_ids == greedy.token_ids
     taken = [s for s in steps if s.accepted and s.source == DRAFT]
     assert len(taken) >= 5, [(s.source, s.accepted) for s in steps]
-    off, off_steps = _answer(int4_backend, "suffix", ids, fixed_draft=1)  # off by default
+    off, off_steps = _answer(int4_backend, "suffix", ids, fixed_draft=1, head=False)
     assert off.token_ids == greedy.token_ids
     assert not any(s.source == DRAFT for s in off_steps)
     assert done.stats.steps < off.stats.steps  # fewer passes for the same answer
+
+
+def test_a_runtime_without_hidden_states_never_reads_a_head(fresh_llama, monkeypatch):
+    """The default asks for a head only where the runtime gives what it reads: on llama.cpp
+    the bundled model's head is never loaded (nor the int4 kernels it runs on)."""
+    import specchat.decoding.suffix as suffix
+
+    looked = []
+    monkeypatch.setattr(suffix, "head_for", lambda backend: looked.append(backend) or (None, None))
+    ids = chat_prompt_ids(fresh_llama, [ChatMessage("user", STORY)])
+    greedy, _ = _answer(fresh_llama, "greedy", ids)
+    done, steps = _answer(fresh_llama, "suffix", ids)
+    assert done.token_ids == greedy.token_ids
+    assert not looked and not any(s.source == DRAFT for s in steps)
 
 
 def test_a_copy_the_head_agrees_with_is_learned_apart(int4_backend, tmp_path, monkeypatch):
@@ -100,7 +114,7 @@ def test_the_head_drafts_stay_greedy_where_the_answer_repeats_itself(int4_backen
     prompt = "Give three tips for learning a new language, each as a numbered item."
     ids = chat_prompt_ids(int4_backend, [ChatMessage("user", prompt)])
     greedy, _ = _answer(int4_backend, "greedy", ids)
-    done, _ = _answer(int4_backend, "suffix", ids, head=True)
+    done, _ = _answer(int4_backend, "suffix", ids)
     assert done.token_ids == greedy.token_ids
 
 
