@@ -27,7 +27,7 @@ SOURCE_LABELS: dict[str, str] = {
     SAVED: "saved",
     PREVIOUS: "old answer",
     LOOKAHEAD: "lookahead",
-    DRAFT: "draft model",
+    DRAFT: "draft/head",
     RECYCLED: "recycled",
 }
 
