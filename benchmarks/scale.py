@@ -82,7 +82,8 @@ def with_sources(bundled, answers: list[dict]) -> list[tuple[dict, DraftSources]
 
 def projected(bundled, answers: list[dict], costs: dict[int, float]) -> dict[str, float]:
     """The default decoder's replayed speedup over greedy at `costs`, per category and
-    "overall": as bench reports it, the mean of per-question speeds."""
+    "overall": as bench reports it, the mean of per-question speeds. Its copies only: a draft
+    head's guesses follow the live hidden state (`--live` projects them)."""
     priced = PricedAs(bundled, costs)
     decoder = build_decoder("suffix", {}, priced)
     policy = DraftLengthPolicy()
@@ -106,6 +107,9 @@ class ChargedAs(PricedAs):
     def evaluate(self, block):
         self.charged += interpolate(self._costs, len(block))
         return self._backend.evaluate(block)
+
+    def draft_features(self, token: int):
+        return self._backend.draft_features(token)  # live passes: the head reads their state
 
 
 def live_projection(
