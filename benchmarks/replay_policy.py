@@ -104,11 +104,6 @@ class PricedAs:
     def block_cost(self, k: int) -> float:
         return interpolate(self._costs, k)
 
-    def draft_features(self, token: int) -> None:
-        """A replay runs no passes, so there is no hidden state of its own to guess from (the
-        runtime's would be another answer's): the draft head stays silent, the copies replay."""
-        return None
-
 
 def situation(key: tuple) -> tuple[str, int]:
     """A plan's situation without what the last draft did: for copies, the match-length bucket."""

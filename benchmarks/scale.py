@@ -82,8 +82,9 @@ def with_sources(bundled, answers: list[dict]) -> list[tuple[dict, DraftSources]
 
 def projected(bundled, answers: list[dict], costs: dict[int, float]) -> dict[str, float]:
     """The default decoder's replayed speedup over greedy at `costs`, per category and
-    "overall": as bench reports it, the mean of per-question speeds. Its copies only: a draft
-    head's guesses follow the live hidden state (`--live` projects them)."""
+    "overall": as bench reports it, the mean of per-question speeds. Its copies only: a replay
+    never prepares the drafter on a runtime, so the draft head (which reads the live hidden
+    state) stays silent; `--live` projects it."""
     priced = PricedAs(bundled, costs)
     decoder = build_decoder("suffix", {}, priced)
     policy = DraftLengthPolicy()
@@ -107,9 +108,6 @@ class ChargedAs(PricedAs):
     def evaluate(self, block):
         self.charged += interpolate(self._costs, len(block))
         return self._backend.evaluate(block)
-
-    def draft_features(self, token: int):
-        return self._backend.draft_features(token)  # live passes: the head reads their state
 
 
 def live_projection(

@@ -125,7 +125,7 @@ class SuffixDrafter:
         self._chain: list[int] = []  # the recycled chain planned for this step
         self.use_head = head
         self._head: DraftHead | None = None
-        self._head_read = False  # whether the target's head was looked for (at its first step)
+        self._head_of: Backend | None = None  # the target whose head was looked for: `_head`
         self.head_problem: str | None = None  # why a head file there was not used
         self._guess: Guess | None = None  # the head's guess after the pending token, this step
         self._then: list[int] = []  # what followed the pending token and the guess, if planned
@@ -143,8 +143,6 @@ class SuffixDrafter:
 
     def prepare(self, target: Backend) -> None:
         self._ends = target.eos_ids
-        if target is not self._target:  # another model: its own head, if it has one
-            self._head, self._head_read = None, False
         self._target = target
         if self.recycle and self._recycled is None:
             self._recycled = RecycledCandidates.of(target)
@@ -195,8 +193,9 @@ class SuffixDrafter:
         self._proposals = self.proposals(context, limit) if limit else []
         self._chain, self._guess = [], None
         target = self._target
-        wants_head = self.use_head and (self._head is not None or not self._head_read)
-        if wants_head and limit and self._short_or_no_copy():
+        # a target's head is read at its first step; one without a head is not asked again
+        asks_head = self.use_head and (self._head is not None or self._head_of is not target)
+        if asks_head and limit and self._short_or_no_copy():
             self._guess = self._head_guess(context[-1])  # not asked beside a long copy
         copied = self._copy_plan(context) if self._proposals else Plan(0, key=("suffix",))
         plans = [copied] if copied.available else []
@@ -248,9 +247,9 @@ class SuffixDrafter:
         features = None if self._target is None else self._target.draft_features(pending)
         if features is None:
             return None
-        if not self._head_read:
+        if self._head_of is not self._target:  # a new target (or model): its own head, if any
             self._head, self.head_problem = head_for(self._target)
-            self._head_read = True
+            self._head_of = self._target
         return None if self._head is None else self._head.guess(features)
 
     def _copy_plan(self, context: list[int]) -> Plan:
