@@ -178,6 +178,12 @@ class NumpyBackend:
         """None: a table of logits has no hidden states (base.Backend)."""
         return None
 
+    def ride_draft_head(self, head: object) -> bool:
+        return False  # no hidden states to guess from (draft_features)
+
+    def ridden_guess(self, token: int) -> None:
+        return None
+
     def evaluate(self, block: Block) -> np.ndarray:
         self._pending = None
         self._check_room(max(block.depths, default=-1) + 1)

@@ -186,6 +186,15 @@ class Backend(Protocol):
         """What a draft head reads, `token` the pending one. None where the runtime does not
         give it, or nothing was committed by a pass since the last prompt."""
 
+    def ride_draft_head(self, head: object) -> bool:
+        """Have the next pass with logits also guess, with `head` (a decoding.draft_head
+        DraftHead), the token after each row's greedy token (`ridden_guess`). False where the
+        runtime cannot: the head is then asked after the pass, from `draft_features`."""
+
+    def ridden_guess(self, token: int) -> tuple[int, float] | None:
+        """The guess (token, how sure) that the last pass made for the last committed row, if
+        a head rode it and `token`, the pending one, is that row's greedy token."""
+
     def exactness(self) -> Exactness:
         """Whether a block's logits equal one-token passes' (`exactness.py`), probed once."""
 

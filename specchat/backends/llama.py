@@ -201,6 +201,12 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         would change every pass (base.Backend)."""
         return None
 
+    def ride_draft_head(self, head: object) -> bool:
+        return False  # no hidden states to guess from (draft_features)
+
+    def ridden_guess(self, token: int) -> None:
+        return None
+
     def evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass (timed: use refines the pass costs), on the
         thread count the machine's load leaves (`threads_by_load.py`)."""

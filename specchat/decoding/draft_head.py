@@ -84,6 +84,7 @@ class DraftHead:
             *map(linear_weights, self._linears), self.a_bias.ctypes.data,
             self.b_bias.ctypes.data, self.shortlist.ctypes.data,
         )  # fmt: skip
+        self.c_pointer = ctypes.addressof(self._c)  # what a pass a head rides reads too
 
     def guess(self, features: DraftFeatures) -> Guess | None:
         """The token after the pending one (None: features of another width)."""
@@ -95,9 +96,9 @@ class DraftHead:
         row, embedding = (np.ascontiguousarray(v, dtype=np.float32) for v in (row, embedding))
         norm = None if norm is None else np.ascontiguousarray(norm, dtype=np.float32)
         out, sure = ctypes.c_int32(), ctypes.c_float()  # a call's own: races share a head
-        self._kernels.draft_head_guess(
-            ctypes.byref(self._c), row.ctypes.data, None if norm is None else norm.ctypes.data,
-            features.eps, embedding.ctypes.data, features.threads, ctypes.byref(out),
+        self._kernels.draft_head_guesses(
+            self.c_pointer, row.ctypes.data, None if norm is None else norm.ctypes.data,
+            features.eps, embedding.ctypes.data, 1, features.threads, ctypes.byref(out),
             ctypes.byref(sure),
         )  # fmt: skip
         return Guess(int(out.value), float(sure.value))

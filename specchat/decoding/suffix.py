@@ -197,6 +197,8 @@ class SuffixDrafter:
         asks_head = self.use_head and (self._head is not None or self._head_of is not target)
         if asks_head and limit and self._short_or_no_copy():
             self._guess = self._head_guess(context[-1])  # not asked beside a long copy
+            if self._head is not None:  # the next step will likely ask again: the pass guesses
+                target.ride_draft_head(self._head)
         copied = self._copy_plan(context) if self._proposals else Plan(0, key=("suffix",))
         plans = [copied] if copied.available else []
         if self._recycled is not None and limit:
@@ -244,7 +246,11 @@ class SuffixDrafter:
         """The draft head's guess at the token after `pending` (None: no features here, or no
         head). The head is read at the first step whose runtime gives the features it reads,
         so a runtime without them (llama.cpp, hf) never loads the int4 kernels for it."""
-        features = None if self._target is None else self._target.draft_features(pending)
+        target = self._target
+        ridden = None if target is None else target.ridden_guess(pending)
+        if ridden is not None:  # the pass guessed it (ride_draft_head)
+            return Guess(*ridden)
+        features = None if target is None else target.draft_features(pending)
         if features is None:
             return None
         if self._head_of is not self._target:  # a new target (or model): its own head, if any

@@ -181,6 +181,76 @@ def test_the_bundled_heads_guesses_in_c_are_its_own_in_numpy(int4_backend):
     assert len(guesses) > 10
 
 
+def _asked_after(backend, head, token: int) -> tuple[int, float]:
+    guess = head.guess(backend.draft_features(token))
+    return guess.token, guess.sure
+
+
+def test_a_pass_the_head_rides_guesses_what_the_head_guesses_after_it(int4_backend):
+    """The guess made inside the pass is, bit for bit, the one asked after it, for the row
+    greedy verification stops at: the last of a chain greedy agrees with, the first row whose
+    greedy token is not the drafted one after it; every row of a tree. One pass a ride."""
+    backend = int4_backend
+    head, _ = head_for(backend)
+    backend.rollback(0)
+    ids = chat_prompt_ids(backend, [ChatMessage("user", STORY)])
+    backend.prefill(ids[:-1])
+    base = backend.n_committed
+    greedy = [ids[-1]]
+    for _ in range(3):  # greedy's next tokens, one pass each
+        greedy.append(int(np.argmax(backend.evaluate(Block.chain([greedy[-1]]))[0])))
+        backend.commit([0])
+    backend.rollback(base)
+
+    def ridden(block: Block, path: list[int], pending: int):
+        backend.rollback(base)
+        assert backend.ride_draft_head(head)
+        logits = backend.evaluate(block)
+        assert int(np.argmax(logits[path[-1]])) == pending
+        backend.commit(path)
+        return backend.ridden_guess(pending), _asked_after(backend, head, pending)
+
+    # the chain greedy agrees with: its last row is guessed
+    got, asked = ridden(Block.chain(greedy[:3]), [0, 1, 2], greedy[3])
+    assert got == asked
+    # a wrong second token: the first row is the one verification stops at
+    wrong = (greedy[2] + 1) % backend.vocab_size
+    got, asked = ridden(Block.chain([greedy[0], greedy[1], wrong]), [0, 1], greedy[2])
+    assert got == asked
+    # a tree (two children of the pending token): every row
+    tree = Block((greedy[0], greedy[1], wrong), (-1, 0, 0))
+    got, asked = ridden(tree, [0, 1], greedy[2])
+    assert got == asked
+    # the next pass was not ridden: nothing to read, and a token not the row's greedy: none
+    backend.evaluate(Block.chain([greedy[2]]))
+    backend.commit([0])
+    assert backend.ridden_guess(greedy[3]) is None
+    assert backend.ride_draft_head(head)
+    backend.evaluate(Block.chain([greedy[3]]))
+    backend.commit([0])
+    assert backend.ridden_guess((greedy[3] + 7) % backend.vocab_size) is None
+    backend.rollback(0)
+
+
+def test_the_default_reads_its_guesses_from_the_passes_and_stays_greedy(int4_backend):
+    """Where the head is asked, the guess comes from the pass it rode (not asked after it), and
+    the answer is greedy's."""
+    backend = int4_backend
+    ids = chat_prompt_ids(backend, [ChatMessage("user", STORY)])
+    greedy, _ = _answer(backend, "greedy", ids)
+    asked_after = []
+    original = DraftHead.guess
+    DraftHead.guess = lambda self, features: asked_after.append(1) or original(self, features)
+    try:
+        done, steps = _answer(backend, "suffix", ids, fixed_draft=1)
+    finally:
+        DraftHead.guess = original
+    assert done.token_ids == greedy.token_ids
+    taken = [s for s in steps if s.accepted and s.source == DRAFT]
+    assert len(taken) >= 5
+    assert len(asked_after) <= 3, len(asked_after)  # the first asks only, then the passes
+
+
 @pytest.mark.parametrize(
     "spoil",
     [

@@ -203,6 +203,12 @@ class HFBackend(MeasuredCosts):
         """None: not asked of transformers' passes yet (base.Backend)."""
         return None
 
+    def ride_draft_head(self, head: object) -> bool:
+        return False  # no hidden states to guess from (draft_features)
+
+    def ridden_guess(self, token: int) -> None:
+        return None
+
     def evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass (timed: use refines the pass costs)."""
         with self._costs.timing(block):

@@ -242,6 +242,22 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             model.shape.norm_eps, model.threads,
         )  # fmt: skip
 
+    def ride_draft_head(self, head) -> bool:
+        """See base.Backend: the guess made inside the pass, after its logits (c/draft_head.c's
+        guess_rows), costs a fraction of the same guess asked after it."""
+        model = self.model
+        if model is None or getattr(head, "dim", None) != model.shape.dim:
+            return False
+        return model.ride(head.c_pointer)
+
+    def ridden_guess(self, token: int) -> tuple[int, float] | None:
+        model, row = self.model, self._last_row
+        if model is None or row is None or not 0 <= row < model.guessed_rows:
+            return None
+        if int(model.guess_tokens[row]) != token:
+            return None
+        return int(model.guesses[row]), float(model.guess_sure[row])
+
     def rollback(self, n_committed: int) -> None:
         self._pending = None
         self._last_row = None

@@ -67,3 +67,12 @@ def linear_weights(linear: RowsLinear) -> CLinear:
         linear.code_bits, linear.scale_form, linear.int8_x, linear.out_features,
         linear.in_features,
     )  # fmt: skip
+
+
+class CPassGuesses(ctypes.Structure):
+    """c/kernels.h's pass_guesses: a draft head riding a pass."""
+
+    _fields_ = [
+        ("head", ctypes.c_void_p), ("embedding", ctypes.c_void_p), ("next", ctypes.c_void_p),
+        ("tokens", ctypes.c_void_p), ("guesses", ctypes.c_void_p), ("sure", ctypes.c_void_p),
+    ]  # fmt: skip

@@ -9,7 +9,7 @@ the shared object is cached under the cache dir, keyed by source, compiler and i
 level (`specchat.cpu`): each level is its own build, so a machine can run the lower ones too.
 
 The whole forward is one call (`forward`); `matmul_rows` and `top_k_rows` are also called alone
-(a weight's rows for checks, the recycled candidates), and `draft_head_guess` after a pass.
+(a weight's rows for checks, the recycled candidates), and `draft_head_guesses` after a pass.
 """
 
 from __future__ import annotations
@@ -54,12 +54,13 @@ _SIGNATURES = {
     "top_k_rows": [_p, _i64, _i64, _i32, _p],  # logits, rows, vocab, k, out (int32 [rows, k])
     "tile_blocks": [_p],  # out (int32): blocks of eight rows a tile takes (codes laid for it)
     "halves_of": [_p, _i64, _p],  # float32 values, n, out (float16 bits): the key cache's rounding
-    "draft_head_guess": [
-        _p, _p, _p, _f32, _p, _i32, _p, _p,  # head, residual, norm, eps, embedding, threads, out, sure
+    "draft_head_guesses": [
+        _p, _p, _p, _f32, _p,  # head, residual, norm, eps, embedding
+        _i32, _i32, _p, _p,  # m, threads, out, sure
     ],
     "forward": [
         _p, _p, _i32, _p, _i32,  # model, x, rows, positions, n_prefix
-        _p, _i32, _p, _p, _i32,  # seen, seen_stride, n_seen, logits, threads
+        _p, _i32, _p, _p, _p, _i32,  # seen, seen_stride, n_seen, logits, guesses, threads
     ],
 }  # fmt: skip
 

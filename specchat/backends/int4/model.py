@@ -29,7 +29,13 @@ import torch
 from specchat.backends.gguf.tensors import (
     GGUFTensors,
 )
-from specchat.backends.int4.c_structs import CLayer, CModel, HeadOps, linear_weights
+from specchat.backends.int4.c_structs import (
+    CLayer,
+    CModel,
+    CPassGuesses,
+    HeadOps,
+    linear_weights,
+)
 from specchat.backends.int4.families import (
     gate_up_names,
     qkv_names,
@@ -153,6 +159,16 @@ class Int4Model:
         # the residual stream after the last layer, per row of the last pass with logits: the
         # head's input before its norm (what a draft head reads: Int4Backend.draft_features)
         self.last_residual: torch.Tensor | None = None
+        # a draft head riding the next pass with logits (`ride`), and what the last pass guessed
+        # for its first `guessed_rows` rows: each row's greedy token, the guess after it, and
+        # how sure the head was
+        self._rider: CPassGuesses | None = None
+        self._riding = False
+        self.guessed_rows = 0
+        self.guess_tokens = np.zeros(max_block, dtype=np.int32)
+        self._chain_next = np.zeros(max_block, dtype=np.int32)
+        self.guesses = np.zeros(max_block, dtype=np.int32)
+        self.guess_sure = np.zeros(max_block, dtype=np.float32)
         self.threads = threads
         self._whole = whole_model(self)
 
@@ -213,6 +229,27 @@ class Int4Model:
             self._embedding_rows[token] = row
         return row
 
+    def ride(self, head_pointer: int) -> bool:
+        """Have the next pass with logits guess with the draft head at `head_pointer` (a
+        c_structs.CDraftHead of this model's width) the token after each row's greedy token.
+        Only where the C reads the pending token's embedding as the file stores it and the
+        greedy token is the logits' own: a Q8_0 embedding neither scaled nor soft-capped."""
+        if self._rider is None:
+            if (
+                self.tensors.type_name("token_embd.weight") != "Q8_0"
+                or self.shape.family.scaled_embeddings
+                or self.shape.logit_softcap
+            ):
+                return False
+            self._embedding_blocks = np.ascontiguousarray(self.tensors.raw("token_embd.weight"))
+            self._rider = CPassGuesses(
+                None, self._embedding_blocks.ctypes.data, None, self.guess_tokens.ctypes.data,
+                self.guesses.ctypes.data, self.guess_sure.ctypes.data,
+            )  # fmt: skip
+        self._rider.head = head_pointer
+        self._riding = True
+        return True
+
     @torch.inference_mode()
     def forward(
         self,
@@ -234,10 +271,17 @@ class Int4Model:
         positions = n_seen + np.int32(n_prefix - 1)
         x = self.embed(tokens)
         out = torch.empty((rows, shape.vocab), dtype=torch.float32) if logits else None
+        riding = logits and self._riding
+        self._riding, self.guessed_rows = False, rows if riding else 0  # one pass a ride
+        if riding:  # a chain: only the row verification stops at (c/kernels.h)
+            chain = all(depth == row for row, depth in enumerate(depths))
+            self._chain_next[: rows - 1], self._chain_next[rows - 1] = tokens[1:], -1
+            self._rider.next = self._chain_next.ctypes.data if chain else None
         lib.forward(
             ctypes.byref(self._whole), x.data_ptr(), rows, positions.ctypes.data, n_prefix,
             seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
-            None if out is None else out.data_ptr(), self.threads,
+            None if out is None else out.data_ptr(),
+            ctypes.byref(self._rider) if riding else None, self.threads,
         )  # fmt: skip
         self.last_residual = x if logits else None  # the C wrote the last layer's sum into x
         if out is not None and shape.logit_softcap:  # as llama.cpp: scale, tanh, scale back

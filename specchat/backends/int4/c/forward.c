@@ -54,10 +54,11 @@ static void projection(const linear_weights *parts, int32_t count, const bf16 *x
 /* x: [rows][dim] float32 embeddings, the residual stream (overwritten). Row i sits at
  * positions[i], after the n_prefix cached tokens, and attends to the block rows
  * seen[i * seen_stride ...] (n_seen[i] of them). logits: float32 [rows][vocab], or NULL (a
- * prefill: the last norm and the head are skipped). */
+ * prefill: the last norm and the head are skipped). guesses: where a draft head rides along the
+ * pass (draft_head.c), or NULL. */
 void forward(const model_weights *model, float *x, int32_t rows, const int32_t *positions,
              int32_t n_prefix, const int32_t *seen, int32_t seen_stride, const int32_t *n_seen,
-             float *logits, int32_t threads) {
+             float *logits, const pass_guesses *guesses, int32_t threads) {
     const int64_t dim = model->dim, ffn = model->ffn;
     const int64_t q_width = (int64_t)model->heads * model->head_dim;
     const int64_t kv_width = (int64_t)model->kv_heads * model->head_dim;
@@ -100,6 +101,7 @@ void forward(const model_weights *model, float *x, int32_t rows, const int32_t *
             residual_rms_norm(x, delta, dim, model->final_norm, normed, 0, rows, dim, model->eps,
                               threads);
             linear(&model->head, normed, 0, rows, logits, 0, threads);
+            if (guesses) guess_rows(guesses, normed, logits, rows, dim, model->head.rows, threads);
             free(normed);
         }
     }

@@ -1,5 +1,5 @@
 /* The kernels' parts as the forward and each other call them; the functions Python calls through
- * ctypes (forward, matmul_rows, top_k_rows, tile_blocks, draft_head_guess) are declared here
+ * ctypes (forward, matmul_rows, top_k_rows, tile_blocks, draft_head_guesses) are declared here
  * too. */
 #ifndef SPECCHAT_KERNELS_H
 #define SPECCHAT_KERNELS_H
@@ -70,8 +70,20 @@ void top_k_rows(const float *logits, int64_t rows, int64_t vocab, int32_t k, int
 
 /* draft_head.c */
 typedef struct draft_head draft_head;
-void draft_head_guess(const draft_head *head, const float *residual, const float *final_norm,
-                      float eps, const float *embedding, int32_t threads, int32_t *out,
-                      float *sure);
+void draft_head_guesses(const draft_head *head, const float *residual, const float *final_norm,
+                        float eps, const float *embedding, int32_t m, int32_t threads,
+                        int32_t *out, float *sure);
+/* A draft head riding along a pass (mirrored in c_structs.py): for every row, its greedy token
+ * and the head's guess at the token after it, from the row's final hidden state and the token's
+ * embedding, read from the model's Q8_0 embedding blocks. */
+typedef struct {
+    const draft_head *head;
+    const uint8_t *embedding; /* the token embedding as Q8_0 blocks: a float16 scale, 32 int8 */
+    const int32_t *next; /* a chain's drafted token after each row (the last: -1), or NULL */
+    int32_t *tokens, *guesses; /* [rows] each; tokens -1 where not computed */
+    float *sure;               /* [rows] */
+} pass_guesses;
+void guess_rows(const pass_guesses *into, const float *hidden, const float *logits, int64_t rows,
+                int64_t dim, int64_t vocab, int32_t threads);
 
 #endif
