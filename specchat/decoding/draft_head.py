@@ -17,6 +17,13 @@ A head is a `.npz` file: `a_weight` [hidden, 2·dim], `a_bias`, `b_weight` [dim,
 `b_bias`, `shortlist` (token ids) and `out_rows` [shortlist, dim] (the model's output rows for
 them). The bundled model's ships with specchat (`specchat/draft_heads/`); a file that does not
 hold a head of the model's shape is ignored with a one-line `problem`.
+
+Where the runtime can, the head rides the pass (`Backend.ride_draft_head`, int4's
+c/draft_head.c `guess_rows`): the pass makes the guess in C right after its logits, for the row
+greedy verification stops at, and the next step reads it (`Backend.ridden_guess`). Asked after
+the pass instead, the same guess cost 0.13-0.22 ms a step in Python and re-read caches, beside a
+3.6 ms pass; riding, 0.03-0.06 ms inside it (docs/bench-log.md, session 61). `guess` below is
+the after-the-pass path: the first step, and any runtime or step the head did not ride.
 """
 
 from __future__ import annotations

@@ -425,12 +425,13 @@ class SuffixDecoder(SpeculativeDecoder):
             False,
             "draft the model's own likeliest successors (from earlier passes) where nothing copies",
         ),
-        # on by default: 10-15% fewer steps on held-out first turns; the guess (0.13 ms a step)
-        # and its drafted rows cost part of that, so what remains depends on the CPU: 1.01-1.06x
-        # the copies alone on the AMD EPYC at avx512 (1.02x on code edits), 1.01x at its avx2
-        # level; on the Xeon 1.01-1.05x at avx512, 1.00x at avx2, 0.98x on code edits
-        # (docs/bench-log.md, sessions 58 and 60). Only a runtime that gives its hidden state
-        # (int4) reads a head, and only a model with one shipped has it.
+        # on by default: 10-15% fewer steps on held-out first turns; the guess and its drafted
+        # rows cost part of that, so what remains depends on the CPU. Asked after the pass (0.13
+        # ms a step): 1.01-1.06x the copies alone on the AMD EPYC at avx512 (1.02x on code
+        # edits), 1.01x at its avx2 level; on the Xeon 1.01-1.05x at avx512, 1.00x at avx2, 0.98x
+        # on code edits (docs/bench-log.md, sessions 58 and 60). Riding the pass (0.03-0.06 ms)
+        # made the default 5-8% faster again (session 61). Only a runtime that gives its hidden
+        # state (int4) reads a head, and only a model with one shipped has it.
         Param(
             "head",
             bool,

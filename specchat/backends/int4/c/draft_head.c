@@ -81,6 +81,7 @@ void guess_rows(const pass_guesses *into, const float *hidden, const float *logi
             top_k_rows(logits + first * vocab, 1, vocab, 1, into->tokens + first);
             if (first == rows - 1 || into->tokens[first] != into->next[first]) break;
         }
+        for (int64_t r = 0; r < first; r++) into->tokens[r] = -1; /* rows not guessed */
         count = 1;
     } else {
         top_k_rows(logits, rows, vocab, 1, into->tokens);

@@ -80,7 +80,7 @@ typedef struct {
     const draft_head *head;
     const uint8_t *embedding; /* the token embedding as Q8_0 blocks: a float16 scale, 32 int8 */
     const int32_t *next; /* a chain's drafted token after each row (the last: -1), or NULL */
-    int32_t *tokens, *guesses; /* [rows] each; tokens -1 where not computed */
+    int32_t *tokens, *guesses; /* [rows] each; tokens -1 where a row was not guessed */
     float *sure;               /* [rows] */
 } pass_guesses;
 void guess_rows(const pass_guesses *into, const float *hidden, const float *logits, int64_t rows,
