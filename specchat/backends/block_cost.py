@@ -15,6 +15,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 from specchat import locations
 from specchat.backends.base import Backend, Block, Exactness
@@ -56,11 +57,17 @@ _ALONE_SHARE = 0.85
 class BlockCostTable:
     """Lazy per-k cost of a chain pass for one backend, cached per model, device and threads."""
 
-    def __init__(self, backend, key: str) -> None:
-        self._start(backend, self.full_key(key, backend.device, backend.threads))
+    def __init__(self, backend, key: str, threads: int | None = None) -> None:
+        """The table for passes on `threads` (default: the backend's full count)."""
+        count = backend.threads if threads is None else threads
+        self._start(backend, key, backend.device, count)
+        # whether blocks are exact does not depend on the thread count (threads_by_load.py):
+        # probed and kept once, under the full count's key
+        self._exactness_key = self.full_key(key, backend.device, backend.threads)
 
-    def _start(self, backend, full_key: str) -> None:
-        self._backend, self._key = backend, full_key
+    def _start(self, backend, key: str, device: str, threads: object) -> None:
+        self._backend, self._threads = backend, threads
+        self._key = self._exactness_key = self.full_key(key, device, threads)
         self._costs: dict[int, float] = {}
         self._memo: dict[int, float] = {}  # every size asked for, read per draft: kept
         self._loaded = False
@@ -85,7 +92,7 @@ class BlockCostTable:
         """The costs measured before for this model key, device and threads, without loading
         the model (None: never measured)."""
         table = cls.__new__(cls)
-        table._start(None, cls.full_key(key, device, threads))
+        table._start(None, key, device, threads)
         table._load()
         return table if table._costs else None
 
@@ -93,9 +100,10 @@ class BlockCostTable:
     def _read(name: str) -> dict:
         return read_table(locations.cache_dir() / name)
 
-    def _write(self, name: str, value: object) -> None:
-        """Put this backend's entry into the file `name` (others' are kept)."""
-        put_entry(locations.cache_dir() / name, self._key, value)
+    def _write(self, name: str, value: object, key: str | None = None) -> None:
+        """Put this backend's entry (under `key`, else the table's) into the file `name` (others'
+        are kept)."""
+        put_entry(locations.cache_dir() / name, key or self._key, value)
 
     def _load(self) -> None:
         self._loaded = True
@@ -116,11 +124,6 @@ class BlockCostTable:
         start, cpu = time.perf_counter(), time.process_time()
         yield
         seconds = time.perf_counter() - start
-        by_load = getattr(self._backend, "threads_by_load", None)
-        if by_load is not None and by_load.reduced:
-            # (a pass on fewer threads than the table's is not the table's to learn from)
-            self._plain_run = 0
-            return
         if len(block) > 1:
             self._plain_run = 0
             self._observe_drafted(len(block), seconds)
@@ -146,7 +149,7 @@ class BlockCostTable:
         if len(self._recent) < _WINDOW:
             return
         factor = statistics.median(self._recent) / self.cost(1)
-        alone = had_the_cores(*self._recent_share, self._backend)
+        alone = had_the_cores(*self._recent_share, self._backend, self._threads)
         self._recent.clear()
         self._recent_share = [0.0, 0.0]
         if abs(factor - 1.0) <= _TOLERANCE:
@@ -205,19 +208,20 @@ class BlockCostTable:
         if not self._costs and progress:
             progress("measuring pass costs (once per model)")
         self._measured()
-        if self._exactness is None and self._key not in self._read(_EXACTNESS_FILE) and progress:
+        kept = self._read(_EXACTNESS_FILE)
+        if self._exactness is None and self._exactness_key not in kept and progress:
             progress("checking that blocks are exact (once per model)")
         self.exactness()
 
     def exactness(self) -> Exactness:
         """Whether a block's logits equal one-token passes' here: probed once, then kept."""
         if self._exactness is None:
-            kept = self._read(_EXACTNESS_FILE).get(self._key)
+            kept = self._read(_EXACTNESS_FILE).get(self._exactness_key)
             try:
                 self._exactness = Exactness(bool(kept["bitwise"]), float(kept["max_difference"]))
             except (TypeError, KeyError, ValueError):
                 self._exactness = probe_exactness(self._backend)
-                self._write(_EXACTNESS_FILE, self._exactness.as_dict())
+                self._write(_EXACTNESS_FILE, self._exactness.as_dict(), self._exactness_key)
         return self._exactness
 
     def _measured(self) -> None:
@@ -251,19 +255,30 @@ class BlockCostTable:
         sizes = sizes if len(sizes) > 1 else [1, 2]
         filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
         backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - sizes[-1] - 1) - n))
-        wall, cpu = time.perf_counter(), time.process_time()
-        self._costs.update(time_passes(backend, sizes, _REPEATS))
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        self._timed_busy = not had_the_cores(cpu, wall, backend)
+        sweep = _sweep(backend, sizes, _REPEATS, self._threads)
+        self._timed_busy = not had_the_cores(
+            sweep.cpu_seconds, sweep.wall_seconds, backend, self._threads
+        )
+        if self._timed_busy:
+            # Beside processes that take its cores, a pass waits for the core for as long again
+            # as it computes, at random: by the wall clock a 2-token pass read 0.4-4.5x a plain
+            # one and 4 tokens 1-14x on a 2-core AMD EPYC beside two busy processes, and the
+            # policy drafted nothing. Its CPU time leaves the waits out (1.07-1.14x and
+            # 1.30-1.42x there; 1.09x and 1.41x timed alone): the shape is the CPU time's, on
+            # the wall clock's scale, which use then follows (`_observe`).
+            scale = sweep.wall[sizes[0]] / max(sweep.cpu[sizes[0]], 1e-9)
+            self._costs.update({k: scale * seconds for k, seconds in sweep.cpu.items()})
+        else:
+            self._costs.update(sweep.wall)
         backend.rollback(n)
 
 
-def had_the_cores(cpu_seconds: float, wall_seconds: float, backend) -> bool:
-    """Whether a CPU backend's threads ran the whole time they were timed (`_ALONE_SHARE`); a
+def had_the_cores(cpu_seconds: float, wall_seconds: float, backend, threads: object) -> bool:
+    """Whether a CPU backend's `threads` ran the whole time they were timed (`_ALONE_SHARE`); a
     GPU's passes leave the CPU waiting, so they are always taken as timed alone."""
     if backend.device != "cpu":
         return True
-    threads = max(1, min(int(getattr(backend, "threads", 1) or 1), os.cpu_count() or 1))
+    threads = max(1, min(int(threads or 1), os.cpu_count() or 1))
     return cpu_seconds >= _ALONE_SHARE * threads * wall_seconds
 
 
@@ -282,47 +297,118 @@ def interpolate(costs: dict[int, float], k: int) -> float:
     return costs[top] + slope * (k - top)
 
 
-def time_passes(backend: Backend, sizes: Sequence[int], repeats: int) -> dict[int, float]:
+def time_passes(
+    backend: Backend, sizes: Sequence[int], repeats: int, threads: int | None = None
+) -> dict[int, float]:
     """Seconds of a chain pass of each size behind the backend's cache as it is, timed as
-    decoding meets it: after settled plain one-token passes, and charged what it slows the
+    decoding meets it (`_sweep`), by the wall clock."""
+    return _sweep(backend, sizes, repeats, threads).wall
+
+
+class _Sweep(NamedTuple):
+    wall: dict[int, float]  # a pass's seconds by the wall clock
+    cpu: dict[int, float]  # the same by the process's CPU time
+    cpu_seconds: float  # the whole sweep's CPU time
+    wall_seconds: float  # and its wall time
+
+
+def _sweep(
+    backend: Backend, sizes: Sequence[int], repeats: int, threads: int | None = None
+) -> _Sweep:
+    """Every size timed after settled plain one-token passes, and charged what it slows the
     `_SETTLE` plain passes after it (llama.cpp's one-token pass is slower after a larger one, and
     the next one too; priced without that, drafts looked cheaper than they are and the policy
     drafted where it lost). All sizes round-robin in one sweep, so load changes hit every size
     alike; the minimum of the repeats for the pass itself (noise only ever adds time), the median
-    for what it slows, made non-decreasing in k."""
+    for what it slows, made non-decreasing in k. On `threads` (default: the full count); by the
+    wall clock and by CPU time at once (`BlockCostTable._measure_all` reads which held)."""
     filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
     base = backend.n_committed
 
-    def timed(k: int) -> float:
-        start = time.perf_counter()
+    def timed(k: int) -> tuple[float, float]:
+        start, cpu = time.perf_counter(), time.process_time()
         backend.evaluate(Block.chain([filler] * k))
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start, time.process_time() - cpu
         backend.rollback(base)
         return seconds
 
-    best = {k: float("inf") for k in sizes}
-    slowed: dict[int, list[float]] = {k: [] for k in sizes}
-    with held_threads(backend):
+    clocks = range(2)  # the wall clock, CPU time
+    best = [{k: float("inf") for k in sizes} for _ in clocks]
+    slowed: list[dict[int, list[float]]] = [{k: [] for k in sizes} for _ in clocks]
+    start, cpu = time.perf_counter(), time.process_time()
+    with held_threads(backend, threads):
         timed(1)  # a first pass sets up what later ones reuse
         for _ in range(repeats):
             for k in sizes:
                 for _ in range(_SETTLE - 1):
                     timed(1)
                 plain = timed(1)
-                best[k] = min(best[k], timed(k))
-                slowed[k].append(sum(timed(1) - plain for _ in range(_SETTLE)))
-    costs, running = {}, 0.0
-    for k in sizes:
-        tail = max(0.0, statistics.median(slowed[k])) if k > 1 else 0.0
-        running = max(running, best[k] + tail)
-        costs[k] = running
-    return costs
+                drafted = timed(k)
+                after = [timed(1) for _ in range(_SETTLE)]
+                for clock in clocks:
+                    best[clock][k] = min(best[clock][k], drafted[clock])
+                    slowed[clock][k].append(sum(t[clock] - plain[clock] for t in after))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    costs: list[dict[int, float]] = []
+    for clock in clocks:
+        costs.append({})
+        running = 0.0
+        for k in sizes:
+            tail = max(0.0, statistics.median(slowed[clock][k])) if k > 1 else 0.0
+            running = max(running, best[clock][k] + tail)
+            costs[clock][k] = running
+    return _Sweep(costs[0], costs[1], cpu, wall)
+
+
+class CostsByThreads:
+    """A runtime's cost tables, one for each thread count its passes run on.
+
+    Why: beside a busy process a runtime's passes run on fewer threads (threads_by_load.py),
+    where a k-token pass costs another share of a plain one than on every thread. A single table
+    for the full count, timed while the machine was busy, held the barrier stalls of threads
+    sharing a core (a 2-token pass at 3-4.5x a plain one, 4 tokens at 6-14x, on a 2-core AMD EPYC
+    beside two busy processes), and a new user's first answers drafted nothing at all; timed
+    alone, it priced passes the runtime was not running. Each count's table is timed on that
+    count, when passes first run on it (a count with a core for each thread times cleanly beside
+    a busy process), kept as any table is, and prices the passes that run on it."""
+
+    def __init__(self, backend, key: str) -> None:
+        self._backend, self._key = backend, key
+        self._tables: dict[int, BlockCostTable] = {}
+
+    def table(self) -> BlockCostTable:
+        """The table of the count the next pass runs on (the one running, inside `timing`)."""
+        by_load = getattr(self._backend, "threads_by_load", None)
+        count = by_load.threads if by_load is not None else self._backend.threads
+        table = self._tables.get(count)
+        if table is None:
+            table = self._tables[count] = BlockCostTable(self._backend, self._key, count)
+        return table
+
+    def cost(self, k: int) -> float:
+        return self.table().cost(k)
+
+    def timing(self, block: Block) -> contextlib.AbstractContextManager:
+        """`BlockCostTable.timing` by the table of the count this pass runs on (entered after
+        the load chose it: `following_load`)."""
+        return self.table().timing(block)
+
+    def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
+        self.table().calibrate(progress)
+
+    def keep(self) -> None:
+        for table in self._tables.values():
+            table.keep()
+
+    def exactness(self) -> Exactness:
+        return self.table().exactness()
 
 
 class MeasuredCosts:
-    """What a backend that keeps a `BlockCostTable` as `_costs` reports of its passes."""
+    """What a backend that keeps a `BlockCostTable` or `CostsByThreads` as `_costs` reports of
+    its passes."""
 
-    _costs: BlockCostTable
+    _costs: BlockCostTable | CostsByThreads
 
     def block_cost(self, k: int) -> float:
         """Seconds of one k-token chain pass, measured once per model, device, threads (and

@@ -20,7 +20,7 @@ import numpy as np
 
 from specchat import cpu
 from specchat.backends.base import Block
-from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
+from specchat.backends.block_cost import CostsByThreads, MeasuredCosts
 from specchat.backends.gguf.header import GGUFHeader
 from specchat.backends.gguf.vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
 from specchat.backends.registry import LLAMA_CPP
@@ -132,7 +132,7 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         self._last_block: Block | None = None
         self._last_paths: list[list[int]] = []  # root-to-leaf paths of the last pass
         self._last_streams: list[int] = []  # the stream each of those paths ran in
-        self._costs = BlockCostTable(self, key=cost_key(path))
+        self._costs = CostsByThreads(self, key=cost_key(path))
 
     # -- KV cache --------------------------------------------------------------------------
     @property

@@ -42,11 +42,12 @@ def adapting() -> bool:
     return os.environ.get(SWITCH, "1") != "0"
 
 
-def held_threads(backend) -> contextlib.AbstractContextManager:
-    """`backend`'s passes on its full thread count while the context lasts, where its count
-    follows the load (a measurement of its pass costs must time the count it is kept for)."""
+def held_threads(backend, threads: int | None = None) -> contextlib.AbstractContextManager:
+    """`backend`'s passes on `threads` (default: its full count) while the context lasts, where
+    its count follows the load (a measurement of its pass costs must time the count it is kept
+    for)."""
     by_load = getattr(backend, "threads_by_load", None)
-    return by_load.held() if by_load is not None else contextlib.nullcontext()
+    return by_load.held(threads) if by_load is not None else contextlib.nullcontext()
 
 
 def following_load(backend, set_threads: Callable[[int], None]):
@@ -192,11 +193,12 @@ class ThreadsByLoad:
         return self.threads < self.full
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Passes on the full count while it lasts (a measurement of the pass costs)."""
+    def held(self, threads: int | None = None) -> Iterator[None]:
+        """Passes on `threads` (default: the full count) while it lasts (a measurement of the
+        pass costs)."""
         with self._lock:  # (not between the watch's reading and its count)
             self._held += 1
-            kept, self.threads = self.threads, self.full
+            kept, self.threads = self.threads, min(self.full, threads or self.full)
         try:
             yield
         finally:

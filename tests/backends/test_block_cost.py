@@ -8,6 +8,7 @@ real backends).
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -205,6 +206,31 @@ def test_a_table_timed_while_the_machine_was_busy_is_used_but_not_kept(
     again = BlockCostTable(runtime, "stand-in")
     assert again.cost(4) == pytest.approx(2.0)  # timed anew
     assert BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", ""))
+
+
+@pytest.mark.measured_costs
+def test_a_table_timed_beside_processes_that_take_its_cores_has_its_passes_shape(
+    char_ngram_model, tmp_path, monkeypatch
+):
+    """Beside processes that take its cores a pass waits for a core, at random, for as long as
+    it computes or more: by the wall clock the table's shape is noise (a 2-token pass at 0.4-4.5
+    plain ones on a 2-core AMD EPYC beside two busy processes, and a new user's first answer
+    drafted nothing). The passes' CPU time leaves the waits out; the table has its shape."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    waits, computed = random.Random(5), [0.0]
+
+    def pass_seconds(k: int) -> float:
+        seconds = 1.0 if k == 1 else 0.5 + 0.5 * k
+        computed[0] += seconds
+        return seconds + waits.choice([0.0, 0.0, 1.0, 4.0]) * seconds * 3
+
+    runtime.pass_seconds = pass_seconds
+    monkeypatch.setattr(block_cost.time, "process_time", lambda: computed[0])
+    table = BlockCostTable(runtime, "stand-in")
+    for k in (2, 4, 8, 16):
+        assert table.cost(k) / table.cost(1) == pytest.approx(0.5 + 0.5 * k)
+    table.keep()
+    assert BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", "")) is None
 
 
 @pytest.mark.skipif(

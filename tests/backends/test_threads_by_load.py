@@ -102,6 +102,8 @@ def test_a_measurement_of_pass_costs_runs_on_every_thread() -> None:
     with by_load.held():
         assert passes(by_load, 20) == [2] * 20
     assert by_load.reduced
+    with by_load.held(1):  # (the table of the count the load leaves)
+        assert passes(by_load, 20) == [1] * 20
 
 
 def test_no_reading_of_the_load_leaves_the_count_as_it_is() -> None:
@@ -288,6 +290,41 @@ def test_the_runtime_runs_on_the_count_the_load_leaves_and_answers_the_same(
         backend.close()
     assert sorted(rows) == [1, 2]
     assert np.array_equal(rows[1], rows[2])
+
+
+@pytest.mark.measured_costs
+def test_passes_are_priced_by_a_table_timed_on_the_count_they_run_on(
+    bundled_gguf, tmp_path, monkeypatch
+) -> None:
+    """Beside a busy process the passes run on one thread, and the policy prices drafts by a
+    table timed on that one thread (with a core of its own): timed on both threads, the busy
+    moment's barrier stalls priced a 2-token pass at several plain ones and a new user's first
+    answer drafted nothing. When the load goes, the full count's table is timed on it."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
+    backend, runtime_threads = backend_on_two_threads(bundled_gguf, "int4")
+    load = Readings(ONE_BUSY_PROCESS)
+    backend.threads_by_load = ThreadsByLoad(2, load, cores=2)
+    ran_on: list[int] = []
+    evaluate = backend.evaluate
+
+    def counted(block: Block) -> np.ndarray:
+        rows = evaluate(block)
+        ran_on.append(runtime_threads(backend))
+        return rows
+
+    backend.evaluate = counted
+    try:
+        backend.prefill(chat_prompt_ids(backend, [ChatMessage("user", "Name a river.")]))
+        assert backend.block_cost(4) > backend.block_cost(1) > 0
+        assert set(ran_on) == {1} and len(ran_on) > 20  # timed now, all on one thread
+        load.others = ALONE
+        for _ in range(CONFIRM):
+            backend.evaluate(Block.chain([1]))
+        ran_on.clear()
+        assert backend.block_cost(4) > backend.block_cost(1) > 0
+        assert set(ran_on) == {2} and len(ran_on) > 20
+    finally:
+        backend.close()
 
 
 @pytest.mark.parametrize("runtime", ["int4", "llama"])

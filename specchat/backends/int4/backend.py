@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from specchat.backends.base import Block, DraftFeatures, block_to_commit
-from specchat.backends.block_cost import BlockCostTable, MeasuredCosts
+from specchat.backends.block_cost import CostsByThreads, MeasuredCosts
 from specchat.backends.gguf.header import GGUFHeader
 from specchat.backends.gguf.tensors import (
     GGUFTensors,
@@ -126,7 +126,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self._n_committed = 0
         self._pending: Block | None = None
         self._last_row: int | None = None  # the row of the last pass whose token was committed last
-        self._costs = BlockCostTable(self, key=cost_key(path, self.level))
+        self._costs = CostsByThreads(self, key=cost_key(path, self.level))
 
     def _load(self, path: Path, n_ctx: int, threads: int | None, level: str | None, progress):
         """The model, its vocabulary and hyper-parameters, every check on the file first."""
