@@ -208,8 +208,8 @@ class BlockCostTable:
         if not self._costs and progress:
             progress("measuring pass costs (once per model)")
         self._measured()
-        kept = self._read(_EXACTNESS_FILE)
-        if self._exactness is None and self._exactness_key not in kept and progress:
+        unknown = self._exactness is None
+        if unknown and self._exactness_key not in self._read(_EXACTNESS_FILE) and progress:
             progress("checking that blocks are exact (once per model)")
         self.exactness()
 
