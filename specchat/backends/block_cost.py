@@ -59,15 +59,15 @@ class BlockCostTable:
 
     def __init__(self, backend, key: str, threads: int | None = None) -> None:
         """The table for passes on `threads` (default: the backend's full count)."""
-        count = backend.threads if threads is None else threads
-        self._start(backend, key, backend.device, count)
-        # whether blocks are exact does not depend on the thread count (threads_by_load.py):
-        # probed and kept once, under the full count's key
-        self._exactness_key = self.full_key(key, backend.device, backend.threads)
+        self._start(backend, key, backend.device, backend.threads if threads is None else threads)
 
     def _start(self, backend, key: str, device: str, threads: object) -> None:
         self._backend, self._threads = backend, threads
-        self._key = self._exactness_key = self.full_key(key, device, threads)
+        self._key = self.full_key(key, device, threads)
+        # whether blocks are exact does not depend on the thread count (threads_by_load.py):
+        # probed and kept once, under the full count's key
+        full = threads if backend is None else backend.threads
+        self._exactness_key = self.full_key(key, device, full)
         self._costs: dict[int, float] = {}
         self._memo: dict[int, float] = {}  # every size asked for, read per draft: kept
         self._loaded = False
