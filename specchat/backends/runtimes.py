@@ -19,6 +19,7 @@ from pathlib import Path
 
 from specchat.backends.base import Backend
 from specchat.backends.registry import native_runtimes
+from specchat.backends.threads_by_load import held_threads
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
 
@@ -72,10 +73,23 @@ def choose(
             continue
         progress(f"measuring {name}'s pass costs to choose the runtime (once)")
         backend = load(name)
-        backend.block_cost(1)  # measures every size, and keeps them
-        costs[name], loaded[name] = backend.block_cost, backend
+        costs[name], loaded[name] = _costs_on(backend, threads), backend
+        costs[name](1)  # measures every size, and keeps them
     chosen = max(names, key=lambda name: speed(costs[name], speculative))
     for name, backend in loaded.items():
         if name != chosen:
             backend.close()
     return chosen, loaded.get(chosen)
+
+
+def _costs_on(backend: Backend, threads: int) -> Callable[[int], float]:
+    """`backend`'s pass costs on `threads`, the count the other runtimes' kept tables hold.
+    Why: a runtime that follows the load keeps a table per thread count and prices by the count
+    its next pass runs on; a model loaded beside a busy process runs on fewer, and its costs
+    there, set against another runtime's kept for every thread, chose by two counts."""
+
+    def cost(k: int) -> float:
+        with held_threads(backend, threads):
+            return backend.block_cost(k)
+
+    return cost

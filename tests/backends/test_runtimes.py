@@ -23,8 +23,10 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def keep_costs(cache: Path, name: str, gguf: Path, costs: dict[int, float]) -> None:
-    key = BlockCostTable.full_key(runtime(name).cost_key(gguf), "cpu", 1)
+def keep_costs(
+    cache: Path, name: str, gguf: Path, costs: dict[int, float], threads: int = 1
+) -> None:
+    key = BlockCostTable.full_key(runtime(name).cost_key(gguf), "cpu", threads)
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / "block_costs.json"
     data = json.loads(path.read_text()) if path.exists() else {}
@@ -86,3 +88,35 @@ def test_costs_never_measured_are_measured_once_and_kept(empty_cache, bundled_gg
     assert again == chosen and none_loaded is None
     assert sum("measuring" in text for text in heard) == 2
     assert physical_cores() >= 1
+
+
+def test_a_runtime_measured_beside_a_busy_process_is_compared_on_the_count_kept_for_the_other(
+    empty_cache, bundled_gguf
+):
+    """Beside a busy process int4 runs on one of its two threads and keeps a table for each
+    count; llama.cpp's costs were kept for both threads. The choice sets int4's costs on both
+    threads against them, as a person's machine would run each alone — not the one-thread
+    table, which here says int4 is a hundred times slower."""
+    from specchat.backends.threads_by_load import ThreadsByLoad
+
+    sizes = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
+    slow = {k: 100.0 * k for k in sizes}  # seconds a pass: slower than any real one
+    keep_costs(empty_cache, "llama", bundled_gguf, slow, threads=2)
+    keep_costs(empty_cache, "int4", bundled_gguf, {k: 100 * v for k, v in slow.items()}, threads=1)
+    loaded = {}
+
+    def load(name: str):
+        backend = runtime(name).load(bundled_gguf, LoadOptions(threads=2, n_ctx=512), None)
+        backend.threads_by_load = ThreadsByLoad(2, lambda: 1.0, cores=2)  # one busy process
+        backend.threads_by_load.tick()
+        assert backend.threads_by_load.threads == 1
+        loaded[name] = backend
+        return backend
+
+    chosen, backend = choose(GGUF, bundled_gguf, "cpu", 2, True, load, lambda text: None)
+    try:
+        assert set(loaded) == {"int4"} and chosen == "int4" and backend is loaded["int4"]
+        assert backend.threads_by_load.threads == 1  # it still runs on what the load leaves
+    finally:
+        for each in loaded.values():
+            each.close()
