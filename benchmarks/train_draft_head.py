@@ -76,7 +76,7 @@ def features(backend, rows, out: Path) -> dict[str, np.ndarray]:
             # (not `evaluate`: these passes are not the use its pass-cost table learns from)
             greedy.append(backend._evaluate(Block.chain(chunk)).argmax(-1))
             # the rows after the final norm: what the LM head multiplied
-            h.append(rms_normed(model.last_residual.numpy(), final_norm, model.shape.norm_eps))
+            h.append(rms_normed(model.last_residual, final_norm, model.shape.norm_eps))
             backend.commit(list(range(len(chunk))))
         h, greedy = np.concatenate(h), np.concatenate(greedy)
         t = np.arange(len(tokens) - 2)

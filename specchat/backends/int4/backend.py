@@ -242,7 +242,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         if x is None or row is None or not 0 <= row < x.shape[0]:
             return None
         return DraftFeatures(
-            x.numpy()[row], model.embed([token]).numpy()[0], model.final_norm.numpy(),
+            x[row], model.embedded([token])[0], model.final_norm.numpy(),
             model.shape.norm_eps, model.threads,
         )  # fmt: skip
 

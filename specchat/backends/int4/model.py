@@ -168,7 +168,7 @@ class Int4Model:
         self._embedding_rows_kept = max(1, _EMBED_CACHE_BYTES // (4 * shape.dim))
         # the residual stream after the last layer, per row of the last pass with logits: the
         # head's input before its norm (what a draft head reads: Int4Backend.draft_features)
-        self.last_residual: torch.Tensor | None = None
+        self.last_residual: np.ndarray | None = None
         # a draft head riding the next pass with logits (`ride`), and what the last pass guessed
         # for its first `guessed_rows` rows: each row's greedy token, the guess after it, and
         # how sure the head was
@@ -216,6 +216,10 @@ class Int4Model:
         return counts
 
     def embed(self, tokens: list[int]) -> torch.Tensor:
+        """The tokens' embedding rows (`embedded`, as a tensor)."""
+        return torch.from_numpy(self.embedded(tokens))
+
+    def embedded(self, tokens: list[int]) -> np.ndarray:
         """The tokens' embedding rows. A decoding step's few rows come from a cache of the rows
         met before: gguf's dequantization runs a few hundred Python lines a call, which after
         a pass has swept the caches cost ~140 µs, 4% of the bundled model's one-token pass
@@ -229,7 +233,7 @@ class Int4Model:
                 x[i] = self._embedding_row(token)
         if self.shape.family.scaled_embeddings:  # as llama.cpp's ggml_scale by sqrtf(n_embd)
             x *= np.float32(np.sqrt(np.float32(self.shape.dim)))
-        return torch.from_numpy(x)
+        return x
 
     def _embedding_row(self, token: int) -> np.ndarray:
         row = self._embedding_rows.get(token)
@@ -262,7 +266,6 @@ class Int4Model:
         self._riding = True
         return True
 
-    @torch.inference_mode()
     def forward(
         self,
         tokens: list[int],
@@ -281,7 +284,7 @@ class Int4Model:
         seen = np.ascontiguousarray(seen, dtype=np.int32)
         n_seen = _seen_counts(tuple(depths))
         positions = n_seen + np.int32(n_prefix - 1)
-        x = self.embed(tokens)
+        x = self.embedded(tokens)
         # (numpy's: torch's empty and then .numpy() took 40 µs a step after a pass)
         out = np.empty((rows, shape.vocab), dtype=np.float32) if logits else None
         riding = logits and self._riding
@@ -291,7 +294,7 @@ class Int4Model:
             self._chain_next[: rows - 1], self._chain_next[rows - 1] = tokens[1:], -1
             self._rider.next = self._chain_next.ctypes.data if chain else None
         lib.forward(
-            ctypes.byref(self._whole), x.data_ptr(), rows, positions.ctypes.data, n_prefix,
+            ctypes.byref(self._whole), x.ctypes.data, rows, positions.ctypes.data, n_prefix,
             seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
             None if out is None else out.ctypes.data,
             ctypes.byref(self._rider) if riding else None, self.threads,
