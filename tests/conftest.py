@@ -197,8 +197,11 @@ def hf_bundled(session_cache: Path, bundled_gguf: Path):
     with (session_cache / ".conversion.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         converted_before = (conversion_dir(bundled_gguf) / "model.safetensors").is_file()
+        # this model's temporary folders only: a suite run beside this one (another clone, its
+        # own copy of the model) converts into the same cache under another name
+        ours = f".{conversion_dir(bundled_gguf).name}.*"
         folder = session_cache / GGUF_CACHE_FOLDER
-        temporaries = {p.name for p in folder.glob(".*")} if folder.is_dir() else set()
+        temporaries = {p.name for p in folder.glob(ours)} if folder.is_dir() else set()
         started = time.perf_counter()
         backend = load_hf_backend(
             str(bundled_gguf.parent),

@@ -361,15 +361,15 @@ def test_load_model_directory(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_converted_cache_is_reused_not_redone_and_identical(
-    smol: HFBackend, session_cache: Path, bundled_gguf: Path
+    smol: HFBackend, bundled_gguf: Path
 ) -> None:
     # converted when the suite's cache did not hold the conversion (the conversion code changed)
     converting = "converting GGUF to safetensors (once)…" in smol.load_messages  # type: ignore[attr-defined]
     assert converting != smol.converted_before  # type: ignore[attr-defined]
-    converted = list((session_cache / hf_loading.GGUF_CACHE_FOLDER).iterdir())
-    temporaries = {path.name for path in converted if path.name.startswith(".")}
+    ours = hf_loading.conversion_dir(bundled_gguf)
+    temporaries = {path.name for path in ours.parent.glob(f".{ours.name}.*")}
     assert temporaries <= smol.temporaries_before  # type: ignore[attr-defined]  # none left by this one
-    assert any((path / "model.safetensors").is_file() for path in converted)
+    assert (ours / "model.safetensors").is_file()
 
     messages: list[str] = []
     again = load_hf_backend(
