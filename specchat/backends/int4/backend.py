@@ -210,14 +210,13 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self._pending = None
         if len(block) == 0:
             return np.zeros((0, self.vocab_size), dtype=np.float32)
-        depths = block.depths  # (derived from the parents on every read)
-        if self._n_committed + max(depths) + 1 > self.n_ctx:
+        if self._n_committed + max(block.depths) + 1 > self.n_ctx:
             raise SpecchatError("the context window is full")
         if len(block) > _MAX_BLOCK:
             raise SpecchatError(f"a block of {len(block)} tokens exceeds {_MAX_BLOCK}")
         logits = self.model.forward(
             list(block.tokens),
-            depths,
+            block.depths,
             ancestry(block.parents),
             self._n_committed,
             logits=True,
