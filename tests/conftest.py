@@ -190,7 +190,11 @@ def hf_bundled(session_cache: Path, bundled_gguf: Path):
     within the hour leaves one until a later conversion sweeps it) are kept on the backend."""
     import torch
 
-    from specchat.backends.hf.loading import GGUF_CACHE_FOLDER, conversion_dir, load_hf_backend
+    from specchat.backends.hf.loading import (
+        conversion_dir,
+        conversion_temporaries,
+        load_hf_backend,
+    )
 
     threads = torch.get_num_threads()
     messages: list[str] = []
@@ -199,9 +203,7 @@ def hf_bundled(session_cache: Path, bundled_gguf: Path):
         converted_before = (conversion_dir(bundled_gguf) / "model.safetensors").is_file()
         # this model's temporary folders only: a suite run beside this one (another clone, its
         # own copy of the model) converts into the same cache under another name
-        ours = f".{conversion_dir(bundled_gguf).name}.*"
-        folder = session_cache / GGUF_CACHE_FOLDER
-        temporaries = {p.name for p in folder.glob(ours)} if folder.is_dir() else set()
+        temporaries = {p.name for p in conversion_temporaries(conversion_dir(bundled_gguf))}
         started = time.perf_counter()
         backend = load_hf_backend(
             str(bundled_gguf.parent),

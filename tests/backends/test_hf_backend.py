@@ -367,7 +367,7 @@ def test_converted_cache_is_reused_not_redone_and_identical(
     converting = "converting GGUF to safetensors (once)…" in smol.load_messages  # type: ignore[attr-defined]
     assert converting != smol.converted_before  # type: ignore[attr-defined]
     ours = hf_loading.conversion_dir(bundled_gguf)
-    temporaries = {path.name for path in ours.parent.glob(f".{ours.name}.*")}
+    temporaries = {path.name for path in hf_loading.conversion_temporaries(ours)}
     assert temporaries <= smol.temporaries_before  # type: ignore[attr-defined]  # none left by this one
     assert (ours / "model.safetensors").is_file()
 

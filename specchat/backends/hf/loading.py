@@ -241,6 +241,12 @@ def conversion_dir(gguf_path: Path) -> Path:
     return locations.cache_dir() / GGUF_CACHE_FOLDER / key
 
 
+def conversion_temporaries(target: Path) -> list[Path]:
+    """The temporary folders conversions into `target` (`conversion_dir`) are written in until
+    they are renamed into place: a killed conversion leaves one behind."""
+    return list(target.parent.glob(f".{glob.escape(target.name)}.*"))
+
+
 def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None) -> Path:
     """The safetensors directory converted from `gguf_path`, converting it first if needed.
 
@@ -255,7 +261,7 @@ def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None) -> Pat
         return target
     if target.exists():
         shutil.rmtree(target, ignore_errors=True)
-    _remove_stale_temporaries(root, key)
+    _remove_stale_temporaries(target)
 
     progress("converting GGUF to safetensors (once)…")
     started = time.perf_counter()
@@ -285,9 +291,9 @@ def _remove_replaced(target: Path, gguf_path: Path) -> None:
             shutil.rmtree(earlier, ignore_errors=True)
 
 
-def _remove_stale_temporaries(root: Path, key: str) -> None:
+def _remove_stale_temporaries(target: Path) -> None:
     """Drop temporary folders that a conversion killed an hour or more ago left behind."""
-    for leftover in root.glob(f".{key}.*"):
+    for leftover in conversion_temporaries(target):
         try:
             if time.time() - leftover.stat().st_mtime > 3600:
                 shutil.rmtree(leftover, ignore_errors=True)
