@@ -127,10 +127,12 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                                        _mm256_set1_epi32(second));
                     continue;
                 }
-                const __m256i pair = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(lo, _mm256_set1_epi32(first)),
-                    _mm256_maddubs_epi16(hi, _mm256_set1_epi32(second)));
-                s16[j] = _mm256_add_epi16(s16[j], pair);
+                s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(first)));
+                s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(second)));
+                /* each token's sums added in order, chunk by chunk: left to itself GCC 12
+                 * computed all of a group's maddubs first and spilled them (a 2-token tile took
+                 * 1.16x as long) */
+                __asm__("" : "+x"(s16[j]));
             }
             if (five && !BYTE_DOTS && (c & 1)) /* a pair of chunks' 5-bit sums is all int16 lanes hold */
                 for (int j = 0; j < count; j++) {
@@ -260,10 +262,20 @@ static inline __attribute__((always_inline)) void nibbles8_blocks(
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         if (shared) quantize_groups(x, x_is_bf16, m, cols, 0, q); /* its omp for ends on a barrier */
+        /* `five` a constant in each loop, so each tile keeps its own code: GCC outlines one
+         * function for a parallel region whatever constant its caller passes (one region with
+         * `five` a variable made the 4-bit tile 1.03-1.05x slower, session 65) */
+        if (five) {
 #pragma omp for schedule(static)
-        for (int64_t unit = 0; unit < units; unit++)
-            nibbles8_unit(codes, scales, zeros, form, five, rows, cols, code_bytes, scale_step,
-                          unit, q, m, out, out_is_bf16);
+            for (int64_t unit = 0; unit < units; unit++)
+                nibbles8_unit(codes, scales, zeros, form, 1, rows, cols, code_bytes, scale_step,
+                              unit, q, m, out, out_is_bf16);
+        } else {
+#pragma omp for schedule(static)
+            for (int64_t unit = 0; unit < units; unit++)
+                nibbles8_unit(codes, scales, zeros, form, 0, rows, cols, code_bytes, scale_step,
+                              unit, q, m, out, out_is_bf16);
+        }
     }
 }
 
@@ -272,12 +284,8 @@ void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros
                      int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
     alloc_int8_rows(m, cols, 0, &q);
-    if (five) /* constant in each copy: the 4-bit tile keeps its own code */
-        nibbles8_blocks(codes, scales, zeros, form, 1, rows, cols, x, x_is_bf16, &q, m, out, out_is_bf16,
-                        threads);
-    else
-        nibbles8_blocks(codes, scales, zeros, form, 0, rows, cols, x, x_is_bf16, &q, m, out, out_is_bf16,
-                        threads);
+    nibbles8_blocks(codes, scales, zeros, form, five, rows, cols, x, x_is_bf16, &q, m, out, out_is_bf16,
+                    threads);
     free_int8_rows(&q);
 }
 
