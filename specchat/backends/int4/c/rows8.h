@@ -148,6 +148,13 @@ static inline __m256 add_group(__m256 acc, __m256i isum, __m256 scale, const int
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), factor, acc);
 }
 
+/* zacc + group g's zero term of token r (zero * x's group sum): one step of every eight-row
+ * tile's zero terms, in this order at every level. */
+static inline __m256 add_zero_group(__m256 zacc, __m256 zero, const int8_rows *q, int64_t r,
+                                    int64_t g) {
+    return _mm256_fmadd_ps(zero, _mm256_broadcast_ss(q->sums + r * q->padded + g), zacc);
+}
+
 /* A tile's last step where its weights have zeros (Q4_1, Q4_K, Q5_1, Q5_K): each token's zero
  * terms (zero * x's group sum of 32, group by group) added to its sums. */
 static inline __attribute__((always_inline)) void add_zero_terms(
@@ -157,9 +164,7 @@ static inline __attribute__((always_inline)) void add_zero_terms(
     for (int j = 0; j < count; j++) zacc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
         const __m256 zero = zeros8(zeros, scales, g * ROWS8, form);
-        for (int j = 0; j < count; j++)
-            zacc[j] = _mm256_fmadd_ps(
-                zero, _mm256_broadcast_ss(q->sums + (r0 + j) * q->padded + g), zacc[j]);
+        for (int j = 0; j < count; j++) zacc[j] = add_zero_group(zacc[j], zero, q, r0 + j, g);
     }
     for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
 }
@@ -222,6 +227,12 @@ static inline __m512 add_group16(__m512 acc, __m512i isum, __m512 scale, const i
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), factor, acc);
 }
 
+/* add_zero_group for a pair of blocks. */
+static inline __m512 add_zero_group16(__m512 zacc, __m512 zero, const int8_rows *q, int64_t r,
+                                      int64_t g) {
+    return _mm512_fmadd_ps(zero, _mm512_set1_ps(q->sums[r * q->padded + g]), zacc);
+}
+
 /* add_zero_terms for a pair of blocks (zeros a and b, scales a and b). */
 static inline __attribute__((always_inline)) void add_zero_terms16(
     const void *zeros_a, const void *zeros_b, const void *scales_a, const void *scales_b,
@@ -232,9 +243,7 @@ static inline __attribute__((always_inline)) void add_zero_terms16(
     for (int64_t g = 0; g < groups; g++) {
         const __m512 zero = pair_ps(zeros8(zeros_a, scales_a, g * ROWS8, form),
                                     zeros8(zeros_b, scales_b, g * ROWS8, form));
-        for (int j = 0; j < count; j++)
-            zacc[j] = _mm512_fmadd_ps(zero, _mm512_set1_ps(q->sums[(r0 + j) * q->padded + g]),
-                                      zacc[j]);
+        for (int j = 0; j < count; j++) zacc[j] = add_zero_group16(zacc[j], zero, q, r0 + j, g);
     }
     for (int j = 0; j < count; j++) results[j] = _mm512_add_ps(acc[j], zacc[j]);
 }
