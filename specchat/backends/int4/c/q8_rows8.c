@@ -88,6 +88,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
                 memcpy(&four, q->codes + (r0 + j) * cols + QGROUP * g + 4 * c, 4);
                 const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), raw);
                 sums[h][j] = byte_dots(sums[h][j], magnitudes, signed_x);
+                __asm__("" : "+x"(sums[h][j])); /* in order, as q4_rows8.c's: 0.96-0.98x */
             }
         }
         for (int h = 0; h < sub; h++) {
