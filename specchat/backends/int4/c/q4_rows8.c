@@ -134,8 +134,8 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                 s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(first)));
                 s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(second)));
                 /* each token's sums added in order, chunk by chunk: left to itself GCC 12
-                 * computed all of a group's maddubs first and spilled them (a 2-token tile took
-                 * 1.16x as long) */
+                 * computed all of a group's maddubs first and spilled them (with `five` a
+                 * constant, nibbles8_blocks, a 2-token tile took 0.86x its time; session 65) */
                 __asm__("" : "+x"(s16[j]));
             }
             if (five && !BYTE_DOTS && (c & 1)) /* a pair of chunks' 5-bit sums is all int16 lanes hold */
@@ -271,8 +271,9 @@ static inline __attribute__((always_inline)) void nibbles8_blocks(
     {
         if (shared) quantize_groups(x, x_is_bf16, m, cols, 0, q); /* its omp for ends on a barrier */
         /* `five` a constant in each loop, so each tile keeps its own code: GCC outlines one
-         * function for a parallel region whatever constant its caller passes (one region with
-         * `five` a variable made the 4-bit tile 1.03-1.05x slower, session 65) */
+         * function for a parallel region whatever constant its caller passes, and with `five` a
+         * variable the 4- and 5-bit tiles shared one code and its registers (with the sums in
+         * order, nibbles8_tile, a pass took 0.95-0.97x its time at avx2; session 65) */
         if (five) {
 #pragma omp for schedule(static)
             for (int64_t unit = 0; unit < units; unit++)
