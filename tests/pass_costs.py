@@ -33,6 +33,7 @@ HF_SHAPE = {1: 1.0, 2: 1.08, 4: 1.14, 8: 1.41, 16: 1.75, 32: 2.7, 48: 3.55}
 
 _ORIGINAL: dict[str, Callable] = {
     "_measure_all": BlockCostTable._measure_all,
+    "_time_slice": BlockCostTable._time_slice,
     "_observe": BlockCostTable._observe,
     "_observe_drafted": BlockCostTable._observe_drafted,
 }
@@ -52,6 +53,15 @@ def _fixed_measure_all(table: BlockCostTable) -> None:
     table._costs.update({k: one * ratio for k, ratio in HF_SHAPE.items()})
 
 
+def _fixed_slice(table: BlockCostTable) -> None:
+    """A stand-in's own table, after an answer: the fixed costs at once (`_fixed_measure_all`)."""
+    table._sweep = None
+    table._standing_in = False
+    table._costs.clear()
+    _fixed_measure_all(table)
+    table._memo.clear()
+
+
 def _not_refined(table: BlockCostTable, *_: float) -> None:
     """Passes in use never move the fixed costs."""
 
@@ -61,6 +71,7 @@ def fix(monkeypatch: pytest.MonkeyPatch, gguf: Path | None = None) -> None:
     its llama.cpp and int4 tables are written to the cache too (as if measured), so the
     `specchat` processes that tests start read them instead of timing passes of their own."""
     monkeypatch.setattr(BlockCostTable, "_measure_all", _fixed_measure_all)
+    monkeypatch.setattr(BlockCostTable, "_time_slice", _fixed_slice)
     monkeypatch.setattr(BlockCostTable, "_observe", _not_refined)
     monkeypatch.setattr(BlockCostTable, "_observe_drafted", _not_refined)
     if gguf is not None:

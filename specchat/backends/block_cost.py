@@ -38,6 +38,8 @@ _DRAFTED_WINDOW = 16
 # one, and the next one too
 _SETTLE = 3
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
+# seconds of a stand-in's sweep timed after an answer, at most (and one size's passes at least)
+_SLICE_SECONDS = 0.2
 _FILLER_TOKEN = 198
 # Passes are timed behind this many cached tokens, about where a chat answer runs: a pass attends
 # to the whole context, and the shape moves with it, if little on llama.cpp (timed as here, the
@@ -81,6 +83,13 @@ class BlockCostTable:
         self._latest_plain: deque[float] = deque(maxlen=_REFERENCE)  # settled plain seconds
         self._drafted: dict[int, deque[float]] = {}  # per size: seconds ÷ the plain reference
         self._raised: dict[int, float] = {}  # per size: what use showed beyond the table
+        self._standing_in = False  # priced from another count's table (`stand_in`)
+        self._sweep: _Sweep | None = None  # this count's own, timed a slice after each answer
+
+    @property
+    def threads(self) -> object:
+        """The thread count its passes are timed on."""
+        return self._threads
 
     @staticmethod
     def full_key(key: str, device: str, threads: object) -> str:
@@ -193,8 +202,11 @@ class BlockCostTable:
     def keep(self) -> None:
         """Write the refinements made since the last `keep` (none: nothing is written; nor for a
         table timed while the machine was busy, whose shape is the busy moment's, nor for a
-        refinement from passes that lacked the cores)."""
-        if self._unsaved and not self._timed_busy and not self._refined_busy:
+        refinement from passes that lacked the cores, nor for a stand-in's: a slice of its own
+        sweep is timed instead)."""
+        if self._standing_in:
+            self._time_slice()
+        elif self._unsaved and not self._timed_busy and not self._refined_busy:
             self._unsaved = False
             with contextlib.suppress(OSError):  # a cache that cannot be written stops nothing
                 self._save()
@@ -205,8 +217,12 @@ class BlockCostTable:
         neither."""
         if not self._loaded:
             self._load()
-        if not self._costs and progress:
+        if (not self._costs or self._standing_in) and progress:
             progress("measuring pass costs (once per model)")
+        if self._standing_in:  # asked to measure now: the rest of its sweep
+            self._measure_all()
+            if not self._timed_busy:
+                self._save()
         self._measured()
         unknown = self._exactness is None
         if unknown and self._exactness_key not in self._read(_EXACTNESS_FILE) and progress:
@@ -246,19 +262,22 @@ class BlockCostTable:
         return self._costs[k] if k in self._costs else interpolate(self._costs, k)
 
     def _measure_all(self) -> None:
-        """Every size timed as decoding meets it (`time_passes`), behind `CONTEXT` cached tokens:
-        the context is filled first and given back after."""
-        backend = self._backend
-        n = backend.n_committed
-        # a small context window takes the sizes that fit it (two at least, to extrapolate)
-        sizes = [k for k in _SIZES if k < backend.n_ctx - n] or [1]
-        sizes = sizes if len(sizes) > 1 else [1, 2]
-        filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
-        backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - sizes[-1] - 1) - n))
-        sweep = _sweep(backend, sizes, _REPEATS, self._threads)
+        """Every size timed as decoding meets it (`_Sweep`), behind `CONTEXT` cached tokens: the
+        context is filled first and given back after."""
+        sweep = self._sweep or _Sweep(self._backend, _sizes(self._backend), _REPEATS, self._threads)
+        with _behind_context(self._backend, sweep.sizes[-1]):
+            sweep.run()
+        self._take(sweep)
+
+    def _take(self, sweep: _Sweep) -> None:
+        """The costs a finished sweep timed. A stand-in's costs go, and what use raised beyond
+        them: raised against another count's shape."""
+        timed = sweep.timings()
+        backend, sizes = self._backend, sweep.sizes
         self._timed_busy = not had_the_cores(
-            sweep.cpu_seconds, sweep.wall_seconds, backend, self._threads
+            timed.cpu_seconds, timed.wall_seconds, backend, self._threads
         )
+        self._costs.clear()
         if self._timed_busy:
             # Beside processes that take its cores, a pass waits for the core for as long again
             # as it computes, at random: by the wall clock a 2-token pass read 0.4-4.5x a plain
@@ -266,10 +285,67 @@ class BlockCostTable:
             # policy drafted nothing. Its CPU time leaves the waits out (1.07-1.14x and
             # 1.30-1.42x there; 1.09x and 1.41x timed alone): the shape is the CPU time's, on
             # the wall clock's scale, which use then follows (`_observe`).
-            scale = sweep.wall[sizes[0]] / max(sweep.cpu[sizes[0]], 1e-9)
-            self._costs.update({k: scale * seconds for k, seconds in sweep.cpu.items()})
+            scale = timed.wall[sizes[0]] / max(timed.cpu[sizes[0]], 1e-9)
+            self._costs.update({k: scale * seconds for k, seconds in timed.cpu.items()})
         else:
-            self._costs.update(sweep.wall)
+            self._costs.update(timed.wall)
+        self._sweep, self._standing_in, self._unsaved = None, False, False
+        self._raised.clear()
+        self._memo.clear()
+
+    def stand_in(self, other: BlockCostTable) -> None:
+        """Price this count's passes from `other`'s table until its own is timed, where none
+        was kept: a count met in the middle of an answer (the load changed) is not timed there,
+        which stalled the answer for the whole sweep (2.3 s on one thread for the bundled
+        model; longer as the model's passes are), but a slice after each answer (`keep`). Use
+        refines the stand-in as it does any table: its scale from this count's plain passes,
+        its drafted sizes raised where they cost more."""
+        self._load()
+        if self._costs or not other.priced():
+            return
+        self._costs.update({k: other._table_cost(k) for k in other._costs})
+        self._standing_in = True
+        self._sweep = _Sweep(self._backend, _sizes(self._backend), _REPEATS, self._threads)
+
+    @property
+    def standing_in(self) -> bool:
+        """Priced from another count's table, its own sweep not yet whole (`stand_in`)."""
+        return self._standing_in
+
+    def priced(self) -> bool:
+        """Whether this table has costs now (kept, timed or standing in), timing nothing."""
+        return bool(self._costs)
+
+    def _time_slice(self) -> None:
+        """Time the next slice of a stand-in's own sweep (behind the cache as it is, given back
+        after), and take it when it is whole."""
+        sweep, backend = self._sweep, self._backend
+        if sweep is None or backend.n_committed + sweep.sizes[-1] >= backend.n_ctx:
+            return  # the context left no room for the largest size: after a later answer
+        with _behind_context(backend, sweep.sizes[-1]):
+            whole = sweep.run(_SLICE_SECONDS)
+        if whole:
+            self._take(sweep)
+            if not self._timed_busy:
+                self._save()
+
+
+def _sizes(backend) -> list[int]:
+    """The sizes a table times: those that fit behind the cache (two at least, to extrapolate)."""
+    n = backend.n_committed
+    sizes = [k for k in _SIZES if k < backend.n_ctx - n] or [1]
+    return sizes if len(sizes) > 1 else [1, 2]
+
+
+@contextlib.contextmanager
+def _behind_context(backend, largest: int) -> Iterator[None]:
+    """Passes timed behind `CONTEXT` cached tokens (filler up to there, given back after)."""
+    n = backend.n_committed
+    filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
+    backend.prefill([filler] * max(0, min(CONTEXT, backend.n_ctx - largest - 1) - n))
+    try:
+        yield
+    finally:
         backend.rollback(n)
 
 
@@ -301,63 +377,92 @@ def time_passes(
     backend: Backend, sizes: Sequence[int], repeats: int, threads: int | None = None
 ) -> dict[int, float]:
     """Seconds of a chain pass of each size behind the backend's cache as it is, timed as
-    decoding meets it (`_sweep`), by the wall clock."""
-    return _sweep(backend, sizes, repeats, threads).wall
+    decoding meets it (`_Sweep`), by the wall clock."""
+    sweep = _Sweep(backend, sizes, repeats, threads)
+    sweep.run()
+    return sweep.timings().wall
 
 
-class _Sweep(NamedTuple):
+class _Timings(NamedTuple):
     wall: dict[int, float]  # a pass's seconds by the wall clock
     cpu: dict[int, float]  # the same by the process's CPU time
     cpu_seconds: float  # the whole sweep's CPU time
     wall_seconds: float  # and its wall time
 
 
-def _sweep(
-    backend: Backend, sizes: Sequence[int], repeats: int, threads: int | None = None
-) -> _Sweep:
+class _Sweep:
     """Every size timed after settled plain one-token passes, and charged what it slows the
     `_SETTLE` plain passes after it (llama.cpp's one-token pass is slower after a larger one, and
     the next one too; priced without that, drafts looked cheaper than they are and the policy
-    drafted where it lost). All sizes round-robin in one sweep, so load changes hit every size
-    alike; the minimum of the repeats for the pass itself (noise only ever adds time), the median
-    for what it slows, made non-decreasing in k. On `threads` (default: the full count); by the
-    wall clock and by CPU time at once (`BlockCostTable._measure_all` reads which held)."""
-    filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
-    base = backend.n_committed
+    drafted where it lost). All sizes round-robin, so load changes hit every size alike; the
+    minimum of the repeats for the pass itself (noise only ever adds time), the median for what
+    it slows, made non-decreasing in k. On `threads` (default: the full count); by the wall
+    clock and by CPU time at once (`BlockCostTable._measure_all` reads which held).
 
-    def timed(k: int) -> tuple[float, float]:
+    Run whole (`run()`), or a slice at a time behind the cache as it is then (`run(seconds)`):
+    a count met in use is timed between answers, never inside one (`BlockCostTable.stand_in`)."""
+
+    def __init__(
+        self, backend: Backend, sizes: Sequence[int], repeats: int, threads: int | None = None
+    ) -> None:
+        self._backend, self._threads = backend, threads
+        self.sizes = list(sizes)
+        self._units = [k for _ in range(repeats) for k in self.sizes]  # each size, each repeat
+        self._next = 0
+        clocks = range(2)  # the wall clock, CPU time
+        self._best = [{k: float("inf") for k in self.sizes} for _ in clocks]
+        self._slowed: list[dict[int, list[float]]] = [{k: [] for k in self.sizes} for _ in clocks]
+        self._cpu_seconds = self._wall_seconds = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self._next >= len(self._units)
+
+    def run(self, seconds: float | None = None) -> bool:
+        """Time the units left (with `seconds`: units until that much time has gone, one at
+        least); whether all are timed."""
+        backend = self._backend
+        filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
+        base = backend.n_committed
+
+        def timed(k: int) -> tuple[float, float]:
+            start, cpu = time.perf_counter(), time.process_time()
+            backend.evaluate(Block.chain([filler] * k))
+            seconds = time.perf_counter() - start, time.process_time() - cpu
+            backend.rollback(base)
+            return seconds
+
         start, cpu = time.perf_counter(), time.process_time()
-        backend.evaluate(Block.chain([filler] * k))
-        seconds = time.perf_counter() - start, time.process_time() - cpu
-        backend.rollback(base)
-        return seconds
-
-    clocks = range(2)  # the wall clock, CPU time
-    best = [{k: float("inf") for k in sizes} for _ in clocks]
-    slowed: list[dict[int, list[float]]] = [{k: [] for k in sizes} for _ in clocks]
-    start, cpu = time.perf_counter(), time.process_time()
-    with held_threads(backend, threads):
-        timed(1)  # a first pass sets up what later ones reuse
-        for _ in range(repeats):
-            for k in sizes:
+        with held_threads(backend, self._threads):
+            timed(1)  # a first pass sets up what later ones reuse
+            while not self.done:
+                k = self._units[self._next]
+                self._next += 1
                 for _ in range(_SETTLE - 1):
                     timed(1)
                 plain = timed(1)
                 drafted = timed(k)
                 after = [timed(1) for _ in range(_SETTLE)]
-                for clock in clocks:
-                    best[clock][k] = min(best[clock][k], drafted[clock])
-                    slowed[clock][k].append(sum(t[clock] - plain[clock] for t in after))
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    costs: list[dict[int, float]] = []
-    for clock in clocks:
-        costs.append({})
-        running = 0.0
-        for k in sizes:
-            tail = max(0.0, statistics.median(slowed[clock][k])) if k > 1 else 0.0
-            running = max(running, best[clock][k] + tail)
-            costs[clock][k] = running
-    return _Sweep(costs[0], costs[1], cpu, wall)
+                for clock in range(2):
+                    self._best[clock][k] = min(self._best[clock][k], drafted[clock])
+                    self._slowed[clock][k].append(sum(t[clock] - plain[clock] for t in after))
+                if seconds is not None and time.perf_counter() - start >= seconds:
+                    break
+        self._wall_seconds += time.perf_counter() - start
+        self._cpu_seconds += time.process_time() - cpu
+        return self.done
+
+    def timings(self) -> _Timings:
+        costs: list[dict[int, float]] = []
+        for clock in range(2):
+            costs.append({})
+            running = 0.0
+            for k in self.sizes:
+                slowed = self._slowed[clock][k]
+                tail = max(0.0, statistics.median(slowed)) if k > 1 and slowed else 0.0
+                running = max(running, self._best[clock][k] + tail)
+                costs[clock][k] = running
+        return _Timings(costs[0], costs[1], self._cpu_seconds, self._wall_seconds)
 
 
 class CostsByThreads:
@@ -369,20 +474,26 @@ class CostsByThreads:
     sharing a core (a 2-token pass at 3-4.5x a plain one, 4 tokens at 6-14x, on a 2-core AMD EPYC
     beside two busy processes), and a new user's first answers drafted nothing at all; timed
     alone, it priced passes the runtime was not running. Each count's table is timed on that
-    count, when passes first run on it (a count with a core for each thread times cleanly beside
-    a busy process), kept as any table is, and prices the passes that run on it."""
+    count (a count with a core for each thread times cleanly beside a busy process), kept as any
+    table is, and prices the passes that run on it: the first count's when the model loads
+    (`calibrate`), a count met later a slice after each answer, the nearest count's table
+    standing in until then (`BlockCostTable.stand_in`)."""
 
     def __init__(self, backend, key: str) -> None:
         self._backend, self._key = backend, key
         self._tables: dict[int, BlockCostTable] = {}
 
     def table(self) -> BlockCostTable:
-        """The table of the count the next pass runs on (the one running, inside `timing`)."""
+        """The table of the count the next pass runs on (the one running, inside `timing`): a
+        count first met while another's table prices passes stands in on it until timed."""
         by_load = getattr(self._backend, "threads_by_load", None)
         count = by_load.threads if by_load is not None else self._backend.threads
         table = self._tables.get(count)
         if table is None:
             table = self._tables[count] = BlockCostTable(self._backend, self._key, count)
+            priced = [other for other in self._tables.values() if other.priced()]
+            if priced:  # the nearest count's shape
+                table.stand_in(min(priced, key=lambda other: abs(other.threads - count)))
         return table
 
     def cost(self, k: int) -> float:

@@ -233,6 +233,62 @@ def test_a_table_timed_beside_processes_that_take_its_cores_has_its_passes_shape
     assert BlockCostTable.kept("stand-in", runtime.device, getattr(runtime, "threads", "")) is None
 
 
+@pytest.mark.measured_costs
+def test_a_count_met_in_an_answer_is_priced_at_once_and_timed_a_slice_after_each_answer(
+    char_ngram_model, tmp_path, monkeypatch
+):
+    """A thread count first met in the middle of an answer (the load changed) is priced by the
+    table at hand, with no pass timed there (its whole sweep stalled the answer: 2.3 s on one
+    thread for the bundled model); after each answer a slice of its own sweep is timed, behind
+    the cache as it is and given back; whole, its own costs price its passes and are kept."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    at_hand = BlockCostTable(runtime, "stand-in", threads=2)
+    assert at_hand.cost(4) == pytest.approx(2.5)
+    runtime.pass_seconds = lambda k: 3.0 + k  # this count's passes: another shape
+    runtime.prefill([1, 2, 3])
+    met = BlockCostTable(runtime, "stand-in", threads=1)
+    met.stand_in(at_hand)
+    clock = runtime.clock
+    assert [met.cost(k) for k in (1, 4, 8)] == [at_hand.cost(k) for k in (1, 4, 8)]
+    assert runtime.clock == clock and met.standing_in  # nothing timed
+    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", 100.0)  # modelled seconds a slice
+    slices = 0
+    while met.standing_in:
+        met.keep()  # the engine, after an answer
+        slices += 1
+        assert runtime.n_committed == 3  # the cache as the answer left it
+        assert slices < 100
+    assert slices > 1
+    for k in (1, 4, 8):
+        assert met.cost(k) == pytest.approx(3.0 + k)
+    kept = BlockCostTable.kept("stand-in", runtime.device, 1)
+    assert kept is not None and kept.cost(4) == pytest.approx(7.0)
+    # a count whose table was kept needs no stand-in
+    again = BlockCostTable(runtime, "stand-in", threads=1)
+    again.stand_in(at_hand)
+    assert not again.standing_in and again.cost(4) == pytest.approx(7.0)
+
+
+@pytest.mark.measured_costs
+def test_a_slice_waits_for_an_answer_that_leaves_room_for_the_largest_pass(
+    char_ngram_model, tmp_path, monkeypatch
+):
+    """After an answer that filled the context, no slice is timed (the largest size would not
+    fit behind it): the stand-in prices on, and the next answer's end times it."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    at_hand = BlockCostTable(runtime, "stand-in", threads=2)
+    assert at_hand.cost(1) == pytest.approx(1.0)
+    met = BlockCostTable(runtime, "stand-in", threads=1)
+    met.stand_in(at_hand)
+    runtime.prefill([1] * (runtime.n_ctx - 8))
+    clock = runtime.clock
+    met.keep()
+    assert runtime.clock == clock and met.standing_in
+    runtime.rollback(0)
+    met.keep()
+    assert runtime.clock > clock and runtime.n_committed == 0
+
+
 @pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
     reason="pins a process's two threads to one of two or more cores",

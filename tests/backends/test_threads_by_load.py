@@ -299,8 +299,13 @@ def test_passes_are_priced_by_a_table_timed_on_the_count_they_run_on(
     """Beside a busy process the passes run on one thread, and the policy prices drafts by a
     table timed on that one thread (with a core of its own): timed on both threads, the busy
     moment's barrier stalls priced a 2-token pass at several plain ones and a new user's first
-    answer drafted nothing. When the load goes, the full count's table is timed on it."""
+    answer drafted nothing. When the load goes in the middle of an answer, the answer goes on at
+    once, priced by the one-thread table (timing the full count there stalled it for the whole
+    sweep); the full count's own table is timed on it a slice after each answer, then kept."""
+    from specchat.backends import block_cost
+
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", 0.0)  # one size's passes a slice
     backend, runtime_threads = backend_on_two_threads(bundled_gguf, "int4")
     load = Readings(ONE_BUSY_PROCESS)
     backend.threads_by_load = ThreadsByLoad(2, load, cores=2)
@@ -317,12 +322,25 @@ def test_passes_are_priced_by_a_table_timed_on_the_count_they_run_on(
         backend.prefill(chat_prompt_ids(backend, [ChatMessage("user", "Name a river.")]))
         assert backend.block_cost(4) > backend.block_cost(1) > 0
         assert set(ran_on) == {1} and len(ran_on) > 20  # timed now, all on one thread
+        one_thread = [backend.block_cost(k) for k in (1, 2, 4, 8)]
         load.others = ALONE
         for _ in range(CONFIRM):
             backend.evaluate(Block.chain([1]))
         ran_on.clear()
+        two_threads = backend._costs.table()
+        assert [backend.block_cost(k) for k in (1, 2, 4, 8)] == one_thread
+        assert two_threads.standing_in and ran_on == []  # nothing timed inside the answer
+        # a slice: the first pass, one size's settled passes, its pass and the passes after it
+        slice_passes = 2 * block_cost._SETTLE + 2
+        after_answers = 0
+        while two_threads.standing_in and after_answers < 100:
+            backend.keep_costs()  # what the engine does after each answer
+            after_answers += 1
+            assert 0 < len(ran_on) <= slice_passes and set(ran_on) == {2}
+            ran_on.clear()
+        assert not two_threads.standing_in and after_answers > 1
         assert backend.block_cost(4) > backend.block_cost(1) > 0
-        assert set(ran_on) == {2} and len(ran_on) > 20
+        assert [backend.block_cost(k) for k in (1, 2, 4, 8)] != one_thread  # its own now
     finally:
         backend.close()
 
