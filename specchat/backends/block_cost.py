@@ -327,7 +327,9 @@ class BlockCostTable:
         if whole:
             self._take(sweep)
             if not self._timed_busy:
-                self._save()
+                # after an answer: a cache that cannot be written stops nothing
+                with contextlib.suppress(OSError):
+                    self._save()
 
 
 def _sizes(backend) -> list[int]:

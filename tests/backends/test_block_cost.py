@@ -289,6 +289,26 @@ def test_a_slice_waits_for_an_answer_that_leaves_room_for_the_largest_pass(
     assert runtime.clock > clock and runtime.n_committed == 0
 
 
+@pytest.mark.measured_costs
+def test_a_table_timed_after_an_answer_that_cannot_be_written_stops_nothing(
+    char_ngram_model, tmp_path, monkeypatch
+):
+    """The slice that completes a stand-in's table runs after an answer, inside the engine's
+    generation: a cache that cannot be written leaves the costs to this run, never an error
+    after an answer that was whole."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    at_hand = BlockCostTable(runtime, "stand-in", threads=2)
+    assert at_hand.cost(1) == pytest.approx(1.0)
+    met = BlockCostTable(runtime, "stand-in", threads=1)
+    met.stand_in(at_hand)
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(blocked / "cache"))  # under a file: unwritable
+    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", 1e9)  # the whole sweep in one slice
+    met.keep()
+    assert not met.standing_in and met.cost(4) == pytest.approx(2.5)
+
+
 @pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
     reason="pins a process's two threads to one of two or more cores",
