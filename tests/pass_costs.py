@@ -56,7 +56,6 @@ def _fixed_measure_all(table: BlockCostTable) -> None:
 def _fixed_slice(table: BlockCostTable) -> None:
     """A stand-in's own table, after an answer: the fixed costs at once (`_fixed_measure_all`)."""
     table._sweep = None
-    table._standing_in = False
     table._costs.clear()
     _fixed_measure_all(table)
     table._memo.clear()

@@ -83,8 +83,8 @@ class BlockCostTable:
         self._latest_plain: deque[float] = deque(maxlen=_REFERENCE)  # settled plain seconds
         self._drafted: dict[int, deque[float]] = {}  # per size: seconds ÷ the plain reference
         self._raised: dict[int, float] = {}  # per size: what use showed beyond the table
-        self._standing_in = False  # priced from another count's table (`stand_in`)
-        self._sweep: _Sweep | None = None  # this count's own, timed a slice after each answer
+        # a stand-in's own sweep, timed a slice after each answer (None: not standing in)
+        self._sweep: _Sweep | None = None
 
     @property
     def threads(self) -> object:
@@ -204,7 +204,7 @@ class BlockCostTable:
         table timed while the machine was busy, whose shape is the busy moment's, nor for a
         refinement from passes that lacked the cores, nor for a stand-in's: a slice of its own
         sweep is timed instead)."""
-        if self._standing_in:
+        if self.standing_in:
             self._time_slice()
         elif self._unsaved and not self._timed_busy and not self._refined_busy:
             self._unsaved = False
@@ -217,12 +217,11 @@ class BlockCostTable:
         neither."""
         if not self._loaded:
             self._load()
-        if (not self._costs or self._standing_in) and progress:
+        if (not self._costs or self.standing_in) and progress:
             progress("measuring pass costs (once per model)")
-        if self._standing_in:  # asked to measure now: the rest of its sweep
+        if self.standing_in:  # asked to measure now: the rest of its sweep
             self._measure_all()
-            if not self._timed_busy:
-                self._save()
+            self._keep_timed()
         self._measured()
         unknown = self._exactness is None
         if unknown and self._exactness_key not in self._read(_EXACTNESS_FILE) and progress:
@@ -247,7 +246,13 @@ class BlockCostTable:
             self._load()
         if not self._costs:
             self._measure_all()
-            if not self._timed_busy:
+            self._keep_timed()
+
+    def _keep_timed(self) -> None:
+        """Write costs just timed, unless timed while the machine was busy (a cache that cannot
+        be written stops nothing: a slice's table is taken after a whole answer)."""
+        if not self._timed_busy:
+            with contextlib.suppress(OSError):
                 self._save()
 
     def cost(self, k: int) -> float:
@@ -289,7 +294,7 @@ class BlockCostTable:
             self._costs.update({k: scale * seconds for k, seconds in timed.cpu.items()})
         else:
             self._costs.update(timed.wall)
-        self._sweep, self._standing_in, self._unsaved = None, False, False
+        self._sweep, self._unsaved = None, False
         self._raised.clear()
         self._memo.clear()
 
@@ -304,13 +309,12 @@ class BlockCostTable:
         if self._costs or not other.priced():
             return
         self._costs.update({k: other._table_cost(k) for k in other._costs})
-        self._standing_in = True
         self._sweep = _Sweep(self._backend, _sizes(self._backend), _REPEATS, self._threads)
 
     @property
     def standing_in(self) -> bool:
         """Priced from another count's table, its own sweep not yet whole (`stand_in`)."""
-        return self._standing_in
+        return self._sweep is not None
 
     def priced(self) -> bool:
         """Whether this table has costs now (kept, timed or standing in), timing nothing."""
@@ -326,10 +330,7 @@ class BlockCostTable:
             whole = sweep.run(_SLICE_SECONDS)
         if whole:
             self._take(sweep)
-            if not self._timed_busy:
-                # after an answer: a cache that cannot be written stops nothing
-                with contextlib.suppress(OSError):
-                    self._save()
+            self._keep_timed()
 
 
 def _sizes(backend) -> list[int]:
