@@ -123,7 +123,10 @@ class BlockCostTable:
             self._costs.clear()
 
     def _save(self) -> None:
-        self._write(_COSTS_FILE, {str(k): v for k, v in sorted(self._costs.items())})
+        """Keep the costs; a cache that cannot be written stops nothing (they are written after
+        an answer, or before one, and serve this run either way)."""
+        with contextlib.suppress(OSError):
+            self._write(_COSTS_FILE, {str(k): v for k, v in sorted(self._costs.items())})
 
     @contextlib.contextmanager
     def timing(self, block: Block) -> Iterator[None]:
@@ -208,8 +211,7 @@ class BlockCostTable:
             self._time_slice()
         elif self._unsaved and not self._timed_busy and not self._refined_busy:
             self._unsaved = False
-            with contextlib.suppress(OSError):  # a cache that cannot be written stops nothing
-                self._save()
+            self._save()
 
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         """Measure now what was never measured for this backend — the pass costs and the
@@ -249,11 +251,9 @@ class BlockCostTable:
             self._keep_timed()
 
     def _keep_timed(self) -> None:
-        """Write costs just timed, unless timed while the machine was busy (a cache that cannot
-        be written stops nothing: a slice's table is taken after a whole answer)."""
+        """Write costs just timed, unless timed while the machine was busy."""
         if not self._timed_busy:
-            with contextlib.suppress(OSError):
-                self._save()
+            self._save()
 
     def cost(self, k: int) -> float:
         known = self._memo.get(k)
