@@ -18,3 +18,9 @@ def first_line(error: BaseException) -> str:
 class HistoryError(SpecchatError):
     """The chat database cannot be used: corrupt, locked by another process past the timeout, or
     written by a newer specchat. One line; the CLI exits with 2, the TUI shows a notification."""
+
+
+class FolderError(SpecchatError, OSError):
+    """A folder specchat keeps files in cannot be made or written to (locations.py). An OSError
+    too: where a write is optional (a cost table, after an answer) the callers that already let
+    an unwritable cache stop nothing catch it as one."""

@@ -10,12 +10,23 @@ from pathlib import Path
 
 import platformdirs
 
+from specchat.errors import FolderError
+
 APP_NAME = "specchat"
 
 
 def _dir(env_var: str, default: str) -> Path:
+    """The folder, made if missing; one that cannot be made or written to is the user's to fix
+    (a variable pointing at a file, a read-only disk): one line naming it and the variable."""
     path = Path(os.environ.get(env_var) or default)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FolderError(
+            f"cannot use {path} as a folder ({exc.strerror or exc}); set {env_var} to one you can write to"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise FolderError(f"cannot write to {path}; set {env_var} to a folder you can write to")
     return path
 
 

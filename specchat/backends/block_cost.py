@@ -238,7 +238,8 @@ class BlockCostTable:
                 self._exactness = Exactness(bool(kept["bitwise"]), float(kept["max_difference"]))
             except (TypeError, KeyError, ValueError):
                 self._exactness = probe_exactness(self._backend)
-                self._write(_EXACTNESS_FILE, self._exactness.as_dict(), self._exactness_key)
+                with contextlib.suppress(OSError):  # unkept, it serves this run (as `_save`)
+                    self._write(_EXACTNESS_FILE, self._exactness.as_dict(), self._exactness_key)
         return self._exactness
 
     def _measured(self) -> None:

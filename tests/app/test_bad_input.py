@@ -196,6 +196,18 @@ def test_a_broken_gguf_file_is_one_line(tmp_path: Path, bundled_gguf: Path, kind
     one_line_error(run_process("ask", "hi", "--model", str(broken)), str(broken.name))
 
 
+@pytest.mark.parametrize(
+    "variable", ["SPECCHAT_CACHE_DIR", "SPECCHAT_DATA_DIR", "SPECCHAT_CONFIG_DIR"]
+)
+def test_a_folder_that_cannot_be_made_is_one_line_naming_its_variable(tmp_path: Path, variable):
+    """A variable that points under a file (a typo, a stale path): the answer cannot be kept or
+    the runtime built there, so the run stops with the folder and the variable to change."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    ran = run_process("ask", "hi", "--max-tokens", "4", env={variable: str(a_file / "specchat")})
+    one_line_error(ran, str(a_file / "specchat"), variable)
+
+
 def test_a_hugging_face_directory_without_weights_is_one_line(tmp_path: Path):
     from tests.tiny_models import tiny_model, tiny_tokenizer
 

@@ -309,6 +309,16 @@ def test_a_table_timed_after_an_answer_that_cannot_be_written_stops_nothing(
     assert not met.standing_in and met.cost(4) == pytest.approx(2.5)
 
 
+def test_a_probe_whose_cache_cannot_be_written_still_serves_the_run(
+    char_ngram_model, tmp_path, monkeypatch
+):
+    """Exactness is probed before a model's first answer: a cache that cannot keep the result
+    leaves it to this run (probed again next time), never an error in place of the answer."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    (tmp_path / block_cost._EXACTNESS_FILE).mkdir()  # a folder where the file goes: unwritable
+    assert BlockCostTable(runtime, "probed", threads=2).exactness().bitwise
+
+
 @pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
     reason="pins a process's two threads to one of two or more cores",
