@@ -31,6 +31,7 @@ from specchat.backends.registry import (
 from specchat.bundled import DEFAULT_SPEC, bundled_gguf, default_draft_reason
 from specchat.devices import AUTO, DEVICES, pick
 from specchat.errors import SpecchatError
+from specchat.hardware import usable_threads
 from specchat.hf_files import (
     ModelName,
     choose_files,
@@ -201,7 +202,7 @@ class LoadOptions:
             model_folders=tuple(config.model_folders),
             backend=config.backend,
             device=config.device,
-            threads=config.threads or threads,
+            threads=usable_threads(config.threads) if config.threads else threads,
             n_ctx=config.n_ctx,
             dtype=config.dtype,
             base_url=config.base_url,

@@ -12,6 +12,7 @@ import typer
 
 from specchat import __version__, cpu
 from specchat.errors import SpecchatError
+from specchat.hardware import usable_threads
 from specchat.options import ASK, BENCH, CHAT, COMPARE, RunConfig, cli_parameters, resolve
 from specchat.settings import load_settings
 
@@ -60,6 +61,12 @@ def run_config(command: str, flags: dict[str, object]) -> tuple[RunConfig, RunCo
     settings, broken = load_settings()
     config = resolve(settings, flags, command)
     cpu.apply(config.cpu)  # before anything computes: torch reads its cap once
+    if config.threads and usable_threads(config.threads) < config.threads:  # (LoadOptions.of)
+        typer.echo(
+            f"specchat: note: {config.threads} threads asked for, but this machine has "
+            f"{usable_threads(config.threads)} CPUs: using {usable_threads(config.threads)}",
+            err=True,
+        )
     return settings, config, broken
 
 

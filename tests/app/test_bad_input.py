@@ -10,6 +10,7 @@ test_remote_cli.py; docs/reliability.md lists them all.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -206,6 +207,23 @@ def test_a_folder_that_cannot_be_made_is_one_line_naming_its_variable(tmp_path: 
     a_file.write_text("")
     ran = run_process("ask", "hi", "--max-tokens", "4", env={variable: str(a_file / "specchat")})
     one_line_error(ran, str(a_file / "specchat"), variable)
+
+
+def test_more_threads_than_cpus_answers_on_the_cpus_with_one_note():
+    """`--threads 999` on a small machine: threads past the CPUs only wait on each other at every
+    barrier (the answer never came), so the run uses the CPUs there are and says so once."""
+    cpus = os.cpu_count() or 1
+    ran = run_process(
+        "ask", "Say hi.", "--threads", str(cpus + 997), "--max-tokens", "4", timeout=240
+    )
+    stderr = ran.stderr.decode("utf-8", "replace")
+    assert ran.returncode == 0, stderr
+    assert ran.stdout.strip(), "an answer came"
+    (line,) = [line for line in stderr.splitlines() if line.startswith("specchat: ")]
+    assert line == (
+        f"specchat: note: {cpus + 997} threads asked for, but this machine has {cpus} CPUs: "
+        f"using {cpus}"
+    )
 
 
 def test_a_hugging_face_directory_without_weights_is_one_line(tmp_path: Path):
