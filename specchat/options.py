@@ -98,7 +98,11 @@ class RunConfig:
         choices=DEVICES,
     )  # fmt: skip
     threads: int | None = option(
-        None, "CPU threads (default: the physical cores; at most the CPUs)", minimum=1, maximum=1024, legacy_unset=0
+        None,
+        "CPU threads (default: the physical cores; at most the CPUs)",
+        minimum=1,
+        maximum=1024,
+        legacy_unset=0,
     )
     cpu: str | None = option(
         None,

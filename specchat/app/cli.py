@@ -6,6 +6,7 @@ import functools
 import inspect
 import json
 import sys
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -126,6 +127,20 @@ def _parse_params(values: list[str]) -> dict[str, object]:
     return params
 
 
+def _variant_params(
+    config: RunConfig, raw: dict[str, object]
+) -> tuple[RunConfig, dict[str, object]]:
+    """`-d suffix:head=false`, as compare and bench spell a decoder with parameters: the decoder,
+    and its parameters as `--param suffix.head=false` (checked before the model loads)."""
+    if not config.decoder or ":" not in config.decoder:
+        return config, raw
+    from specchat.evaluation.variants import parse_variant
+
+    variant = parse_variant(config.decoder)
+    own = {f"{variant.name}.{key}": value for key, value in variant.values().items()}
+    return replace(config, decoder=variant.name), {**raw, **own}
+
+
 def ask(
     prompt: Annotated[str, typer.Argument(help="the question (or text to continue with --raw)")],
     param: ParamOpt = [],  # noqa: B006 - typer reads the default
@@ -166,12 +181,13 @@ def ask(
     attached = gather(files, piped())  # before the model loads: a bad file is one line
     settings, config, broken = run_config(ASK, flags or {})
     _warn(broken)
+    config, raw_params = _variant_params(config, _parse_params(param))
     code = run_ask(
         with_attachments(prompt, attached),
         config,
         title=prompt,
         attached=attached_spans(attached),
-        raw_params=_parse_params(param),
+        raw_params=raw_params,
         system=config.system_prompt,
         stop=tuple(stop),
         raw=raw,

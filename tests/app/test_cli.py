@@ -108,6 +108,7 @@ def test_models_lists_the_bundled_default():
         (("ask", "word " * 300, "--n-ctx", "128", "--raw", "--backend", "hf"), "context window"),
         (("ask", "hi", "--max-tokens", "0"), "--max-tokens"),
         (("ask", "hi", "--threads", "0"), "--threads"),
+        (("ask", "hi", "-d", "suffix:nope=1"), "decoder 'suffix' has no parameter 'nope'"),
         (("-p", "num_beams=0"), "num_beams"),
         (("-p", "no_such_param=1"), "no_such_param"),
         (("ask",), "Missing"),
@@ -243,6 +244,24 @@ def test_ask_explain_shows_the_drafts(tmp_path):
     assert answer_text.strip() == done["text"].strip()
     assert "tokens per step" in explained and "oracle" in explained
     assert "rejected" in explained and "landed" in explained
+
+
+def test_ask_takes_a_decoder_with_parameters_as_compare_spells_it():
+    """`-d pld:fixed_draft=5` (compare's and bench's spelling) sets the parameter as `--param`
+    would: drafts five tokens long on a line to copy where one token long drafts less."""
+    drafted = {}
+    for length in (1, 5):
+        asked = run_cli(
+            "ask", COPYING, "-d", f"pld:fixed_draft={length}", "--max-tokens", "24",
+            "--json", "--explain", "--no-log",
+        )  # fmt: skip
+        assert asked.returncode == 0, asked.stderr
+        events = [json.loads(line) for line in asked.stdout.splitlines()]
+        assert events[-1]["decoder"] == "pld"
+        (figures,) = [e["figures"] for e in events if e["type"] == "drafts"]
+        assert figures["drafted"] <= length * figures["steps"]
+        drafted[length] = figures["drafted"] / figures["steps"]
+    assert drafted[5] > drafted[1]
 
 
 def test_a_temperature_greedy_cannot_take_is_blamed_on_the_settings_file(tmp_path):
