@@ -16,8 +16,10 @@ APP_NAME = "specchat"
 
 
 def _dir(env_var: str, default: str) -> Path:
-    """The folder, made if missing; one that cannot be made or written to is the user's to fix
-    (a variable pointing at a file, a read-only disk): one line naming it and the variable."""
+    """The folder, made if missing; one that cannot be made is the user's to fix (a variable
+    pointing under a file, a folder without permission): one line naming it and the variable.
+    (A folder that exists but is read-only is not refused here: a read-only settings folder
+    still serves; each write says for itself what it could not keep.)"""
     path = Path(os.environ.get(env_var) or default)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -25,8 +27,6 @@ def _dir(env_var: str, default: str) -> Path:
         raise FolderError(
             f"cannot use {path} as a folder ({exc.strerror or exc}); set {env_var} to one you can write to"
         ) from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise FolderError(f"cannot write to {path}; set {env_var} to a folder you can write to")
     return path
 
 

@@ -62,10 +62,11 @@ def run_config(command: str, flags: dict[str, object]) -> tuple[RunConfig, RunCo
     settings, broken = load_settings()
     config = resolve(settings, flags, command)
     cpu.apply(config.cpu)  # before anything computes: torch reads its cap once
-    if config.threads and usable_threads(config.threads) < config.threads:  # (LoadOptions.of)
+    usable = usable_threads(config.threads) if config.threads else None
+    if usable is not None and usable < config.threads:  # LoadOptions.of runs on `usable`
         typer.echo(
             f"specchat: note: {config.threads} threads asked for, but this machine has "
-            f"{usable_threads(config.threads)} CPUs: using {usable_threads(config.threads)}",
+            f"{usable} CPUs: using {usable}",
             err=True,
         )
     return settings, config, broken
