@@ -21,6 +21,6 @@ class HistoryError(SpecchatError):
 
 
 class FolderError(SpecchatError, OSError):
-    """A folder specchat keeps files in cannot be made (locations.py). An OSError
-    too: where a write is optional (a cost table, after an answer) the callers that already let
-    an unwritable cache stop nothing catch it as one."""
+    """A folder specchat keeps files in cannot be made (locations.py). An OSError too: where a
+    write is optional (a cost table, after an answer) the callers that already let an unwritable
+    cache stop nothing catch it as one."""
