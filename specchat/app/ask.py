@@ -6,6 +6,7 @@ later answers — in the TUI or another `ask` — can draft from it; `--no-log` 
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from specchat import cpu
 from specchat.answer_steps import AnswerSteps, draft_figures
 from specchat.answers import AnswerRecord, build_engine, open_model
 from specchat.app.drafts_view import explanation
-from specchat.app.foreground import generating
+from specchat.app.foreground import AnswerOutput, generating
 from specchat.backends.base import Backend, Exactness
 from specchat.decoding.registry import decoder_class
 from specchat.engine.events import DoneEvent, StepEvent
@@ -119,8 +120,9 @@ def run_ask(
     title: str | None = None,
     attached: list[tuple[str, int]] | None = None,
 ) -> int:
-    """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 2 when a remote server
-    broke the answer off (what arrived is printed first). No decoder in `config`: the backend's
+    """Returns the exit code: 0, 130 when Ctrl+C stopped the answer, 141 (as a shell says of a
+    command SIGPIPE ended) when stdout's reader went away, 2 when a remote server broke the
+    answer off (what arrived is printed first). No decoder in `config`: the backend's
     default (`run_config.chosen_decoder`); `raw_params` as `--param` gave them; `attached`: the
     files at the start of `prompt` (`attachments.attached_spans`), kept with the question."""
     decoder = config.decoder
@@ -152,6 +154,7 @@ def run_ask(
 
     # in this thread, where the model was loaded (foreground.py)
     with generating(engine, request) as (events, interrupted):
+        out = AnswerOutput(interrupted)
         try:
             for event in events:
                 if isinstance(event, StepEvent):
@@ -161,30 +164,29 @@ def run_ask(
                         # nothing to show, and --json lists only steps that added something
                         continue
                     if as_json:
-                        print(_step_json(event, rejected), flush=True)
+                        out.write(_step_json(event, rejected) + "\n")
                     else:
                         run_colour = (
                             COLOUR_BLIND_SAFE.colour(len(event.tokens), event.source, colour_by)
                             if colour
                             else None
                         )
-                        sys.stdout.write(ansi(run_colour, event.text) if run_colour else event.text)
-                        sys.stdout.flush()
+                        out.write(ansi(run_colour, event.text) if run_colour else event.text)
                 elif isinstance(event, DoneEvent):
                     steps = answer.finish(event)
                     if as_json:
                         if explain:
-                            print(_drafts_json(steps), flush=True)
-                        print(_done_json(event, answer.decoder, exactness, loaded), flush=True)
+                            out.write(_drafts_json(steps) + "\n")
+                        out.write(_done_json(event, answer.decoder, exactness, loaded) + "\n")
                     else:
-                        sys.stdout.write("\n")
-                        if event.finish_reason == "cancelled":
+                        out.write("\n")
+                        if event.finish_reason == "cancelled" and not out.gone:
                             sys.stderr.write("[stopped]\n")
                         inexact = not_target_distribution(event.stats.distance_per_token)
                         if inexact:
                             sys.stderr.write(f"[{inexact}]\n")
                         if explain:
-                            _explain(steps, event, colour_by)
+                            out.run(functools.partial(_explain, steps, event, colour_by))
                     if engine.note and not as_json:  # what a remote server reported
                         sys.stderr.write(f"[{server_summary(event, engine.note)}]\n")
                     if event.error:
@@ -201,6 +203,8 @@ def run_ask(
                 saved.close()
             if store is not None:
                 store.close()
+    if out.gone:
+        return 141
     if interrupted.is_set():
         return 130
     return 2 if failed else 0

@@ -11,9 +11,11 @@ one model thread (`model_thread.py`) and never computes in its main thread.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from specchat.engine.events import Event
 from specchat.engine.protocol import AnswerEngine, GenerationRequest
@@ -35,3 +37,29 @@ def generating(
         yield engine.generate(request, cancel=interrupted), interrupted
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class AnswerOutput:
+    """Where an answer is written on stdout: a reader that goes away (`ask … | head`) stops the
+    answer as Ctrl+C does, at the next step (`stop`), and what was generated is kept as it is
+    then; nothing more is written, and no error is shown for it (`gone` says so)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.gone = False
+        self._stop = stop
+
+    def write(self, text: str) -> None:
+        self.run(lambda: (sys.stdout.write(text), sys.stdout.flush()))
+
+    def run(self, write: Callable[[], object]) -> None:
+        if self.gone:
+            return
+        try:
+            write()
+        except BrokenPipeError:
+            self.gone = True
+            self._stop.set()
+            # Python flushes stdout once more at exit: point it at nothing, so that cannot fail
+            nothing = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(nothing, sys.stdout.fileno())
+            os.close(nothing)

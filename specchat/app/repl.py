@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 from specchat.answers import build_engine, open_model
-from specchat.app.foreground import generating
+from specchat.app.foreground import AnswerOutput, generating
 from specchat.backends.base import ChatMessage
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.errors import SpecchatError
@@ -52,12 +50,14 @@ def run_repl(config: RunConfig) -> None:
         )
         answer = ""
         # in this thread, where the model was loaded (foreground.py); Ctrl+C ends the answer
-        with generating(engine, request) as (events, _):
+        with generating(engine, request) as (events, interrupted):
+            out = AnswerOutput(interrupted)
             for event in events:
                 if isinstance(event, StepEvent):
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
+                    out.write(event.text)
                 elif isinstance(event, DoneEvent):
                     answer = event.text
+        if out.gone:  # the reader of a pipe went away (`specchat | head`): as a shell says
+            raise SystemExit(141)
         print()
         history.append(ChatMessage("assistant", answer))

@@ -164,6 +164,57 @@ def test_ctrl_c_keeps_what_was_generated():
     assert "Traceback" not in err
 
 
+def test_a_reader_that_goes_away_stops_the_answer_and_keeps_what_came(tmp_path):
+    """`specchat ask "…" | head -c 40`: once the pipe's reader has gone the answer stops, as
+    Ctrl+C stops it, with no traceback and the shell's code for a closed pipe (141); the chat
+    store keeps the answer as far as it got."""
+    from specchat.history import HistoryStore
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specchat",
+            "ask",
+            "Tell me a very long story.",
+            "--max-tokens",
+            "2000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "SPECCHAT_DATA_DIR": str(tmp_path)},
+    )
+    seen = proc.stdout.read(40)
+    proc.stdout.close()  # as `head -c 40` exits
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err.decode()
+    assert b"Traceback" not in err and not err.strip(), err.decode()
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    (chat,) = store.list_chats()
+    answer = store.messages(chat.id)[1]
+    assert answer.role == "assistant" and answer.finish_reason == "cancelled"
+    assert answer.content.startswith(seen.decode("utf-8", "ignore")[:20])
+    assert 0 < answer.stats.generated_tokens < 2000
+
+
+def test_the_line_mode_chat_ends_quietly_when_its_reader_goes_away():
+    """`echo "…" | specchat | head -c 80`: the line-mode chat stops at once, no traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specchat", "--max-tokens", "2000"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdin.write(b"Tell me a very long story.\n")
+    proc.stdin.close()
+    proc.stdout.read(120)  # the banner, the prompt and the answer's start
+    proc.stdout.close()
+    proc.wait(timeout=120)
+    err = proc.stderr.read()
+    assert proc.returncode == 141, err.decode()
+    assert not err.strip(), err.decode()
+
+
 def test_a_draft_with_another_vocabulary_is_refused(tmp_path):
     import torch
 
