@@ -20,8 +20,8 @@ from specchat.bench.history import BenchHistory
 from specchat.bench.llama_server import stopped_when_terminated
 from specchat.bench.peers import peers_for
 from specchat.bench.report import markdown, print_report
-from specchat.bench.runner import run_benchmark
-from specchat.bench.summary import summarize
+from specchat.bench.runner import question_rows
+from specchat.bench.summary import QuestionRow, summarize
 from specchat.decoding.registry import baseline_name, default_race
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import line_up_entrants
@@ -82,6 +82,7 @@ def run_bench(
             *library_peers,
         ]
         total = sum(len(q.turns) for q in questions) * len(methods) * repeats
+        stopped: int | None = None  # questions finished, where Ctrl+C stopped the run
         try:
             with Progress(
                 TextColumn("[bold]bench"),
@@ -93,22 +94,32 @@ def run_bench(
             ) as progress:
                 task = progress.add_task("runs", total=total)
                 with BenchHistory(loaded) if history else nullcontext() as saved:
-                    rows = run_benchmark(
-                        loaded,
-                        questions,
-                        methods,
-                        baseline=baseline_name(),
-                        max_tokens=max_tokens,
-                        repeats=repeats,
-                        on_run=lambda: progress.advance(task),
-                        saved=saved,
-                        sampling=sampling,
-                    )
+                    rows: list[QuestionRow] = []
+                    try:
+                        for finished in question_rows(
+                            loaded,
+                            questions,
+                            methods,
+                            baseline=baseline_name(),
+                            max_tokens=max_tokens,
+                            repeats=repeats,
+                            on_run=lambda: progress.advance(task),
+                            saved=saved,
+                            sampling=sampling,
+                        ):
+                            rows += finished
+                    except KeyboardInterrupt:  # Ctrl+C: the questions finished are reported
+                        if not rows:
+                            raise
+                        stopped = len({r.question_id for r in rows})
         finally:
             for peer in library_peers:  # peers that run a server stop it
                 peer.close()
-    memory["after"] = _memory_reading(loaded)
+    memory["after"] = _memory_reading(loaded) if stopped is None else None
     summary = summarize(rows, baseline_name())
+    asked = len(questions)
+    if stopped is not None:
+        questions = [q for q in questions if q.question_id in {r.question_id for r in rows}]
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {
         "machine": f"{cpu.cpu_name()}, {os.cpu_count()} logical cores, {platform.system()}",
@@ -127,6 +138,8 @@ def run_bench(
         "memory": {when: r.as_dict() if r else None for when, r in memory.items()},
         "versions": _versions(),
         "decoder_params": per,
+        # Ctrl+C stopped the run: how many of the questions it reports (None: all of them)
+        "stopped_after": stopped,
     }
     console = Console(file=sys.stdout)
     where = environment["cpu"] or loaded.device
@@ -167,6 +180,9 @@ def run_bench(
         _write_atomically(
             Path(markdown_out), markdown(summary, ordered_categories, rows, command, environment)
         )
+    if stopped is not None:
+        sys.stderr.write(f"[stopped after {stopped} of {asked} questions: the report is theirs]\n")
+        raise KeyboardInterrupt
 
 
 def _memory_reading(loaded) -> memory_probe.MemoryReading | None:

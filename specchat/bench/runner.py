@@ -12,7 +12,7 @@ methods the same store.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from specchat.backends.base import Backend, ChatMessage
@@ -77,8 +77,39 @@ def run_benchmark(
     """A row per question and method; `methods` start with the baseline. With a temperature
     every method samples (greedy's lane too: one pass a token, the speed baseline) and nothing
     is compared token for token."""
-    rows: list[QuestionRow] = []
+    return [
+        row
+        for rows in question_rows(
+            backend,
+            questions,
+            methods,
+            baseline=baseline,
+            max_tokens=max_tokens,
+            repeats=repeats,
+            on_run=on_run,
+            saved=saved,
+            sampling=sampling,
+        )  # fmt: skip
+        for row in rows
+    ]
+
+
+def question_rows(
+    backend: Backend,
+    questions: list[Question],
+    methods: Sequence[Entrant],
+    *,
+    baseline: str,
+    max_tokens: int,
+    repeats: int,
+    on_run: Callable[[], None] | None = None,
+    saved: BenchHistory | None = None,
+    sampling: SamplingParams = SamplingParams(),
+) -> Iterator[list[QuestionRow]]:
+    """`run_benchmark`'s rows a question at a time, as each question ends: a bench stopped
+    half-way reports the questions it finished."""
     for question in questions:
+        rows: list[QuestionRow] = []
         history: list[ChatMessage] = []
         totals = {m.label: MethodTotals() for m in methods}
         for turn_index, text in enumerate(question.turns):
@@ -124,4 +155,4 @@ def run_benchmark(
                     total.ending_tokens,
                 )
             )
-    return rows
+        yield rows

@@ -172,6 +172,41 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
 
 
 @pytest.mark.slow
+def test_ctrl_c_reports_the_questions_that_finished(tmp_path, monkeypatch):
+    """Ctrl+C as the second question's race begins (the real model answered the first): the
+    report and --json cover the first question and say the run stopped; exit 130."""
+    import specchat.bench.runner as runner
+
+    real, races = runner.race, []
+
+    def race(*args, **kwargs):
+        races.append(args)
+        if len(races) == 2:
+            raise KeyboardInterrupt  # as Python raises it where Ctrl+C finds the bench
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "race", race)
+    data = tmp_path / "q.jsonl"
+    data.write_text(
+        json.dumps({"question_id": 7, "category": "chat", "turns": ["Name a fruit."]})
+        + "\n"
+        + json.dumps({"question_id": 8, "category": "sum", "turns": ["Summarize: cats sleep."]})
+        + "\n"
+    )
+    out = tmp_path / "r.json"
+    result = run_cli(
+        "bench", "--data", str(data), "-d", "pld", "--max-tokens", "8", "--json", str(out)
+    )
+    assert result.returncode == 130, result.stderr
+    assert "[stopped after 1 of 2 questions: the report is theirs]" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "chat" in result.stdout and "overall" in result.stdout
+    report = json.loads(out.read_text())
+    assert [q["question_id"] for q in report["questions"]] == [7, 7]  # greedy and pld
+    assert set(report["summary"]["pld"]) == {"chat", "overall"}
+    assert report["environment"]["stopped_after"] == 1
+
+
 def test_bench_races_variants_at_a_temperature(tmp_path, bundled_gguf):
     """Variants of one decoder race side by side (`NAME:param=value`); with --temperature every
     method samples, nothing is judged token for token, and the soft-matching variant is labelled
