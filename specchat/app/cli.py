@@ -57,10 +57,24 @@ def run_command(name: str, target: typer.Typer | None = None):
     return decorate
 
 
+def _variant_decoder(config: RunConfig) -> RunConfig:
+    """A decoder spelt with parameters, as compare and bench race one (`-d pld:fixed_draft=10`,
+    or `decoder = "pld:fixed_draft=10"` in settings.toml): the decoder, its parameters for this
+    run as `--param pld.fixed_draft=10` sets them (`with_params`)."""
+    if not config.decoder or ":" not in config.decoder:
+        return config
+    from specchat.evaluation.variants import parse_variant
+    from specchat.run_config import with_params
+
+    variant = parse_variant(config.decoder)
+    own = {f"{variant.name}.{key}": value for key, value in variant.values().items()}
+    return with_params(replace(config, decoder=variant.name), own)
+
+
 def run_config(command: str, flags: dict[str, object]) -> tuple[RunConfig, RunConfig, str | None]:
     """(the settings file's values, this run's configuration, why the file was not usable)."""
     settings, broken = load_settings()
-    config = resolve(settings, flags, command)
+    config = _variant_decoder(resolve(settings, flags, command))
     cpu.apply(config.cpu)  # before anything computes: torch reads its cap once
     usable = usable_threads(config.threads) if config.threads else None
     if usable is not None and usable < config.threads:  # LoadOptions.of runs on `usable`
@@ -128,20 +142,6 @@ def _parse_params(values: list[str]) -> dict[str, object]:
     return params
 
 
-def _variant_params(
-    config: RunConfig, raw: dict[str, object]
-) -> tuple[RunConfig, dict[str, object]]:
-    """`-d suffix:head=false`, as compare and bench spell a decoder with parameters: the decoder,
-    and its parameters as `--param suffix.head=false` (checked before the model loads)."""
-    if not config.decoder or ":" not in config.decoder:
-        return config, raw
-    from specchat.evaluation.variants import parse_variant
-
-    variant = parse_variant(config.decoder)
-    own = {f"{variant.name}.{key}": value for key, value in variant.values().items()}
-    return replace(config, decoder=variant.name), {**raw, **own}
-
-
 def ask(
     prompt: Annotated[str, typer.Argument(help="the question (or text to continue with --raw)")],
     param: ParamOpt = [],  # noqa: B006 - typer reads the default
@@ -182,13 +182,12 @@ def ask(
     attached = gather(files, piped())  # before the model loads: a bad file is one line
     settings, config, broken = run_config(ASK, flags or {})
     _warn(broken)
-    config, raw_params = _variant_params(config, _parse_params(param))
     code = run_ask(
         with_attachments(prompt, attached),
         config,
         title=prompt,
         attached=attached_spans(attached),
-        raw_params=raw_params,
+        raw_params=_parse_params(param),
         system=config.system_prompt,
         stop=tuple(stop),
         raw=raw,

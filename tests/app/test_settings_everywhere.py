@@ -82,6 +82,24 @@ def test_the_line_mode_chat_reads_the_settings(config_dir: Path):
     assert f"> {once['text']}" in chatted.stdout
 
 
+def test_a_decoder_spelt_with_parameters_means_the_same_in_ask_and_the_line_mode_chat(
+    tmp_path: Path,
+):
+    """`decoder = "pld:num_pred_tokens=5"` (compare's spelling) in the file, or `-d` on the
+    command line: the decoder and its parameter for this run, in `ask` and the line-mode chat."""
+    folder = tmp_path / "config"
+    folder.mkdir()
+    (folder / "settings.toml").write_text('decoder = "pld:num_pred_tokens=5"\nmax_tokens = 3\n')
+    done = ask_json(folder)
+    assert done["decoder"] == "pld"
+    assert done["stats"]["decoders"]["pld"]["num_pred_tokens"] == 5
+    flagged = ask_json(folder, "-d", "pld:num_pred_tokens=9")
+    assert flagged["stats"]["decoders"]["pld"]["num_pred_tokens"] == 9
+    chatted = run_cli(stdin="Count from one to twenty.\n", env={"SPECCHAT_CONFIG_DIR": str(folder)})
+    assert chatted.returncode == 0, chatted.stderr
+    assert f"> {done['text']}" in chatted.stdout
+
+
 @pytest.mark.anyio
 async def test_the_chat_reads_the_settings(config_dir: Path, fresh_llama, monkeypatch):
     monkeypatch.setenv("SPECCHAT_CONFIG_DIR", str(config_dir))
