@@ -82,7 +82,7 @@ def run_bench(
             *library_peers,
         ]
         total = sum(len(q.turns) for q in questions) * len(methods) * repeats
-        stopped: int | None = None  # questions finished, where Ctrl+C stopped the run
+        stopped = False  # Ctrl+C stopped the run: it reports the questions that finished
         try:
             with Progress(
                 TextColumn("[bold]bench"),
@@ -108,17 +108,17 @@ def run_bench(
                             sampling=sampling,
                         ):
                             rows += finished
-                    except KeyboardInterrupt:  # Ctrl+C: the questions finished are reported
+                    except KeyboardInterrupt:
                         if not rows:
                             raise
-                        stopped = len({r.question_id for r in rows})
+                        stopped = True
         finally:
             for peer in library_peers:  # peers that run a server stop it
                 peer.close()
-    memory["after"] = _memory_reading(loaded) if stopped is None else None
+    memory["after"] = None if stopped else _memory_reading(loaded)
     summary = summarize(rows, baseline_name())
     asked = len(questions)
-    if stopped is not None:
+    if stopped:
         questions = [q for q in questions if q.question_id in {r.question_id for r in rows}]
     ordered_categories = list(dict.fromkeys(q.category for q in questions))
     environment = {
@@ -139,7 +139,7 @@ def run_bench(
         "versions": _versions(),
         "decoder_params": per,
         # Ctrl+C stopped the run: how many of the questions it reports (None: all of them)
-        "stopped_after": stopped,
+        "stopped_after": len(questions) if stopped else None,
     }
     console = Console(file=sys.stdout)
     where = environment["cpu"] or loaded.device
@@ -180,8 +180,10 @@ def run_bench(
         _write_atomically(
             Path(markdown_out), markdown(summary, ordered_categories, rows, command, environment)
         )
-    if stopped is not None:
-        sys.stderr.write(f"[stopped after {stopped} of {asked} questions: the report is theirs]\n")
+    if stopped:
+        sys.stderr.write(
+            f"[stopped after {len(questions)} of {asked} questions: the report is theirs]\n"
+        )
         raise KeyboardInterrupt
 
 

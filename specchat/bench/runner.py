@@ -62,38 +62,6 @@ class MethodTotals:
                 self.divergence = {"turn": turn_index, **lane.divergence.as_dict()}
 
 
-def run_benchmark(
-    backend: Backend,
-    questions: list[Question],
-    methods: Sequence[Entrant],
-    *,
-    baseline: str,
-    max_tokens: int,
-    repeats: int,
-    on_run: Callable[[], None] | None = None,
-    saved: BenchHistory | None = None,
-    sampling: SamplingParams = SamplingParams(),  # frozen: one shared default is safe
-) -> list[QuestionRow]:
-    """A row per question and method; `methods` start with the baseline. With a temperature
-    every method samples (greedy's lane too: one pass a token, the speed baseline) and nothing
-    is compared token for token."""
-    return [
-        row
-        for rows in question_rows(
-            backend,
-            questions,
-            methods,
-            baseline=baseline,
-            max_tokens=max_tokens,
-            repeats=repeats,
-            on_run=on_run,
-            saved=saved,
-            sampling=sampling,
-        )  # fmt: skip
-        for row in rows
-    ]
-
-
 def question_rows(
     backend: Backend,
     questions: list[Question],
@@ -104,10 +72,12 @@ def question_rows(
     repeats: int,
     on_run: Callable[[], None] | None = None,
     saved: BenchHistory | None = None,
-    sampling: SamplingParams = SamplingParams(),
+    sampling: SamplingParams = SamplingParams(),  # frozen: one shared default is safe
 ) -> Iterator[list[QuestionRow]]:
-    """`run_benchmark`'s rows a question at a time, as each question ends: a bench stopped
-    half-way reports the questions it finished."""
+    """Each question's rows, a row per method, as the question ends (a bench stopped half-way
+    reports the questions it finished); `methods` start with the baseline. With a temperature
+    every method samples (greedy's lane too: one pass a token, the speed baseline) and nothing
+    is compared token for token."""
     for question in questions:
         rows: list[QuestionRow] = []
         history: list[ChatMessage] = []

@@ -130,25 +130,23 @@ def test_corrupt_gguf_is_a_clear_error(tmp_path):
     assert "not a valid GGUF" in result.stderr and "Traceback" not in result.stderr
 
 
+def long_story(*args: str, **popen) -> subprocess.Popen:
+    """`specchat ask` answering at length (up to 2,000 tokens) as its own process, its output
+    piped to the test."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "specchat", "ask", "Tell me a very long story.", *args,
+         "--max-tokens", "2000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_was_generated():
     import signal
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specchat",
-            "ask",
-            "Tell me a very long story.",
-            "--json",
-            "--max-tokens",
-            "2000",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = long_story("--json", text=True)
     lines = []
     for line in proc.stdout:
         lines.append(json.loads(line))
@@ -170,20 +168,7 @@ def test_a_reader_that_goes_away_stops_the_answer_and_keeps_what_came(tmp_path):
     store keeps the answer as far as it got."""
     from specchat.history import HistoryStore
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specchat",
-            "ask",
-            "Tell me a very long story.",
-            "--max-tokens",
-            "2000",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "SPECCHAT_DATA_DIR": str(tmp_path)},
-    )
+    proc = long_story(env={**os.environ, "SPECCHAT_DATA_DIR": str(tmp_path)})
     seen = proc.stdout.read(40)
     proc.stdout.close()  # as `head -c 40` exits
     _, err = proc.communicate(timeout=120)
