@@ -38,7 +38,7 @@ static inline int code_at(const uint8_t *tile, int five, int c, int i, int high)
 }
 
 #if defined(HAVE_VNNI512)
-/* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against a pair of blocks of eight rows (a in
+/* The AVX-512 VNNI tile: the COUNT tokens of x (a tile, quantize.h) against a pair of blocks of eight rows (a in
  * lanes 0-7, b in 8-15; `codes`: rows8.h), sixteen sums each. A vector holds one chunk of both
  * blocks, whose lanes all need the same four x bytes: vpdpbusd takes them broadcast (no
  * permute), and a group's sums need no halves added. The low and the high nibbles sum apart (two
@@ -46,8 +46,8 @@ static inline int code_at(const uint8_t *tile, int five, int c, int i, int high)
  * the eight-row tile's, so the same bits. */
 static inline __attribute__((always_inline)) void nibbles16_tile(
     const pair_codes *codes, int joined, const void *scales_a, const void *scales_b,
-    const void *zeros_a, const void *zeros_b, int form, int five, const int8_rows *q, int64_t r0,
-    int64_t cols, int count, __m512 *results) {
+    const void *zeros_a, const void *zeros_b, int form, int five, x_rows x, int64_t cols,
+    int count, __m512 *results) {
     const int64_t groups = cols / QGROUP;
     const __m512i low = _mm512_set1_epi8(0x0f), fifth = _mm512_set1_epi8(16);
     __m512 acc[TOKENS], zacc[TOKENS];
@@ -71,10 +71,10 @@ static inline __attribute__((always_inline)) void nibbles16_tile(
                     fifth);
             }
             for (int j = 0; j < count; j++) {
-                const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
+                const int8_t *bytes = x.codes + QGROUP * (g * x.step + j) + 8 * c;
                 int32_t first, second;
-                memcpy(&first, x, 4);
-                memcpy(&second, x + 4, 4);
+                memcpy(&first, bytes, 4);
+                memcpy(&second, bytes + 4, 4);
                 sums[j] = _mm512_dpbusd_epi32(sums[j], lo, _mm512_set1_epi32(first));
                 if (one_chain(count))
                     sums[j] = _mm512_dpbusd_epi32(sums[j], hi, _mm512_set1_epi32(second));
@@ -87,18 +87,18 @@ static inline __attribute__((always_inline)) void nibbles16_tile(
                                     zeros8(zeros_b, scales_b, g * ROWS8, form));
         for (int j = 0; j < count; j++) {
             acc[j] = add_group16(acc[j], one_chain(count) ? sums[j] : _mm512_add_epi32(sums[j], highs[j]),
-                                 scale, q, r0 + j, g);
-            zacc[j] = add_zero_group16(zacc[j], zero, q, r0 + j, g);
+                                 scale, x.scales + g * x.step + j);
+            zacc[j] = add_zero_group16(zacc[j], zero, x.sums + g * x.step + j);
         }
     }
     for (int j = 0; j < count; j++) results[j] = _mm512_add_ps(acc[j], zacc[j]);
 }
 #elif defined(HAVE_AVX2)
-/* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block of eight rows, their eight sums
+/* The AVX2 tile: the COUNT tokens of x (a tile, quantize.h) against one block of eight rows, their eight sums
  * each, by maddubs (16-bit pair sums) of the low and the high nibbles. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
-    const int8_rows *q, int64_t r0, int64_t cols, int count, __m256 *results) {
+    x_rows x, int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP, stride = group_bytes(five);
     const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const __m256i fifth = _mm256_set1_epi8(16);
@@ -122,10 +122,10 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
                                      _mm256_and_si256(_mm256_srli_epi16(from, shift + 1), fifth));
             }
             for (int j = 0; j < count; j++) {
-                const int8_t *x = q->codes + (r0 + j) * cols + QGROUP * g + 8 * c;
+                const int8_t *bytes = x.codes + QGROUP * (g * x.step + j) + 8 * c;
                 int32_t first, second;
-                memcpy(&first, x, 4);
-                memcpy(&second, x + 4, 4);
+                memcpy(&first, bytes, 4);
+                memcpy(&second, bytes + 4, 4);
                 if (BYTE_DOTS) { /* AVX-VNNI: each chunk's sums straight into int32 lanes */
                     s32[j] = byte_dots(byte_dots(s32[j], lo, _mm256_set1_epi32(first)), hi,
                                        _mm256_set1_epi32(second));
@@ -150,8 +150,8 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
         const __m256 scale = lanes8(scales, g * ROWS8, form), zero = zeros8(zeros, scales, g * ROWS8, form);
         for (int j = 0; j < count; j++) {
             const __m256i isum = five || BYTE_DOTS ? s32[j] : _mm256_madd_epi16(s16[j], ones);
-            acc[j] = add_group(acc[j], isum, scale, q, r0 + j, g);
-            zacc[j] = add_zero_group(zacc[j], zero, q, r0 + j, g);
+            acc[j] = add_group(acc[j], isum, scale, x.scales + g * x.step + j);
+            zacc[j] = add_zero_group(zacc[j], zero, x.sums + g * x.step + j);
         }
     }
     for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
@@ -161,8 +161,8 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
 #if defined(HAVE_VNNI512)
 /* the pair tile for n tokens (`joined` j), as nibbles16_tokens calls it */
 #define NIBBLES16(n, j)                                                                            \
-    nibbles16_tile(&codes, j, a->scales, b->scales, a->zeros, b->zeros, form, five, q, r, cols, n, \
-                   results)
+    nibbles16_tile(&codes, j, a->scales, b->scales, a->zeros, b->zeros, form, five,                \
+                   (j) ? x_tile_at(q, r, n) : x_rows_at(q, r), cols, n, results)
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against the pair of blocks a and b (`joined`),
  * or token r against an odd last block a (read as its own pair, b's half not stored), stored;
  * how many it took. */
@@ -173,9 +173,9 @@ static inline __attribute__((always_inline)) int64_t nibbles16_tokens(
     const pair_codes codes = pair_at(a->codes, joined, group_bytes(five));
     __m512 results[TOKENS];
     if (joined) {
-        BY_COUNT(count, NIBBLES16)
+        BY_COUNT(count, NIBBLES16) /* r starts a tile of `count` tokens (quantize.h) */
     } else {
-        NIBBLES16(1, 0); /* an odd last block: rare, its tokens one at a time */
+        NIBBLES16(1, 0); /* an odd last block: rare, its tokens one at a time, each in its tile */
     }
     const int taken = joined ? count : 1;
     store_pair(out, out_is_bf16, r, taken, rows, a, b, joined, results);
@@ -183,6 +183,9 @@ static inline __attribute__((always_inline)) int64_t nibbles16_tokens(
 }
 #undef NIBBLES16
 #elif defined(HAVE_AVX2)
+/* the tile for n tokens, x's tile with the constant step n, as nibbles8_tokens calls it */
+#define NIBBLES8(n)                                                                                \
+    nibbles8_tile(codes, scales, zeros, form, five, x_tile_at(q, r, n), cols, n, results)
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
 static inline __attribute__((always_inline)) int64_t nibbles8_tokens(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
@@ -190,15 +193,17 @@ static inline __attribute__((always_inline)) int64_t nibbles8_tokens(
     int64_t rows, int64_t first, int64_t kept) {
     const int count = m - r >= TOKENS ? TOKENS : (int)(m - r);
     __m256 results[TOKENS];
-    switch (count) { /* constant counts: sums stay in registers */
-    case 4: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 4, results); break;
-    case 3: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 3, results); break;
-    case 2: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 2, results); break;
-    default: nibbles8_tile(codes, scales, zeros, form, five, q, r, cols, 1, results); break;
+    switch (count) { /* constant counts (r starts a tile of them, quantize.h): sums stay in
+                      * registers, x's offsets constant */
+    case 4: NIBBLES8(4); break;
+    case 3: NIBBLES8(3); break;
+    case 2: NIBBLES8(2); break;
+    default: NIBBLES8(1); break;
     }
     for (int j = 0; j < count; j++) store_tile(out, out_is_bf16, (r + j) * rows + first, kept, results[j]);
     return count;
 }
+#undef NIBBLES8
 #else
 /* The plain C: token r against one block, one row at a time; it took one token. */
 static int64_t nibbles8_tokens(const uint8_t *codes, const void *scales, const void *zeros,
@@ -292,7 +297,7 @@ void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros
                      int five, int64_t rows, int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out,
                      int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
-    alloc_int8_rows(m, cols, 0, &q);
+    alloc_int8_rows(m, cols, 0, TILED_X, &q);
     nibbles8_blocks(codes, scales, zeros, form, five, rows, cols, x, x_is_bf16, &q, m, out, out_is_bf16,
                     threads);
     free_int8_rows(&q);

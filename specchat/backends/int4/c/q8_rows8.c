@@ -57,7 +57,7 @@ static inline __attribute__((always_inline)) void int8x16_tile(
             for (int j = 0; j < count; j++) {
                 const __m512i isum =
                     _mm512_sub_epi32(sums[h][j], _mm512_set1_epi32(128 * part_sum(q, r0 + j, g, sub, h)));
-                acc[j] = add_group16(acc[j], isum, scale, q, r0 + j, g);
+                acc[j] = add_group16(acc[j], isum, scale, q->scales + (r0 + j) * q->padded + g);
             }
         }
     }
@@ -94,7 +94,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
         for (int h = 0; h < sub; h++) {
             const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, form);
             for (int j = 0; j < count; j++)
-                acc[j] = add_group(acc[j], sums[h][j], scale, q, r0 + j, g);
+                acc[j] = add_group(acc[j], sums[h][j], scale, q->scales + (r0 + j) * q->padded + g);
         }
     }
     if (zeros)
@@ -225,7 +225,7 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, 
                    int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads) {
     int8_rows q;
-    alloc_int8_rows(m, cols, sub == 2, &q);
+    alloc_int8_rows(m, cols, sub == 2, 0, &q);
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
     const int64_t code_bytes = groups * 8 * 32, scale_step = scale_bytes(groups * sub, form);
     const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;

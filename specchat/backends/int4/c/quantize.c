@@ -61,9 +61,10 @@ static inline __attribute__((always_inline)) group_code quantize_group(const flo
 }
 #endif
 
-void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q) {
+void alloc_int8_rows(int64_t m, int64_t cols, int halves, int tiled, int8_rows *q) {
     const int64_t groups = cols / QGROUP;
     q->padded = (groups + 7) / 8 * 8;
+    q->m = m, q->cols = cols, q->tiled = tiled;
     q->codes = malloc((size_t)(m * cols));
     q->scales = calloc((size_t)(m * q->padded), sizeof(float));
     q->sums = calloc((size_t)(m * q->padded), sizeof(float));
@@ -94,12 +95,15 @@ void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int 
             widen_group((const bf16 *)x + first, wide);
             xg = wide;
         }
-        const group_code c = quantize_group(xg, q->codes + first);
-        const int64_t at = r * q->padded + g;
-        if (halves) q->lows[at] = c.low;
-        q->scales[at] = c.scale;
-        q->isums[at] = c.sum;
-        q->sums[at] = c.scale * (float)c.sum;
+        const x_rows at = x_rows_at(q, r); /* row r's place (quantize.h) */
+        const int64_t i = g * at.step;
+        const group_code c = quantize_group(xg, at.codes + QGROUP * i);
+        at.scales[i] = c.scale;
+        at.sums[i] = c.scale * (float)c.sum;
+        if (!q->tiled) { /* the int8 weights' integer sums: theirs row after row */
+            if (halves) q->lows[r * q->padded + g] = c.low;
+            q->isums[r * q->padded + g] = c.sum;
+        }
     }
 }
 

@@ -9,23 +9,61 @@
 #include "base.h"
 
 #define QGROUP 32
+#if defined(HAVE_VNNI512)
+/* tokens a vector tile takes at once: their sums stay in registers (AVX-512 has 32 of them: a
+ * pair of blocks' weights unpacked once for 8 tokens; 4 at a time made k = 8 0.91-0.94x of the
+ * eight-row tiles', 8 0.80-0.84x, in one process) */
+#define TOKENS 8
+#else
+#define TOKENS 4
+#endif
+/* whether the 4-bit tiles read x in tiles of TOKENS (below): the vector builds' tiles do; the
+ * plain C takes one token at a time, row after row */
+#if defined(HAVE_AVX2)
+#define TILED_X 1
+#else
+#define TILED_X 0
+#endif
 
 typedef struct {
-    int8_t *codes;  /* [m][cols] */
+    int8_t *codes;  /* [m][cols], or tiled (below) */
     float *scales;  /* [m][padded]: the x scale per group */
     float *sums;    /* [m][padded]: x scale * the group's integer sum */
     int32_t *isums; /* [m][padded]: the group's integer sum */
     int32_t *lows;  /* [m][padded]: the integer sum of the group's first 16 codes, where asked */
     int64_t padded; /* groups rounded up to a multiple of 8 (zeros beyond) */
+    int64_t m, cols;
+    int tiled;      /* rows laid in tiles of TOKENS (below), or row after row */
 } int8_rows;
 
-/* x rounded in two steps, so that a matmul may round it inside its own parallel region: the
- * arrays (`halves`: also each group's first-half sum, which int8 weights in groups of 16 need),
- * then the groups (an `omp for`, shared by the region's threads where one encloses it; a group's
- * result is the same whichever thread rounds it). x is float32, or bf16 (`x_is_bf16`) widened
- * a group at a time (exactly): a layer's bf16 rows are then never widened whole by one thread
- * while the others wait, 4% of a drafted row's time (docs/bench-log.md, session 55). */
-void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q);
+/* A 4-bit tile of several tokens reads them laid group by group: the rows of a tile of TOKENS
+ * tokens (rows t .. t + count - 1, t a multiple of TOKENS, count fewer only at the end) lie from
+ * t * cols on as [group][token][32] codes, and from t * padded on as [group][token] scales and
+ * sums, so that one pointer a group finds every token's bytes and scales at constant offsets (row
+ * after row, each token's addresses were their own registers, spilled at four tokens and
+ * reloaded for every broadcast). The same values, elsewhere: the same sums. */
+typedef struct {
+    int8_t *codes;        /* row r's group g: codes + QGROUP * g * step */
+    float *scales, *sums; /* ... scales[g * step] */
+    int64_t step;         /* rows of r's tile: count, or 1 row after row */
+} x_rows;
+
+/* The tile that row r starts, of `count` rows (r a multiple of TOKENS; `tiled`). */
+static inline x_rows x_tile_at(const int8_rows *q, int64_t r, int64_t count) {
+    return (x_rows){q->codes + r * q->cols, q->scales + r * q->padded, q->sums + r * q->padded, count};
+}
+
+/* Where row r's groups lie, wherever in its tile (row r + j of a tile: j * QGROUP and j
+ * further). */
+static inline x_rows x_rows_at(const int8_rows *q, int64_t r) {
+    if (!q->tiled) return (x_rows){q->codes + r * q->cols, q->scales + r * q->padded, q->sums + r * q->padded, 1};
+    const int64_t first = r - r % TOKENS, in = r - first; /* a constant power of two: a mask */
+    const int64_t step = q->m - first < TOKENS ? q->m - first : TOKENS;
+    return (x_rows){q->codes + first * q->cols + in * QGROUP, q->scales + first * q->padded + in,
+                    q->sums + first * q->padded + in, step};
+}
+
+void alloc_int8_rows(int64_t m, int64_t cols, int halves, int tiled, int8_rows *q);
 void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int halves,
                      int8_rows *q);
 /* Whether a matmul rounds its m rows of x inside its parallel region: with more than one thread

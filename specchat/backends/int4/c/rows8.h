@@ -15,14 +15,6 @@
 
 #define ROWS8 8
 #if defined(HAVE_VNNI512)
-/* tokens a vector tile takes at once: their sums stay in registers (AVX-512 has 32 of them: a
- * pair of blocks' weights unpacked once for 8 tokens; 4 at a time made k = 8 0.91-0.94x of the
- * eight-row tiles', 8 0.80-0.84x, in one process) */
-#define TOKENS 8
-#else
-#define TOKENS 4
-#endif
-#if defined(HAVE_VNNI512)
 #define TILE_BLOCKS 2 /* blocks of eight rows a tile takes: AVX-512's a pair (16 lanes) */
 #else
 #define TILE_BLOCKS 1
@@ -142,17 +134,15 @@ static inline __m256 zeros8(const void *zeros, const void *scales, int64_t at, i
 
 /* acc + group g's exact integer sums of token r times (weight scale * x scale): one step of
  * every eight-row tile, in this order at every level. */
-static inline __m256 add_group(__m256 acc, __m256i isum, __m256 scale, const int8_rows *q,
-                               int64_t r, int64_t g) {
-    const __m256 factor = _mm256_mul_ps(scale, _mm256_broadcast_ss(q->scales + r * q->padded + g));
+static inline __m256 add_group(__m256 acc, __m256i isum, __m256 scale, const float *x_scale) {
+    const __m256 factor = _mm256_mul_ps(scale, _mm256_broadcast_ss(x_scale));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), factor, acc);
 }
 
 /* zacc + group g's zero term of token r (zero * x's group sum): one step of every eight-row
  * tile's zero terms, in this order at every level. */
-static inline __m256 add_zero_group(__m256 zacc, __m256 zero, const int8_rows *q, int64_t r,
-                                    int64_t g) {
-    return _mm256_fmadd_ps(zero, _mm256_broadcast_ss(q->sums + r * q->padded + g), zacc);
+static inline __m256 add_zero_group(__m256 zacc, __m256 zero, const float *x_sum) {
+    return _mm256_fmadd_ps(zero, _mm256_broadcast_ss(x_sum), zacc);
 }
 
 /* A tile's last step where its weights have zeros (Q4_1, Q4_K, Q5_1, Q5_K): each token's zero
@@ -164,7 +154,8 @@ static inline __attribute__((always_inline)) void add_zero_terms(
     for (int j = 0; j < count; j++) zacc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
         const __m256 zero = zeros8(zeros, scales, g * ROWS8, form);
-        for (int j = 0; j < count; j++) zacc[j] = add_zero_group(zacc[j], zero, q, r0 + j, g);
+        for (int j = 0; j < count; j++)
+            zacc[j] = add_zero_group(zacc[j], zero, q->sums + (r0 + j) * q->padded + g);
     }
     for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
 }
@@ -221,16 +212,14 @@ static inline __m512i pair_chunk(const pair_codes *codes, int joined, int64_t g,
     }
 
 /* add_group for a pair of blocks. */
-static inline __m512 add_group16(__m512 acc, __m512i isum, __m512 scale, const int8_rows *q,
-                                 int64_t r, int64_t g) {
-    const __m512 factor = _mm512_mul_ps(scale, _mm512_set1_ps(q->scales[r * q->padded + g]));
+static inline __m512 add_group16(__m512 acc, __m512i isum, __m512 scale, const float *x_scale) {
+    const __m512 factor = _mm512_mul_ps(scale, _mm512_set1_ps(*x_scale));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), factor, acc);
 }
 
 /* add_zero_group for a pair of blocks. */
-static inline __m512 add_zero_group16(__m512 zacc, __m512 zero, const int8_rows *q, int64_t r,
-                                      int64_t g) {
-    return _mm512_fmadd_ps(zero, _mm512_set1_ps(q->sums[r * q->padded + g]), zacc);
+static inline __m512 add_zero_group16(__m512 zacc, __m512 zero, const float *x_sum) {
+    return _mm512_fmadd_ps(zero, _mm512_set1_ps(*x_sum), zacc);
 }
 
 /* add_zero_terms for a pair of blocks (zeros a and b, scales a and b). */
@@ -243,7 +232,8 @@ static inline __attribute__((always_inline)) void add_zero_terms16(
     for (int64_t g = 0; g < groups; g++) {
         const __m512 zero = pair_ps(zeros8(zeros_a, scales_a, g * ROWS8, form),
                                     zeros8(zeros_b, scales_b, g * ROWS8, form));
-        for (int j = 0; j < count; j++) zacc[j] = add_zero_group16(zacc[j], zero, q, r0 + j, g);
+        for (int j = 0; j < count; j++)
+            zacc[j] = add_zero_group16(zacc[j], zero, q->sums + (r0 + j) * q->padded + g);
     }
     for (int j = 0; j < count; j++) results[j] = _mm512_add_ps(acc[j], zacc[j]);
 }
