@@ -16,21 +16,23 @@
 #include "rows8.h"
 
 #if defined(HAVE_VNNI512)
-/* x's integer sum over part h of group g (of `sub`), token r */
-static inline int32_t part_sum(const int8_rows *q, int64_t r, int64_t g, int sub, int h) {
-    const int32_t all = q->isums[r * q->padded + g], low = q->lows[r * q->padded + g];
-    return sub == 1 ? all : h == 0 ? low : all - low;
+/* x's integer sum over part h of group g (of `sub`), token j of x's tile */
+static inline int32_t part_sum(const x_rows *x, int j, int64_t g, int sub, int h) {
+    const int32_t all = x->isums[g * x->step + j];
+    if (sub == 1) return all;
+    const int32_t low = x->lows[g * x->step + j];
+    return h == 0 ? low : all - low;
 }
 
-/* The AVX-512 VNNI tile: tokens r0 .. r0 + COUNT - 1 against a pair of blocks (a in lanes 0-7,
+/* The AVX-512 VNNI tile: the COUNT tokens of x (a tile, quantize.h) against a pair of blocks (a in lanes 0-7,
  * b in 8-15; `codes`: rows8.h), sixteen sums each. A vector holds one chunk of both blocks, whose
  * lanes all need the same four x bytes: vpdpbusd takes them broadcast, and a group's sums need
  * no halves added. Every row's integer sums and float steps are the eight-row tile's, so the
  * same bits. */
 static inline __attribute__((always_inline)) void int8x16_tile(
     const pair_codes *codes, int joined, const void *scales_a, const void *scales_b,
-    const void *zeros_a, const void *zeros_b, int form, int sub, const int8_rows *q, int64_t r0,
-    int64_t cols, int count, __m512 *results) {
+    const void *zeros_a, const void *zeros_b, int form, int sub, x_rows x, int64_t cols,
+    int count, __m512 *results) {
     const int64_t groups = cols / QGROUP;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[TOKENS];
@@ -47,7 +49,7 @@ static inline __attribute__((always_inline)) void int8x16_tile(
             const __m512i unsigned_w = _mm512_xor_si512(pair_chunk(codes, joined, g, c), flip);
             for (int j = 0; j < count; j++) {
                 int32_t four;
-                memcpy(&four, q->codes + (r0 + j) * cols + QGROUP * g + 4 * c, 4);
+                memcpy(&four, x.codes + QGROUP * (g * x.step + j) + 4 * c, 4);
                 sums[h][j] = _mm512_dpbusd_epi32(sums[h][j], unsigned_w, _mm512_set1_epi32(four));
             }
         }
@@ -56,21 +58,20 @@ static inline __attribute__((always_inline)) void int8x16_tile(
                                          lanes8(scales_b, (g * sub + h) * ROWS8, form));
             for (int j = 0; j < count; j++) {
                 const __m512i isum =
-                    _mm512_sub_epi32(sums[h][j], _mm512_set1_epi32(128 * part_sum(q, r0 + j, g, sub, h)));
-                acc[j] = add_group16(acc[j], isum, scale, q->scales + (r0 + j) * q->padded + g);
+                    _mm512_sub_epi32(sums[h][j], _mm512_set1_epi32(128 * part_sum(&x, j, g, sub, h)));
+                acc[j] = add_group16(acc[j], isum, scale, x.scales + g * x.step + j);
             }
         }
     }
     if (zeros_a)
-        add_zero_terms16(zeros_a, zeros_b, scales_a, scales_b, form, q, r0, groups, count, acc,
-                         results);
+        add_zero_terms16(zeros_a, zeros_b, scales_a, scales_b, form, x, groups, count, acc, results);
     else
         for (int j = 0; j < count; j++) results[j] = acc[j];
 }
 #elif defined(HAVE_AVX2)
-/* The AVX2 tile: tokens r0 .. r0 + COUNT - 1 against one block, eight sums each. */
+/* The AVX2 tile: the COUNT tokens of x (a tile, quantize.h) against one block, eight sums each. */
 static inline __attribute__((always_inline)) void int8x8_tile(
-    const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r0,
+    const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, x_rows x,
     int64_t cols, int count, __m256 *results) {
     const int64_t groups = cols / QGROUP;
     __m256 acc[TOKENS];
@@ -85,7 +86,7 @@ static inline __attribute__((always_inline)) void int8x8_tile(
             const __m256i magnitudes = _mm256_sign_epi8(raw, raw);
             for (int j = 0; j < count; j++) {
                 int32_t four;
-                memcpy(&four, q->codes + (r0 + j) * cols + QGROUP * g + 4 * c, 4);
+                memcpy(&four, x.codes + QGROUP * (g * x.step + j) + 4 * c, 4);
                 const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four), raw);
                 sums[h][j] = byte_dots(sums[h][j], magnitudes, signed_x);
                 __asm__("" : "+x"(sums[h][j])); /* in order, as q4_rows8.c's: 0.96-0.98x */
@@ -94,11 +95,11 @@ static inline __attribute__((always_inline)) void int8x8_tile(
         for (int h = 0; h < sub; h++) {
             const __m256 scale = lanes8(scales, (g * sub + h) * ROWS8, form);
             for (int j = 0; j < count; j++)
-                acc[j] = add_group(acc[j], sums[h][j], scale, q->scales + (r0 + j) * q->padded + g);
+                acc[j] = add_group(acc[j], sums[h][j], scale, x.scales + g * x.step + j);
         }
     }
     if (zeros)
-        add_zero_terms(zeros, scales, form, q, r0, groups, count, acc, results);
+        add_zero_terms(zeros, scales, form, x, groups, count, acc, results);
     else
         for (int j = 0; j < count; j++) results[j] = acc[j];
 }
@@ -107,17 +108,17 @@ static inline __attribute__((always_inline)) void int8x8_tile(
 #if defined(HAVE_VNNI512)
 /* the pair tile for n tokens (`joined` j), as int8x16_tiles calls it */
 #define INT8X16(n, j)                                                                              \
-    int8x16_tile(codes, j, a->scales, b->scales, a->zeros, b->zeros, form, sub, q, r, cols, n,     \
-                 results)
+    int8x16_tile(codes, j, a->scales, b->scales, a->zeros, b->zeros, form, sub,                    \
+                 (j) ? x_tile_at(q, r, n) : x_rows_at(q, r), cols, n, results)
 /* int8x16_tile for TOKENS or fewer tokens, with the count and the parts constants. */
 static inline __attribute__((always_inline)) void int8x16_tiles(
     const pair_codes *codes, int joined, const block8 *a, const block8 *b, int form, int sub,
     const int8_rows *q, int64_t r, int64_t cols, int count, __m512 *results) {
     if (!joined) {
-        INT8X16(1, 0); /* an odd last block: rare, its tokens one at a time */
+        INT8X16(1, 0); /* an odd last block: rare, its tokens one at a time, each in its tile */
         return;
     }
-    BY_COUNT(count, INT8X16)
+    BY_COUNT(count, INT8X16) /* r starts a tile of `count` tokens (quantize.h) */
 }
 #undef INT8X16
 
@@ -139,17 +140,19 @@ static inline __attribute__((always_inline)) int64_t int8x16_tokens(
     return taken;
 }
 #elif defined(HAVE_AVX2)
+#define INT8X8(n) int8x8_tile(codes, scales, zeros, form, sub, x_tile_at(q, r, n), cols, n, results)
 /* int8x8_tile for TOKENS or fewer tokens, with the count and the parts constants. */
 static inline __attribute__((always_inline)) void int8x8_tiles(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int sub, const int8_rows *q, int64_t r,
     int64_t cols, int count, __m256 *results) {
-    switch (count) {
-    case 4: int8x8_tile(codes, scales, zeros, form, sub, q, r, cols, 4, results); break;
-    case 3: int8x8_tile(codes, scales, zeros, form, sub, q, r, cols, 3, results); break;
-    case 2: int8x8_tile(codes, scales, zeros, form, sub, q, r, cols, 2, results); break;
-    default: int8x8_tile(codes, scales, zeros, form, sub, q, r, cols, 1, results); break;
+    switch (count) { /* r starts a tile of `count` tokens (quantize.h): its step a constant */
+    case 4: INT8X8(4); break;
+    case 3: INT8X8(3); break;
+    case 2: INT8X8(2); break;
+    default: INT8X8(1); break;
     }
 }
+#undef INT8X8
 
 /* Tokens r .. r + TOKENS - 1 (fewer at the end) against one block, stored; how many it took. */
 static inline __attribute__((always_inline)) int64_t int8x8_tokens(const uint8_t *codes, const void *scales, const void *zeros, int form, int sub,
@@ -225,7 +228,7 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, 
                    int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads) {
     int8_rows q;
-    alloc_int8_rows(m, cols, sub == 2, 0, &q);
+    alloc_int8_rows(m, cols, sub == 2, TILED_X, &q);
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
     const int64_t code_bytes = groups * 8 * 32, scale_step = scale_bytes(groups * sub, form);
     const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;

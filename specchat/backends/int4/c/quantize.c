@@ -100,10 +100,8 @@ void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int 
         const group_code c = quantize_group(xg, at.codes + QGROUP * i);
         at.scales[i] = c.scale;
         at.sums[i] = c.scale * (float)c.sum;
-        if (!q->tiled) { /* the int8 weights' integer sums: theirs row after row */
-            if (halves) q->lows[r * q->padded + g] = c.low;
-            q->isums[r * q->padded + g] = c.sum;
-        }
+        at.isums[i] = c.sum;
+        if (halves) at.lows[i] = c.low;
     }
 }
 

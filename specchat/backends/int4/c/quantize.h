@@ -43,24 +43,27 @@ typedef struct {
  * after row, each token's addresses were their own registers, spilled at four tokens and
  * reloaded for every broadcast). The same values, elsewhere: the same sums. */
 typedef struct {
-    int8_t *codes;        /* row r's group g: codes + QGROUP * g * step */
-    float *scales, *sums; /* ... scales[g * step] */
-    int64_t step;         /* rows of r's tile: count, or 1 row after row */
+    int8_t *codes;          /* row r's group g: codes + QGROUP * g * step */
+    float *scales, *sums;   /* ... scales[g * step] */
+    int32_t *isums, *lows;  /* ... isums[g * step]; lows NULL where not asked */
+    int64_t step;           /* rows of r's tile: count, or 1 row after row */
 } x_rows;
 
 /* The tile that row r starts, of `count` rows (r a multiple of TOKENS; `tiled`). */
 static inline x_rows x_tile_at(const int8_rows *q, int64_t r, int64_t count) {
-    return (x_rows){q->codes + r * q->cols, q->scales + r * q->padded, q->sums + r * q->padded, count};
+    const int64_t at = r * q->padded;
+    return (x_rows){q->codes + r * q->cols, q->scales + at, q->sums + at, q->isums + at,
+                    q->lows ? q->lows + at : NULL, count};
 }
 
 /* Where row r's groups lie, wherever in its tile (row r + j of a tile: j * QGROUP and j
  * further). */
 static inline x_rows x_rows_at(const int8_rows *q, int64_t r) {
-    if (!q->tiled) return (x_rows){q->codes + r * q->cols, q->scales + r * q->padded, q->sums + r * q->padded, 1};
+    if (!q->tiled) return x_tile_at(q, r, 1);
     const int64_t first = r - r % TOKENS, in = r - first; /* a constant power of two: a mask */
-    const int64_t step = q->m - first < TOKENS ? q->m - first : TOKENS;
-    return (x_rows){q->codes + first * q->cols + in * QGROUP, q->scales + first * q->padded + in,
-                    q->sums + first * q->padded + in, step};
+    const x_rows tile = x_tile_at(q, first, q->m - first < TOKENS ? q->m - first : TOKENS);
+    return (x_rows){tile.codes + in * QGROUP, tile.scales + in, tile.sums + in, tile.isums + in,
+                    tile.lows ? tile.lows + in : NULL, tile.step};
 }
 
 void alloc_int8_rows(int64_t m, int64_t cols, int halves, int tiled, int8_rows *q);

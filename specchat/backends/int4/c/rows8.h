@@ -148,14 +148,14 @@ static inline __m256 add_zero_group(__m256 zacc, __m256 zero, const float *x_sum
 /* A tile's last step where its weights have zeros (Q4_1, Q4_K, Q5_1, Q5_K): each token's zero
  * terms (zero * x's group sum of 32, group by group) added to its sums. */
 static inline __attribute__((always_inline)) void add_zero_terms(
-    const void *zeros, const void *scales, int form, const int8_rows *q, int64_t r0,
-    int64_t groups, int count, const __m256 *acc, __m256 *results) {
+    const void *zeros, const void *scales, int form, x_rows x, int64_t groups, int count,
+    const __m256 *acc, __m256 *results) {
     __m256 zacc[TOKENS];
     for (int j = 0; j < count; j++) zacc[j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
         const __m256 zero = zeros8(zeros, scales, g * ROWS8, form);
         for (int j = 0; j < count; j++)
-            zacc[j] = add_zero_group(zacc[j], zero, q->sums + (r0 + j) * q->padded + g);
+            zacc[j] = add_zero_group(zacc[j], zero, x.sums + g * x.step + j);
     }
     for (int j = 0; j < count; j++) results[j] = _mm256_add_ps(acc[j], zacc[j]);
 }
@@ -225,15 +225,14 @@ static inline __m512 add_zero_group16(__m512 zacc, __m512 zero, const float *x_s
 /* add_zero_terms for a pair of blocks (zeros a and b, scales a and b). */
 static inline __attribute__((always_inline)) void add_zero_terms16(
     const void *zeros_a, const void *zeros_b, const void *scales_a, const void *scales_b,
-    int form, const int8_rows *q, int64_t r0, int64_t groups, int count, const __m512 *acc,
-    __m512 *results) {
+    int form, x_rows x, int64_t groups, int count, const __m512 *acc, __m512 *results) {
     __m512 zacc[TOKENS];
     for (int j = 0; j < count; j++) zacc[j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
         const __m512 zero = pair_ps(zeros8(zeros_a, scales_a, g * ROWS8, form),
                                     zeros8(zeros_b, scales_b, g * ROWS8, form));
         for (int j = 0; j < count; j++)
-            zacc[j] = add_zero_group16(zacc[j], zero, q->sums + (r0 + j) * q->padded + g);
+            zacc[j] = add_zero_group16(zacc[j], zero, x.sums + g * x.step + j);
     }
     for (int j = 0; j < count; j++) results[j] = _mm512_add_ps(acc[j], zacc[j]);
 }
