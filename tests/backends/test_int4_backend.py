@@ -113,6 +113,28 @@ def test_four_bit_rows_read_eight_at_a_time_are_the_files_weights(
 
 
 @pytest.mark.parametrize("level", LEVELS_HERE)
+def test_four_bit_rows_are_the_same_bits_in_a_call_of_any_number_of_tokens(
+    bundled_gguf, level
+) -> None:
+    """A call's tokens are read tile by tile (quantize.h: 4 or 8 a tile, the last one short):
+    each token's row of the bundled model's 4-bit weights is the same bits alone or in a call of
+    2 to 21 tokens (whole tiles, a short last one, several), for 37 rows (an odd last block of
+    eight, as AVX-512 reads them in pairs, and a partial one) and 40."""
+    tensors = GGUFTensors(bundled_gguf)
+    name = next(n for n in tensors._tensors if tensors.is_int4(n))
+    full = tensors.int4_blocks(name).nibbles()
+    x = torch.randn(21, full.packed.shape[1] * 2, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        for rows in (37, 40):
+            part = Nibbles(full.packed[:rows], full.scales[:rows], full.zeros[:rows])
+            linear = RowsLinear(part, float32_out=True, library=kernels(level))
+            alone = [linear(x[i : i + 1])[0] for i in range(len(x))]
+            for m in (2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 21):
+                together = linear(x[:m])
+                assert all(torch.equal(together[i], alone[i]) for i in range(m)), (rows, m)
+
+
+@pytest.mark.parametrize("level", LEVELS_HERE)
 @pytest.mark.parametrize(
     "file,kind",
     [

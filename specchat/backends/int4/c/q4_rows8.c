@@ -38,12 +38,12 @@ static inline int code_at(const uint8_t *tile, int five, int c, int i, int high)
 }
 
 #if defined(HAVE_VNNI512)
-/* The AVX-512 VNNI tile: the COUNT tokens of x (a tile, quantize.h) against a pair of blocks of eight rows (a in
- * lanes 0-7, b in 8-15; `codes`: rows8.h), sixteen sums each. A vector holds one chunk of both
- * blocks, whose lanes all need the same four x bytes: vpdpbusd takes them broadcast (no
- * permute), and a group's sums need no halves added. The low and the high nibbles sum apart (two
- * chains of vpdpbusd a token, not one twice as long). Each row's integer sum and float steps are
- * the eight-row tile's, so the same bits. */
+/* The AVX-512 VNNI tile: the COUNT tokens of x (a tile, quantize.h) against a pair of blocks of
+ * eight rows (a in lanes 0-7, b in 8-15; `codes`: rows8.h), sixteen sums each. A vector holds one
+ * chunk of both blocks, whose lanes all need the same four x bytes: vpdpbusd takes them broadcast
+ * (no permute), and a group's sums need no halves added. The low and the high nibbles sum apart
+ * (two chains of vpdpbusd a token, not one twice as long). Each row's integer sum and float
+ * steps are the eight-row tile's, so the same bits. */
 static inline __attribute__((always_inline)) void nibbles16_tile(
     const pair_codes *codes, int joined, const void *scales_a, const void *scales_b,
     const void *zeros_a, const void *zeros_b, int form, int five, x_rows x, int64_t cols,
@@ -94,8 +94,8 @@ static inline __attribute__((always_inline)) void nibbles16_tile(
     for (int j = 0; j < count; j++) results[j] = _mm512_add_ps(acc[j], zacc[j]);
 }
 #elif defined(HAVE_AVX2)
-/* The AVX2 tile: the COUNT tokens of x (a tile, quantize.h) against one block of eight rows, their eight sums
- * each, by maddubs (16-bit pair sums) of the low and the high nibbles. */
+/* The AVX2 tile: the COUNT tokens of x (a tile, quantize.h) against one block of eight rows,
+ * their eight sums each, by maddubs (16-bit pair sums) of the low and the high nibbles. */
 static inline __attribute__((always_inline)) void nibbles8_tile(
     const uint8_t *codes, const void *scales, const void *zeros, int form, int five,
     x_rows x, int64_t cols, int count, __m256 *results) {

@@ -24,11 +24,11 @@ static inline int32_t part_sum(const x_rows *x, int j, int64_t g, int sub, int h
     return h == 0 ? low : all - low;
 }
 
-/* The AVX-512 VNNI tile: the COUNT tokens of x (a tile, quantize.h) against a pair of blocks (a in lanes 0-7,
- * b in 8-15; `codes`: rows8.h), sixteen sums each. A vector holds one chunk of both blocks, whose
- * lanes all need the same four x bytes: vpdpbusd takes them broadcast, and a group's sums need
- * no halves added. Every row's integer sums and float steps are the eight-row tile's, so the
- * same bits. */
+/* The AVX-512 VNNI tile: the COUNT tokens of x (a tile, quantize.h) against a pair of blocks (a
+ * in lanes 0-7, b in 8-15; `codes`: rows8.h), sixteen sums each. A vector holds one chunk of both
+ * blocks, whose lanes all need the same four x bytes: vpdpbusd takes them broadcast, and a
+ * group's sums need no halves added. Every row's integer sums and float steps are the eight-row
+ * tile's, so the same bits. */
 static inline __attribute__((always_inline)) void int8x16_tile(
     const pair_codes *codes, int joined, const void *scales_a, const void *scales_b,
     const void *zeros_a, const void *zeros_b, int form, int sub, x_rows x, int64_t cols,
@@ -57,14 +57,15 @@ static inline __attribute__((always_inline)) void int8x16_tile(
             const __m512 scale = pair_ps(lanes8(scales_a, (g * sub + h) * ROWS8, form),
                                          lanes8(scales_b, (g * sub + h) * ROWS8, form));
             for (int j = 0; j < count; j++) {
-                const __m512i isum =
-                    _mm512_sub_epi32(sums[h][j], _mm512_set1_epi32(128 * part_sum(&x, j, g, sub, h)));
+                const __m512i taken = _mm512_set1_epi32(128 * part_sum(&x, j, g, sub, h));
+                const __m512i isum = _mm512_sub_epi32(sums[h][j], taken);
                 acc[j] = add_group16(acc[j], isum, scale, x.scales + g * x.step + j);
             }
         }
     }
     if (zeros_a)
-        add_zero_terms16(zeros_a, zeros_b, scales_a, scales_b, form, x, groups, count, acc, results);
+        add_zero_terms16(zeros_a, zeros_b, scales_a, scales_b, form, x, groups, count, acc,
+                         results);
     else
         for (int j = 0; j < count; j++) results[j] = acc[j];
 }
