@@ -17,7 +17,7 @@
 #else
 #define TOKENS 4
 #endif
-/* whether the 4-bit tiles read x in tiles of TOKENS (below): the vector builds' tiles do; the
+/* whether a matmul lays x in tiles of TOKENS (below): the vector builds' tiles read it so; the
  * plain C takes one token at a time, row after row */
 #if defined(HAVE_AVX2)
 #define TILED_X 1
@@ -36,7 +36,7 @@ typedef struct {
     int tiled;      /* rows laid in tiles of TOKENS (below), or row after row */
 } int8_rows;
 
-/* A 4-bit tile of several tokens reads them laid group by group: the rows of a tile of TOKENS
+/* A vector tile of several tokens reads them laid group by group: the rows of a tile of TOKENS
  * tokens (rows t .. t + count - 1, t a multiple of TOKENS, count fewer only at the end) lie from
  * t * cols on as [group][token][32] codes, and from t * padded on as [group][token] scales and
  * sums, so that one pointer a group finds every token's bytes and scales at constant offsets (row
@@ -66,6 +66,13 @@ static inline x_rows x_rows_at(const int8_rows *q, int64_t r) {
                     tile.lows ? tile.lows + in : NULL, tile.step};
 }
 
+/* x rounded in two steps, so that a matmul may round it inside its own parallel region: the
+ * arrays (`halves`: also each group's first-half sum, which int8 weights in groups of 16 need;
+ * `tiled`: laid in tiles, above), then the groups (an `omp for`, shared by the region's threads
+ * where one encloses it; a group's result is the same whichever thread rounds it). x is float32,
+ * or bf16 (`x_is_bf16`) widened a group at a time (exactly): a layer's bf16 rows are then never
+ * widened whole by one thread while the others wait, 4% of a drafted row's time
+ * (docs/bench-log.md, session 55). */
 void alloc_int8_rows(int64_t m, int64_t cols, int halves, int tiled, int8_rows *q);
 void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int halves,
                      int8_rows *q);
