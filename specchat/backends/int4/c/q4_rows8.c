@@ -110,7 +110,8 @@ static inline __attribute__((always_inline)) void nibbles8_tile(
         prefetch_ahead(codes + g * stride, stride);
         for (int c = 0; c < 4; c++) {
             const uint8_t *tile = codes + g * stride;
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(tile + c * 32));
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(tile + c * 32));
+            __asm__("" : "+x"(raw)); /* loaded once: GCC read it twice, once inside the and */
             __m256i lo = _mm256_and_si256(raw, low);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
             if (five) { /* bits 2c, 2c + 1 to bit 4: chunks 0-1 from the plane moved up 4 */
