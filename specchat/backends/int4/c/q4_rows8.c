@@ -298,7 +298,7 @@ void matmul_nibbles8(const uint8_t *codes, const void *scales, const void *zeros
                      int five, int64_t rows, int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out,
                      int32_t out_is_bf16, int32_t threads) {
     int8_rows q;
-    alloc_int8_rows(m, cols, 0, TILED_X, &q);
+    alloc_int8_rows(m, cols, 0, &q);
     nibbles8_blocks(codes, scales, zeros, form, five, rows, cols, x, x_is_bf16, &q, m, out, out_is_bf16,
                     threads);
     free_int8_rows(&q);

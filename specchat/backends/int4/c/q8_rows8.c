@@ -229,7 +229,7 @@ void matmul_int8x8(const uint8_t *codes, const void *scales, const void *zeros, 
                    int64_t cols, const void *x, int x_is_bf16, int64_t m, void *out, int32_t out_is_bf16,
                    int32_t threads) {
     int8_rows q;
-    alloc_int8_rows(m, cols, sub == 2, TILED_X, &q);
+    alloc_int8_rows(m, cols, sub == 2, &q);
     const int64_t blocks = (rows + ROWS8 - 1) / ROWS8, groups = cols / QGROUP;
     const int64_t code_bytes = groups * 8 * 32, scale_step = scale_bytes(groups * sub, form);
     const int64_t units = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;

@@ -61,10 +61,10 @@ static inline __attribute__((always_inline)) group_code quantize_group(const flo
 }
 #endif
 
-void alloc_int8_rows(int64_t m, int64_t cols, int halves, int tiled, int8_rows *q) {
+void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q) {
     const int64_t groups = cols / QGROUP;
     q->padded = (groups + 7) / 8 * 8;
-    q->m = m, q->cols = cols, q->tiled = tiled;
+    q->m = m, q->cols = cols;
     q->codes = malloc((size_t)(m * cols));
     q->scales = calloc((size_t)(m * q->padded), sizeof(float));
     q->sums = calloc((size_t)(m * q->padded), sizeof(float));

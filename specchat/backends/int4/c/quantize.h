@@ -17,8 +17,8 @@
 #else
 #define TOKENS 4
 #endif
-/* whether a matmul lays x in tiles of TOKENS (below): the vector builds' tiles read it so; the
- * plain C takes one token at a time, row after row */
+/* whether x is laid in tiles of TOKENS (below): every vector tile reads it so; the plain C
+ * takes one token at a time, row after row */
 #if defined(HAVE_AVX2)
 #define TILED_X 1
 #else
@@ -33,7 +33,6 @@ typedef struct {
     int32_t *lows;  /* [m][padded]: the integer sum of the group's first 16 codes, where asked */
     int64_t padded; /* groups rounded up to a multiple of 8 (zeros beyond) */
     int64_t m, cols;
-    int tiled;      /* rows laid in tiles of TOKENS (below), or row after row */
 } int8_rows;
 
 /* A vector tile of several tokens reads them laid group by group: the rows of a tile of TOKENS
@@ -49,7 +48,7 @@ typedef struct {
     int64_t step;           /* rows of r's tile: count, or 1 row after row */
 } x_rows;
 
-/* The tile that row r starts, of `count` rows (r a multiple of TOKENS; `tiled`). */
+/* The tile that row r starts, of `count` rows (r a multiple of TOKENS where TILED_X). */
 static inline x_rows x_tile_at(const int8_rows *q, int64_t r, int64_t count) {
     const int64_t at = r * q->padded;
     return (x_rows){q->codes + r * q->cols, q->scales + at, q->sums + at, q->isums + at,
@@ -59,7 +58,7 @@ static inline x_rows x_tile_at(const int8_rows *q, int64_t r, int64_t count) {
 /* Where row r's groups lie, wherever in its tile (row r + j of a tile: j * QGROUP and j
  * further). */
 static inline x_rows x_rows_at(const int8_rows *q, int64_t r) {
-    if (!q->tiled) return x_tile_at(q, r, 1);
+    if (!TILED_X) return x_tile_at(q, r, 1);
     const int64_t first = r - r % TOKENS, in = r - first; /* a constant power of two: a mask */
     const x_rows tile = x_tile_at(q, first, q->m - first < TOKENS ? q->m - first : TOKENS);
     return (x_rows){tile.codes + in * QGROUP, tile.scales + in, tile.sums + in, tile.isums + in,
@@ -67,13 +66,13 @@ static inline x_rows x_rows_at(const int8_rows *q, int64_t r) {
 }
 
 /* x rounded in two steps, so that a matmul may round it inside its own parallel region: the
- * arrays (`halves`: also each group's first-half sum, which int8 weights in groups of 16 need;
- * `tiled`: laid in tiles, above), then the groups (an `omp for`, shared by the region's threads
+ * arrays (`halves`: also each group's first-half sum, which int8 weights in groups of 16 need),
+ * then the groups, each where x_rows_at puts it (an `omp for`, shared by the region's threads
  * where one encloses it; a group's result is the same whichever thread rounds it). x is float32,
  * or bf16 (`x_is_bf16`) widened a group at a time (exactly): a layer's bf16 rows are then never
  * widened whole by one thread while the others wait, 4% of a drafted row's time
  * (docs/bench-log.md, session 55). */
-void alloc_int8_rows(int64_t m, int64_t cols, int halves, int tiled, int8_rows *q);
+void alloc_int8_rows(int64_t m, int64_t cols, int halves, int8_rows *q);
 void quantize_groups(const void *x, int x_is_bf16, int64_t m, int64_t cols, int halves,
                      int8_rows *q);
 /* Whether a matmul rounds its m rows of x inside its parallel region: with more than one thread
