@@ -8,11 +8,20 @@ import sys
 from rich.console import Console
 
 from specchat.answers import open_model
+from specchat.app.foreground import interrupt_flag
 from specchat.backends.remote import SERVER_PREFIX
 from specchat.decoding.registry import baseline_name, default_race, unavailable_reason
 from specchat.engine.choice import exactness_of, prompt_ids
 from specchat.errors import SpecchatError
-from specchat.evaluation.race import Lane, RaceTurn, RunFailed, RunFinished, line_up_entrants, race
+from specchat.evaluation.race import (
+    Lane,
+    RaceTurn,
+    RunFailed,
+    RunFinished,
+    judge,
+    line_up_entrants,
+    race,
+)
 from specchat.evaluation.variants import DecoderVariant, line_up, parse_variant, server_name
 from specchat.metrics.figures import RaceRow, race_rows
 from specchat.metrics.oracle import efficiency
@@ -45,10 +54,14 @@ def _row_json(row: RaceRow, lane: Lane) -> dict[str, object]:
         "total_variation_per_token": None
         if stats.distance_per_token is None
         else round(stats.distance_per_token, 6),
+        # Ctrl+C cut its only run: the figures are of the part it generated
+        "stopped": lane.last.finish_reason == "cancelled",
     }
 
 
 def _exact_cell(row: dict[str, object]) -> str:
+    if row["stopped"]:
+        return "— (stopped)"
     if not row["target_distribution"]:
         return f"NOT target's distribution (soft, TV {row['total_variation_per_token']:.3f}/tok)"
     same = row["identical_to_greedy"]
@@ -138,11 +151,24 @@ def run_compare(
             done += 1
             progress(f"run {done}/{total} ({entrants[event.lane].label})")
 
-    lanes = race(loaded, turn, entrants, baseline=base, repeats=config.repeats, on_event=on_event)
+    with interrupt_flag() as stop:
+        lanes = race(
+            loaded,
+            turn,
+            entrants,
+            baseline=base,
+            repeats=config.repeats,
+            on_event=on_event,
+            cancel=stop,
+        )
     progress_done()
     failed = next((lane for lane in lanes if lane.error), None)
     if failed is not None:
         raise SpecchatError(f"{failed.label}: {failed.error}")
+    if stop.is_set():
+        lanes = _complete_runs(loaded, turn, lanes, base)
+        if not lanes:  # stopped before any run began: nothing to report
+            raise KeyboardInterrupt
     figures = race_rows([(lane.label, [run.stats for run in lane.runs]) for lane in lanes], base)
     exactness = exactness_of(loaded)
     rows = [_row_json(row, lane) for row, lane in zip(figures, lanes)]
@@ -159,10 +185,13 @@ def run_compare(
                     "sampling": sampling.__dict__,
                     "exactness": None if exactness is None else exactness.as_dict(),
                     "decoders": rows,
+                    # Ctrl+C stopped the race: the rows are the runs made before it
+                    "stopped": stop.is_set(),
                 },
                 ensure_ascii=False,
             )
         )
+        _say_stopped(stop.is_set(), lanes, total)
         return
     title = (
         f"{loaded.model_name} on {loaded.name}/{loaded.device} — median of {config.repeats}, "
@@ -172,3 +201,32 @@ def run_compare(
     print_table(console, title, COLUMNS, [_cells(row) for row in rows])
     if exactness is not None and exactness.note:
         console.print(exactness.note)
+    _say_stopped(stop.is_set(), lanes, total)
+
+
+def _complete_runs(backend, turn: RaceTurn, lanes: list[Lane], baseline: str) -> list[Lane]:
+    """The lanes of a race Ctrl+C stopped, as far as it ran: a lane that never started is left
+    out; a run it cut is left out where its lane has whole runs (a median with a part of an
+    answer in it would read neither), kept where it is the lane's only one (shown stopped);
+    the lanes judged again on what is kept."""
+    kept = [lane for lane in lanes if lane.runs]
+    cut = False
+    for lane in kept:
+        if len(lane.runs) > 1 and lane.last.finish_reason == "cancelled":
+            lane.runs.pop()
+            cut = True
+    if cut:
+        for lane in kept:
+            lane.identical, lane.divergence, lane.oracle = None, None, None
+        judge(backend, turn, kept, baseline)
+    return kept
+
+
+def _say_stopped(stopped: bool, lanes: list[Lane], total: int) -> None:
+    """After the report: that Ctrl+C stopped the race and how far it got, then exit as an
+    interrupted command does."""
+    if not stopped:
+        return
+    whole = sum(run.finish_reason != "cancelled" for lane in lanes for run in lane.runs)
+    sys.stderr.write(f"[stopped after {whole} of {total} runs: the table is theirs]\n")
+    raise KeyboardInterrupt

@@ -22,11 +22,9 @@ from specchat.engine.protocol import AnswerEngine, GenerationRequest
 
 
 @contextlib.contextmanager
-def generating(
-    engine: AnswerEngine, request: GenerationRequest
-) -> Iterator[tuple[Iterator[Event], threading.Event]]:
-    """(the answer's events, set once Ctrl+C was pressed); Ctrl+C ends the answer between steps
-    and keeps what was generated (the done event says `cancelled`)."""
+def interrupt_flag() -> Iterator[threading.Event]:
+    """An event Ctrl+C sets instead of raising KeyboardInterrupt, for as long as the block runs:
+    work that checks it between steps stops there and keeps what it made."""
     interrupted = threading.Event()
 
     def on_interrupt(signum, frame) -> None:
@@ -34,9 +32,19 @@ def generating(
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        yield engine.generate(request, cancel=interrupted), interrupted
+        yield interrupted
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def generating(
+    engine: AnswerEngine, request: GenerationRequest
+) -> Iterator[tuple[Iterator[Event], threading.Event]]:
+    """(the answer's events, set once Ctrl+C was pressed); Ctrl+C ends the answer between steps
+    and keeps what was generated (the done event says `cancelled`)."""
+    with interrupt_flag() as interrupted:
+        yield engine.generate(request, cancel=interrupted), interrupted
 
 
 class AnswerOutput:

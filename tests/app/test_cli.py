@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -160,6 +161,50 @@ def test_ctrl_c_keeps_what_was_generated():
     assert len(done["token_ids"]) >= 8
     assert proc.returncode == 130
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_compare_and_reports_the_runs_it_made():
+    """Ctrl+C in `specchat compare` (run in a terminal: its progress line says which run
+    ended): the race stops at the next step, the report covers the decoders that ran, it says
+    so on stderr, and the exit is an interrupted command's (130) with no traceback."""
+    import pty
+    import signal
+
+    leader, follower = pty.openpty()  # stderr a terminal, as a person's: progress is shown
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specchat", "compare", "Tell me a very long story.", "--json",
+         "-d", "greedy", "-d", "suffix", "--repeats", "3", "--max-tokens", "2000"],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        text=True,
+    )  # fmt: skip
+    os.close(follower)
+    seen = b""
+    while b"run 1/6 (greedy)" not in seen:  # greedy's first run ended; five runs to go
+        chunk = os.read(leader, 4096)
+        assert chunk, seen
+        seen += chunk
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the process has gone: nothing more to read
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    err = seen.decode(errors="replace")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert report["stopped"] is True
+    rows = {row["decoder"]: row for row in report["decoders"]}
+    assert rows["greedy"]["tokens"] > 0 and not rows["greedy"]["stopped"]
+    assert set(rows) <= {"greedy", "suffix"}
+    assert re.search(r"\[stopped after [1-5] of 6 runs: the table is theirs\]", err), err
 
 
 def test_a_reader_that_goes_away_stops_the_answer_and_keeps_what_came(tmp_path):
