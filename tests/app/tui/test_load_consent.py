@@ -60,3 +60,82 @@ async def test_pickle_weights_load_in_the_chat_only_with_allow_pickle(pickled_di
         await wait_until(pilot, lambda: app.session.engine is not None)
         await pilot.pause()
         assert "pickled-llama" in status_of(app) and not errors(app)
+
+
+class ParkedLoad:
+    """Holds the chat's model load (the real one, on the model thread) until `release`, so a
+    test can type while the model loads however fast the machine loads it; `fail` makes the
+    load end in that error instead."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: str | None = None) -> None:
+        import threading
+
+        from specchat.app.session import ChatSession
+        from specchat.errors import SpecchatError
+
+        self.started, self._go = threading.Event(), threading.Event()
+        original = ChatSession.load
+
+        def load(session, progress):
+            self.started.set()
+            self._go.wait(120)
+            if fail is not None:
+                raise SpecchatError(fail)
+            return original(session, progress)
+
+        monkeypatch.setattr(ChatSession, "load", load)
+
+    def release(self) -> None:
+        self._go.set()
+
+
+def bundled_app() -> SpecchatApp:
+    settings = RunConfig(backend="llama", threads=1, max_tokens=8, decoder="greedy")
+    return SpecchatApp(settings=settings, save_settings_file=False)
+
+
+async def test_a_question_sent_while_the_model_loads_is_answered_once_it_has(monkeypatch):
+    from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
+
+    parked = ParkedLoad(monkeypatch)
+    app = bundled_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, parked.started.is_set)
+        prompt = app.screen.query_one("#prompt")
+        prompt.insert("Name a colour.")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert prompt.text == "" and "sent once the model is ready" in status_of(app)
+        assert not app.screen.query(UserMessage)
+        parked.release()
+        await wait_until(pilot, lambda: app.session.ready and not app.session.busy)
+        await wait_until(pilot, lambda: app.screen.query(AssistantMessage))
+        await wait_until(pilot, lambda: not app.session.busy)
+        (question,) = app.screen.query(UserMessage)
+        assert "Name a colour." in str(question.text)
+        (chat,) = app.session.history.list_chats()
+        stored = app.session.history.messages(chat.id)
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert stored[0].content == "Name a colour." and stored[1].content.strip()
+
+
+async def test_a_question_waiting_for_a_model_that_fails_to_load_stays_in_the_prompt(monkeypatch):
+    parked = ParkedLoad(monkeypatch, fail="no such model")
+    app = bundled_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, parked.started.is_set)
+        prompt = app.screen.query_one("#prompt")
+        prompt.insert("Name a colour.")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert prompt.text == ""
+        parked.release()
+        await wait_until(pilot, lambda: errors(app))
+        await pilot.pause()
+        assert prompt.text == "Name a colour."
+        assert "model not loaded: no such model" in status_of(app)
+        await pilot.press("enter")  # nothing can answer it: it stays, and the chat says why
+        await pilot.pause()
+        assert prompt.text == "Name a colour."
+        assert any("no model to answer" in e for e in errors(app)), errors(app)
+        assert not app.session.history.list_chats()

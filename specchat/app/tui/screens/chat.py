@@ -83,6 +83,8 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         self.initial_chat_id = chat_id
         self.conversation: Conversation | None = None  # made on mount, from the app's store
         self.figures = Figures()
+        self._waiting: str | None = None  # a question sent while the model loads: sent once ready
+        self._load_error: str | None = None  # why the model did not load (nothing to answer)
 
     @property
     def session(self) -> ChatSession:
@@ -187,20 +189,28 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         self.post_message(ModelLoaded(seconds, warning))
 
     def on_load_progress(self, message: LoadProgress) -> None:
-        self._status_line(f"{message.text}…")
+        waits = " (your question is sent once the model is ready)" if self._waiting else ""
+        self._status_line(f"{message.text}…{waits}")
 
     def on_model_failed(self, message: ModelFailed) -> None:
         self.notify(message.error, title="model", severity="error", timeout=30)
         if self.session.ready:  # a switch that failed: the model the chat had runs on
             self._show_status()
-        else:
-            self._status_line(f"model not loaded: {message.error}")
+            return
+        self._load_error = message.error
+        self._status_line(f"model not loaded: {message.error}")
+        if self._waiting is not None:  # nothing will answer it: back where it was typed
+            self.query_one(PromptInput).load_text(self._waiting)
+            self._waiting = None
 
-    def on_model_loaded(self, message: ModelLoaded) -> None:
+    async def on_model_loaded(self, message: ModelLoaded) -> None:
         if message.warning:
             self.notify(message.warning, severity="warning")
         self._model_ready()
         self.notify(f"model ready in {message.seconds:.2f} s", timeout=3)
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            await self.send_or_fork(waiting)
 
     def _model_ready(self) -> None:
         self.figures.decoder = self.session.decoder_name
@@ -360,12 +370,26 @@ class ChatScreen(Answering, Branches, Copying, Screen):
     @on(PromptInput.Submitted)
     async def _submitted(self, event: PromptInput.Submitted) -> None:
         if not self.session.ready:
-            self.notify("the model is still loading", severity="warning")
+            self._send_when_loaded(event.text.strip())
             return
         if not self._idle("an answer is running: wait, or Esc to stop it"):
             return
         self.query_one(PromptInput).clear()
         await self.send_or_fork(event.text.strip())
+
+    def _send_when_loaded(self, text: str) -> None:
+        """Enter while the model loads: the question is sent as soon as the model is ready (a
+        larger model's load and first pass-cost timing take seconds, and a person types at
+        once); where the load failed there is nothing to answer it, and the text stays."""
+        if self._load_error is not None:
+            self.notify(f"no model to answer: {self._load_error}", severity="error")
+            return
+        if self._waiting is not None:
+            self.notify("a question already waits for the model", severity="warning")
+            return
+        self._waiting = text
+        self.query_one(PromptInput).clear()
+        self._status_line("loading model… (your question is sent once the model is ready)")
 
     # -- chats -----------------------------------------------------------------------------------
     async def action_new_chat(self) -> None:
