@@ -280,7 +280,11 @@ run_command(BENCH)(bench)
 
 
 @app.command()
-def models() -> None:
+def models(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON array on stdout, an object a model")
+    ] = False,
+) -> None:
     """List the models specchat can open here (the bundled one, the Hugging Face cache, ollama's
     store, LM Studio's folder, the settings' model_folders): the name --model takes, family,
     quantization, size, where it was found, and the runtimes that run it at this CPU's level.
@@ -289,12 +293,36 @@ def models() -> None:
 
     _, config, broken = run_config(CHAT, {})
     _warn(broken)
-    for listing in list_models(config.model_folders):
+    listed = [(listing, listing_facts(listing)) for listing in list_models(config.model_folders)]
+    if as_json:  # for scripts: the name to pass as --model, and the facts the lines show
+        rows = [
+            {
+                "model": listing.spec,
+                "default": listing.is_default,
+                "family": family or None,
+                "quantization": quant or None,
+                "bytes": _file_size(listing.path),
+                "store": listing.store or None,
+                "path": str(listing.path),
+                "runs_on": runs,
+            }
+            for listing, (family, quant, _, runs) in listed
+        ]
+        typer.echo(json.dumps(rows, ensure_ascii=False))
+        return
+    for listing, (family, quant, size, runs) in listed:
         mark = "*" if listing.is_default else " "
-        family, quant, size, runs = listing_facts(listing)
         typer.echo(f"{mark} {listing.spec:<36} {family:<8} {quant:<7} {size:>9}  {listing.store}")
         typer.echo(f"    runs on {runs} · {listing.path}")
     typer.echo("(* = default; any .gguf path or Hugging Face model directory works too)")
+
+
+def _file_size(path) -> int | None:
+    """A model file's size (None: a folder, or a file gone since it was listed)."""
+    try:
+        return path.stat().st_size if path.is_file() else None
+    except OSError:
+        return None
 
 
 @app.command()

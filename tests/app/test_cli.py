@@ -90,6 +90,21 @@ def test_models_lists_the_bundled_default():
     assert "smollm2" in result.stdout and "SmolLM2-135M-Instruct.Q4_1.gguf" in result.stdout
 
 
+def test_models_json_gives_each_model_its_name_and_facts():
+    from specchat.bundled import bundled_gguf
+
+    result = run("models", "--json")
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(result.stdout)
+    (default,) = [m for m in listed if m["default"]]
+    assert default["path"] == str(bundled_gguf()) and default["store"] == "bundled"
+    assert (default["family"], default["quantization"]) == ("llama", "Q4_1")
+    assert default["bytes"] == os.path.getsize(bundled_gguf())
+    assert "int4" in default["runs_on"] and "llama" in default["runs_on"]
+    again = run("ask", "Say hi.", "--model", default["model"], "--max-tokens", "4")
+    assert again.returncode == 0, again.stderr  # the name it gives is one --model takes
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
