@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from specchat.backends import block_cost
 from specchat.backends.block_cost import BlockCostTable
 from specchat.hardware import physical_cores
 
@@ -34,6 +35,7 @@ HF_SHAPE = {1: 1.0, 2: 1.08, 4: 1.14, 8: 1.41, 16: 1.75, 32: 2.7, 48: 3.55}
 _ORIGINAL: dict[str, Callable] = {
     "_measure_all": BlockCostTable._measure_all,
     "_time_slice": BlockCostTable._time_slice,
+    "_refine": BlockCostTable._refine,
     "_observe": BlockCostTable._observe,
     "_observe_drafted": BlockCostTable._observe_drafted,
 }
@@ -62,7 +64,7 @@ def _fixed_slice(table: BlockCostTable) -> None:
 
 
 def _not_refined(table: BlockCostTable, *_: float) -> None:
-    """Passes in use never move the fixed costs."""
+    """Passes in use, and sweeps after answers, never move the fixed costs."""
 
 
 def fix(monkeypatch: pytest.MonkeyPatch, gguf: Path | None = None) -> None:
@@ -71,6 +73,7 @@ def fix(monkeypatch: pytest.MonkeyPatch, gguf: Path | None = None) -> None:
     `specchat` processes that tests start read them instead of timing passes of their own."""
     monkeypatch.setattr(BlockCostTable, "_measure_all", _fixed_measure_all)
     monkeypatch.setattr(BlockCostTable, "_time_slice", _fixed_slice)
+    monkeypatch.setattr(BlockCostTable, "_refine", _not_refined)
     monkeypatch.setattr(BlockCostTable, "_observe", _not_refined)
     monkeypatch.setattr(BlockCostTable, "_observe_drafted", _not_refined)
     if gguf is not None:
@@ -83,6 +86,8 @@ def fix(monkeypatch: pytest.MonkeyPatch, gguf: Path | None = None) -> None:
                     registered(runtime).cost_key(gguf), "cpu", threads
                 )
                 table._costs = dict(costs)
+                # as many sweeps as a table is the median of: no process times more of them
+                table._shapes = [table._shape()] * block_cost._SWEEPS
                 table._save()
 
 

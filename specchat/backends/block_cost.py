@@ -24,6 +24,8 @@ from specchat.backends.threads_by_load import held_threads
 from specchat.json_tables import put_entry, read_table
 
 _COSTS_FILE = "block_costs.json"
+# each kept table's sweeps so far: a size's price over a plain pass, sweep by sweep (`_refine`)
+_SWEEPS_FILE = "block_cost_sweeps.json"
 _EXACTNESS_FILE = "exactness.json"
 _REPEATS = 3
 # use refines the table from the median of this many settled plain passes, where it differs
@@ -40,6 +42,13 @@ _SETTLE = 3
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 # seconds of a stand-in's sweep timed after an answer, at most (and one size's passes at least)
 _SLICE_SECONDS = 0.2
+# A table's shape is the median of this many sweeps, each timed a slice after an answer (the
+# first at load): one sweep's shape is noise. Eight sweeps of the bundled model on int4 in one
+# process, five seconds apart (avx2 level, a 2-core AMD EPYC) priced a 2-token pass at 1.13-2.02
+# plain ones and 4 tokens at 1.24-2.02; one table was kept, and use raises a size but never
+# lowers it, so the unluckiest sweep priced every later answer of that model (docs/bench-log.md,
+# session 70).
+_SWEEPS = 5
 _FILLER_TOKEN = 198
 # Passes are timed behind this many cached tokens, about where a chat answer runs: a pass attends
 # to the whole context, and the shape moves with it, if little on llama.cpp (timed as here, the
@@ -85,6 +94,10 @@ class BlockCostTable:
         self._raised: dict[int, float] = {}  # per size: what use showed beyond the table
         # a stand-in's own sweep, timed a slice after each answer (None: not standing in)
         self._sweep: _Sweep | None = None
+        # the shapes of the sweeps the table is the median of (each size's cost over a plain
+        # pass's), and the next sweep, timed a slice after each answer until `_SWEEPS` are in
+        self._shapes: list[dict[int, float]] = []
+        self._refining: _Sweep | None = None
 
     @property
     def threads(self) -> object:
@@ -121,12 +134,24 @@ class BlockCostTable:
             self._costs.update({int(k): float(v) for k, v in table.items()})
         except (ValueError, AttributeError, TypeError):
             self._costs.clear()
+        if 1 not in self._costs or self._costs[1] <= 0:  # no plain pass to price by: not a table
+            self._costs.clear()
+        self._shapes = _read_shapes(self._read(_SWEEPS_FILE).get(self._key))
+        if self._costs and not self._shapes:  # kept before sweeps were: it counts as one
+            self._shapes = [self._shape()]
 
     def _save(self) -> None:
-        """Keep the costs; a cache that cannot be written stops nothing (they are written after
-        an answer, or before one, and serve this run either way)."""
+        """Keep the costs and the sweeps they are the median of; a cache that cannot be written
+        stops nothing (they are written after an answer, or before one, and serve this run
+        either way)."""
         with contextlib.suppress(OSError):
             self._write(_COSTS_FILE, {str(k): v for k, v in sorted(self._costs.items())})
+            shapes = [{str(k): r for k, r in sorted(shape.items())} for shape in self._shapes]
+            self._write(_SWEEPS_FILE, shapes)
+
+    def _shape(self) -> dict[int, float]:
+        """Each size's cost over a plain pass's, as the table stands."""
+        return {k: cost / self._costs[1] for k, cost in self._costs.items()}
 
     @contextlib.contextmanager
     def timing(self, block: Block) -> Iterator[None]:
@@ -185,6 +210,11 @@ class BlockCostTable:
             return
         window = self._drafted.setdefault(k, deque(maxlen=_DRAFTED_WINDOW))
         window.append(seconds / statistics.median(self._latest_plain))
+        self._raise_from_use(k)
+
+    def _raise_from_use(self, k: int) -> None:
+        """Size k's raise from its latest passes in use, once there are enough of them."""
+        window = self._drafted.get(k, ())
         if len(window) < _DRAFTED_WINDOW:
             return
         raised = max(1.0, statistics.median(window) / (self._table_cost(k) / self._table_cost(1)))
@@ -202,14 +232,18 @@ class BlockCostTable:
             return self._raised[largest]
         return interpolate({1: 1.0, **self._raised}, k)
 
-    def keep(self) -> None:
-        """Write the refinements made since the last `keep` (none: nothing is written; nor for a
-        table timed while the machine was busy, whose shape is the busy moment's, nor for a
-        refinement from passes that lacked the cores, nor for a stand-in's: a slice of its own
-        sweep is timed instead)."""
+    def keep(self, refine: bool = True) -> None:
+        """After an answer: a slice of the next sweep, while the table is a stand-in or (with
+        `refine`) the median of fewer than `_SWEEPS`; then write the refinements made since the
+        last `keep` (none: nothing is written; nor for a table timed while the machine was busy,
+        whose shape is the busy moment's, nor for a refinement from passes that lacked the
+        cores, nor for a stand-in's: its own sweep is not yet whole)."""
         if self.standing_in:
             self._time_slice()
-        elif self._unsaved and not self._timed_busy and not self._refined_busy:
+            return
+        if refine:
+            self._refine()
+        if self._unsaved and not self._timed_busy and not self._refined_busy:
             self._unsaved = False
             self._save()
 
@@ -284,6 +318,7 @@ class BlockCostTable:
             timed.cpu_seconds, timed.wall_seconds, backend, self._threads
         )
         self._costs.clear()
+        self._shapes, self._refining = [], None
         if self._timed_busy:
             # Beside processes that take its cores, a pass waits for the core for as long again
             # as it computes, at random: by the wall clock a 2-token pass read 0.4-4.5x a plain
@@ -295,6 +330,7 @@ class BlockCostTable:
             self._costs.update({k: scale * seconds for k, seconds in timed.cpu.items()})
         else:
             self._costs.update(timed.wall)
+            self._shapes = [self._shape()]  # a busy sweep's shape is no sweep's: not counted
         self._sweep, self._unsaved = None, False
         self._raised.clear()
         self._memo.clear()
@@ -322,16 +358,67 @@ class BlockCostTable:
         return bool(self._costs)
 
     def _time_slice(self) -> None:
-        """Time the next slice of a stand-in's own sweep (behind the cache as it is, given back
-        after), and take it when it is whole."""
-        sweep, backend = self._sweep, self._backend
-        if sweep is None or backend.n_committed + sweep.sizes[-1] >= backend.n_ctx:
-            return  # the context left no room for the largest size: after a later answer
-        with _behind_context(backend, sweep.sizes[-1]):
-            whole = sweep.run(_SLICE_SECONDS)
-        if whole:
-            self._take(sweep)
+        """Time the next slice of a stand-in's own sweep, and take it when it is whole."""
+        if self._sweep is not None and _slice(self._backend, self._sweep):
+            self._take(self._sweep)
             self._keep_timed()
+
+    def _refine(self) -> None:
+        """Time the next slice of another sweep while the table is the median of fewer than
+        `_SWEEPS`; a whole one joins them, and the table takes the median shape on its plain
+        pass's scale (which use keeps following). A sweep that lacked the cores is dropped:
+        its shape is the busy moment's."""
+        if self._backend is None or not self._costs or len(self._shapes) >= _SWEEPS:
+            return
+        if self._refining is None:
+            sizes = [k for k in _sizes(self._backend) if k in self._costs]
+            self._refining = _Sweep(self._backend, sizes, _REPEATS, self._threads)
+        sweep = self._refining
+        if not _slice(self._backend, sweep):
+            return
+        self._refining = None
+        timed = sweep.timings()
+        if not had_the_cores(timed.cpu_seconds, timed.wall_seconds, self._backend, self._threads):
+            return
+        self._shapes.append({k: seconds / timed.wall[1] for k, seconds in timed.wall.items()})
+        self._costs.update(_median_costs(self._costs, self._shapes))
+        self._timed_busy = False  # its shape is now the sweeps' timed alone
+        self._memo.clear()
+        for k in self._drafted:  # what use showed, against the table's new shape
+            self._raised.pop(k, None)
+            self._raise_from_use(k)
+        self._unsaved = True
+
+
+def _slice(backend, sweep: _Sweep) -> bool:
+    """Time the next slice of `sweep` behind the cache as it is (given back after); whether the
+    sweep is whole. An answer that left no room for the largest size times nothing: a later
+    answer's end does."""
+    if backend.n_committed + sweep.sizes[-1] >= backend.n_ctx:
+        return False
+    with _behind_context(backend, sweep.sizes[-1]):
+        return sweep.run(_SLICE_SECONDS)
+
+
+def _median_costs(costs: dict[int, float], shapes: list[dict[int, float]]) -> dict[int, float]:
+    """Each size at the median of the sweeps' prices over a plain pass, on `costs`' plain pass,
+    never below a smaller size."""
+    median, running = {}, 0.0
+    for k in sorted(costs):
+        prices = [shape[k] for shape in shapes if k in shape]
+        ratio = statistics.median(prices) if prices else costs[k] / costs[1]
+        running = max(running, costs[1] * ratio)
+        median[k] = running
+    return median
+
+
+def _read_shapes(kept: object) -> list[dict[int, float]]:
+    """The sweeps kept for a table (none, where the file says something else)."""
+    try:
+        shapes = [{int(k): float(r) for k, r in shape.items()} for shape in kept or []]
+    except (ValueError, AttributeError, TypeError):
+        return []
+    return [shape for shape in shapes if shape.get(1) == 1.0][-_SWEEPS:]
 
 
 def _sizes(backend) -> list[int]:
@@ -512,8 +599,15 @@ class CostsByThreads:
         self.table().calibrate(progress)
 
     def keep(self) -> None:
-        for table in self._tables.values():
+        """After an answer, one slice at most: a stand-in's own sweep first, else another sweep
+        of the table of the count the passes run on now (the count whose answers it prices)."""
+        standing_in = [table for table in self._tables.values() if table.standing_in]
+        for table in standing_in:
             table.keep()
+        current = self.table()
+        for table in self._tables.values():
+            if table not in standing_in:
+                table.keep(refine=table is current and not standing_in)
 
     def exactness(self) -> Exactness:
         return self.table().exactness()

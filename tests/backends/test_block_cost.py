@@ -309,6 +309,92 @@ def test_a_table_timed_after_an_answer_that_cannot_be_written_stops_nothing(
     assert not met.standing_in and met.cost(4) == pytest.approx(2.5)
 
 
+def sweep_after_answer(table: BlockCostTable, runtime: NumpyBackend, shape) -> None:
+    """One answer's end (`keep`) on a machine whose passes cost `shape(k)` plain ones then."""
+    runtime.pass_seconds = lambda k: shape(k)
+    table.keep()
+
+
+@pytest.mark.measured_costs
+def test_an_unlucky_first_sweep_prices_answers_only_until_later_sweeps_outvote_it(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table's first sweep, timed at load in a noisy minute, priced a 2-token pass at 2.02
+    plain ones where the machine's sweeps read 1.1-1.3 (a 2-core AMD EPYC): kept, it priced
+    every later answer of the model, and the policy drafted nothing. After each answer a slice
+    of another sweep is timed; the table takes the median of its sweeps (on the plain pass's
+    scale), keeps them with it, and once it has `_SWEEPS` times no more, in this run or the
+    next."""
+    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", 1e9)  # a whole sweep after each answer
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    usual = lambda k: 1.0 if k == 1 else 0.5 + 0.5 * k  # noqa: E731
+    unlucky = lambda k: 1.0 if k == 1 else 2.0 * k  # noqa: E731
+    runtime.pass_seconds = unlucky
+    table = BlockCostTable(runtime, key="stand-in")
+    assert table.cost(2) == pytest.approx(4.0)  # the first sweep's shape
+    sweep_after_answer(table, runtime, usual)
+    assert table.cost(2) == pytest.approx(2.75)  # the median of two: their mean
+    sweep_after_answer(table, runtime, unlucky)
+    assert table.cost(2) == pytest.approx(4.0)
+    for _ in range(block_cost._SWEEPS - 3):
+        sweep_after_answer(table, runtime, usual)
+    assert table.cost(2) == pytest.approx(1.5) and table.cost(8) == pytest.approx(4.5)
+    clock = runtime.clock
+    sweep_after_answer(table, runtime, unlucky)  # a table of `_SWEEPS` times nothing more
+    assert runtime.clock == clock and table.cost(2) == pytest.approx(1.5)
+    assert runtime.n_committed == 0  # each sweep's filler given back
+    again = BlockCostTable(runtime, key="stand-in")  # the next run: the median, kept
+    assert again.cost(2) == pytest.approx(1.5) and again.cost(8) == pytest.approx(4.5)
+    again.keep()
+    assert runtime.clock == clock
+
+
+@pytest.mark.measured_costs
+def test_a_sweep_that_lacked_the_cores_is_not_counted(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep timed while other work took the cores has the busy moment's shape: dropped, and
+    the next answer's end times another."""
+    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", 1e9)
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    table = BlockCostTable(runtime, key="stand-in")
+    usual = table.cost(2)
+    busy = lambda k: 1.0 if k == 1 else 3.0 * k  # noqa: E731
+    runtime.cpu_share = 0.5
+    for _ in range(block_cost._SWEEPS):
+        sweep_after_answer(table, runtime, busy)
+    assert table.cost(2) == pytest.approx(usual)
+    runtime.cpu_share = 1.0
+    clock = runtime.clock
+    sweep_after_answer(table, runtime, busy)  # alone again: counted
+    assert runtime.clock > clock and table.cost(2) == pytest.approx((usual + 6.0) / 2)
+    sweep_after_answer(table, runtime, busy)
+    assert table.cost(2) == pytest.approx(6.0)  # two of three
+
+
+@pytest.mark.measured_costs
+@pytest.mark.parametrize("sweeps", ["missing", "corrupt"])
+def test_a_table_kept_without_its_sweeps_counts_as_one(
+    sweeps: str, char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table kept before its sweeps were (or beside a sweeps file that is not one) is one
+    sweep's: answers time more until the median stands."""
+    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", 1e9)
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    runtime.pass_seconds = lambda k: 1.0 if k == 1 else 2.0 * k
+    BlockCostTable(runtime, key="stand-in").cost(1)  # timed and kept
+    path = tmp_path / block_cost._SWEEPS_FILE
+    if sweeps == "missing":
+        path.unlink()
+    else:
+        path.write_text('{"stand-in": [{"1": "one"}], "other": 3')
+    table = BlockCostTable(runtime, key="stand-in")
+    assert table.cost(2) == pytest.approx(4.0)
+    for _ in range(2):
+        sweep_after_answer(table, runtime, lambda k: 1.0 if k == 1 else 0.5 + 0.5 * k)
+    assert table.cost(2) == pytest.approx(1.5)
+
+
 def test_a_probe_whose_cache_cannot_be_written_still_serves_the_run(
     char_ngram_model, tmp_path, monkeypatch
 ):
