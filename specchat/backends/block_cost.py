@@ -318,6 +318,7 @@ class BlockCostTable:
             timed.cpu_seconds, timed.wall_seconds, backend, self._threads
         )
         self._costs.clear()
+        # its sweeps start again: this one, if it had the cores (a busy moment's shape is none)
         self._shapes, self._refining = [], None
         if self._timed_busy:
             # Beside processes that take its cores, a pass waits for the core for as long again
@@ -330,7 +331,7 @@ class BlockCostTable:
             self._costs.update({k: scale * seconds for k, seconds in timed.cpu.items()})
         else:
             self._costs.update(timed.wall)
-            self._shapes = [self._shape()]  # a busy sweep's shape is no sweep's: not counted
+            self._shapes = [self._shape()]
         self._sweep, self._unsaved = None, False
         self._raised.clear()
         self._memo.clear()
