@@ -94,27 +94,37 @@ def bundled_app() -> SpecchatApp:
     return SpecchatApp(settings=settings, save_settings_file=False)
 
 
+async def enter_while_loading(pilot, parked: ParkedLoad, question: str):
+    """Type `question` and press Enter while the load is parked; the prompt, after."""
+    await wait_until(pilot, parked.started.is_set)
+    prompt = pilot.app.screen.query_one("#prompt")
+    prompt.insert(question)
+    await pilot.press("enter")
+    await pilot.pause()
+    return prompt
+
+
 async def test_a_question_sent_while_the_model_loads_is_answered_once_it_has(monkeypatch):
     from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
 
     parked = ParkedLoad(monkeypatch)
     app = bundled_app()
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, parked.started.is_set)
-        prompt = app.screen.query_one("#prompt")
-        prompt.insert("Name a colour.")
-        await pilot.press("enter")
-        await pilot.pause()
+        prompt = await enter_while_loading(pilot, parked, "Name a colour.")
         assert prompt.text == "" and "sent once the model is ready" in status_of(app)
         assert not app.screen.query(UserMessage)
         parked.release()
-        await wait_until(pilot, lambda: app.session.ready and not app.session.busy)
-        await wait_until(pilot, lambda: app.screen.query(AssistantMessage))
-        await wait_until(pilot, lambda: not app.session.busy)
+        history = app.session.history
+
+        def stored() -> list:
+            chats = history.list_chats()
+            return history.messages(chats[0].id) if chats else []
+
+        await wait_until(pilot, lambda: len(stored()) == 2)  # the answer, whole and kept
         (question,) = app.screen.query(UserMessage)
-        assert "Name a colour." in str(question.text)
-        (chat,) = app.session.history.list_chats()
-        stored = app.session.history.messages(chat.id)
+        assert "Name a colour." in str(question.text) and app.screen.query(AssistantMessage)
+        assert len(history.list_chats()) == 1
+        stored = stored()
         assert [m.role for m in stored] == ["user", "assistant"]
         assert stored[0].content == "Name a colour." and stored[1].content.strip()
 
@@ -123,11 +133,7 @@ async def test_a_question_waiting_for_a_model_that_fails_to_load_stays_in_the_pr
     parked = ParkedLoad(monkeypatch, fail="no such model")
     app = bundled_app()
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, parked.started.is_set)
-        prompt = app.screen.query_one("#prompt")
-        prompt.insert("Name a colour.")
-        await pilot.press("enter")
-        await pilot.pause()
+        prompt = await enter_while_loading(pilot, parked, "Name a colour.")
         assert prompt.text == ""
         parked.release()
         await wait_until(pilot, lambda: errors(app))
