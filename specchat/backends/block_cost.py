@@ -151,7 +151,11 @@ class BlockCostTable:
 
     def _shape(self) -> dict[int, float]:
         """Each size's cost over a plain pass's, as the table stands."""
-        return {k: cost / self._costs[1] for k, cost in self._costs.items()}
+        return _prices(self._costs)
+
+    def _new_sweep(self) -> _Sweep:
+        """A sweep of every size that fits behind the cache now, on this table's threads."""
+        return _Sweep(self._backend, _sizes(self._backend), _REPEATS, self._threads)
 
     @contextlib.contextmanager
     def timing(self, block: Block) -> Iterator[None]:
@@ -304,7 +308,7 @@ class BlockCostTable:
     def _measure_all(self) -> None:
         """Every size timed as decoding meets it (`_Sweep`), behind `CONTEXT` cached tokens: the
         context is filled first and given back after."""
-        sweep = self._sweep or _Sweep(self._backend, _sizes(self._backend), _REPEATS, self._threads)
+        sweep = self._sweep or self._new_sweep()
         with _behind_context(self._backend, sweep.sizes[-1]):
             sweep.run()
         self._take(sweep)
@@ -347,7 +351,7 @@ class BlockCostTable:
         if self._costs or not other.priced():
             return
         self._costs.update({k: other._table_cost(k) for k in other._costs})
-        self._sweep = _Sweep(self._backend, _sizes(self._backend), _REPEATS, self._threads)
+        self._sweep = self._new_sweep()
 
     @property
     def standing_in(self) -> bool:
@@ -371,17 +375,14 @@ class BlockCostTable:
         its shape is the busy moment's."""
         if self._backend is None or not self._costs or len(self._shapes) >= _SWEEPS:
             return
-        if self._refining is None:
-            sizes = [k for k in _sizes(self._backend) if k in self._costs]
-            self._refining = _Sweep(self._backend, sizes, _REPEATS, self._threads)
-        sweep = self._refining
+        sweep = self._refining = self._refining or self._new_sweep()
         if not _slice(self._backend, sweep):
             return
         self._refining = None
         timed = sweep.timings()
         if not had_the_cores(timed.cpu_seconds, timed.wall_seconds, self._backend, self._threads):
             return
-        self._shapes.append({k: seconds / timed.wall[1] for k, seconds in timed.wall.items()})
+        self._shapes.append(_prices(timed.wall))
         self._costs.update(_median_costs(self._costs, self._shapes))
         self._timed_busy = False  # its shape is now the sweeps' timed alone
         self._memo.clear()
@@ -399,6 +400,11 @@ def _slice(backend, sweep: _Sweep) -> bool:
         return False
     with _behind_context(backend, sweep.sizes[-1]):
         return sweep.run(_SLICE_SECONDS)
+
+
+def _prices(costs: dict[int, float]) -> dict[int, float]:
+    """Each size's cost over the plain pass's."""
+    return {k: cost / costs[1] for k, cost in costs.items()}
 
 
 def _median_costs(costs: dict[int, float], shapes: list[dict[int, float]]) -> dict[int, float]:

@@ -57,6 +57,8 @@ from specchat.evaluation.race import error_text
 from specchat.history import StoredMessage
 
 MODEL_LABEL_EVERY = 1.0  # seconds between looks at the model's part of the status line
+# said on the status line while a question sent during the load waits for the model
+_WAITS = " (your question is sent once the model is ready)"
 
 
 class ChatScreen(Answering, Branches, Copying, Screen):
@@ -189,8 +191,7 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         self.post_message(ModelLoaded(seconds, warning))
 
     def on_load_progress(self, message: LoadProgress) -> None:
-        waits = " (your question is sent once the model is ready)" if self._waiting else ""
-        self._status_line(f"{message.text}…{waits}")
+        self._status_line(f"{message.text}…{_WAITS if self._waiting else ''}")
 
     def on_model_failed(self, message: ModelFailed) -> None:
         self.notify(message.error, title="model", severity="error", timeout=30)
@@ -389,7 +390,7 @@ class ChatScreen(Answering, Branches, Copying, Screen):
             return
         self._waiting = text
         self.query_one(PromptInput).clear()
-        self._status_line("loading model… (your question is sent once the model is ready)")
+        self._status_line(f"loading model…{_WAITS}")
 
     # -- chats -----------------------------------------------------------------------------------
     async def action_new_chat(self) -> None:
