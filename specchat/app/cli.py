@@ -415,6 +415,20 @@ def chats_delete(chat_id: ChatIdArg, as_json: JsonOpt = False) -> None:
     typer.echo(delete_chat(_chats_store(), chat_id, as_json))
 
 
+def _one_line_summaries(*typers: typer.Typer) -> None:
+    """Each command's summary in the commands' list is its docstring's first paragraph as one
+    line, wrapped to the terminal: typer's rich help keeps the source's line breaks there, so the
+    list read broken mid-sentence at wide terminals."""
+    for group in typers:
+        for info in group.registered_commands:
+            if info.short_help is None:
+                doc = info.help or inspect.getdoc(info.callback) or ""
+                info.short_help = " ".join(doc.split("\n\n")[0].split())
+
+
+_one_line_summaries(app, chats_app)
+
+
 def main() -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
     try:

@@ -23,6 +23,17 @@ def test_version():
     assert result.returncode == 0 and result.stdout.startswith("specchat ")
 
 
+def test_help_lists_each_command_with_its_summary_unbroken():
+    """At a wide terminal a command's summary runs on one line: it was broken where its
+    docstring's source lines end ("Files (-f) and" / "piped text join ...")."""
+    result = run_cli("--help", env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("│ ")}
+    assert {"ask", "compare", "bench", "models", "pull", "chats"} <= rows.keys()
+    assert "coloured. Files (-f) and piped text join the prompt" in rows["ask"]
+    assert "(progress shown, resumable); then --model" in rows["pull"]
+
+
 def test_ask_streams_an_answer():
     result = run("ask", "Write a haiku about the sea.", "--max-tokens", "30")
     assert result.returncode == 0, result.stderr
