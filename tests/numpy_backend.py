@@ -222,7 +222,7 @@ class NumpyBackend:
         """Probed as on any backend (its rows never depend on the block: bitwise)."""
         return probe_exactness(self)
 
-    def keep_costs(self) -> None:
+    def keep_costs(self, time_slice: bool = True) -> None:
         """Nothing to write: its costs are modelled."""
 
     def close(self) -> None:

@@ -133,6 +133,7 @@ def run_ask(
     progress_done()
     decoder = chosen_decoder(config, loaded)
     engine = build_engine(loaded, decoder, run_params([decoder], config, raw_params)[decoder])
+    engine.one_answer = True
     # --no-log writes nothing: the saved chats are read only where a store already exists
     reads = decoder_class(decoder).reads_saved_chats and (data_dir() / DB_FILE).exists()
     store = HistoryStore() if log or reads else None

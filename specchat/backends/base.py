@@ -201,9 +201,10 @@ class Backend(Protocol):
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         """Measure the pass costs and the exactness if they were never measured (at load)."""
 
-    def keep_costs(self) -> None:
+    def keep_costs(self, time_slice: bool = True) -> None:
         """Write what passes in use refined of the pass costs: the engine calls it after an
-        answer, so no pass ever waits on a file."""
+        answer, so no pass ever waits on a file; with `time_slice`, time a slice of a sweep
+        the costs still lack (`block_cost.py`)."""
 
     def close(self) -> None:
         """Free the model."""

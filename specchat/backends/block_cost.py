@@ -47,7 +47,11 @@ _SLICE_SECONDS = 0.2
 # process, five seconds apart (avx2 level, a 2-core AMD EPYC) priced a 2-token pass at 1.13-2.02
 # plain ones and 4 tokens at 1.24-2.02; one table was kept, and use raises a size but never
 # lowers it, so the unluckiest sweep priced every later answer of that model (docs/bench-log.md,
-# session 70).
+# session 70). Only where a sweep's dearest unit (a pass of the largest size between settled plain
+# passes) fits in a slice: the slice ran before the answer's end, and a random-weight 1.7B model
+# on int4 (a 43 ms plain pass) ended every answer 1.6 s after its last token, 8B longer, for the
+# hundred-odd answers four sweeps took there (docs/bench-log.md, session 71). Such a model keeps
+# its first sweep, as before, its passes long beside the scheduler's noise the sweeps outvote.
 _SWEEPS = 5
 _FILLER_TOKEN = 198
 # Passes are timed behind this many cached tokens, about where a chat answer runs: a pass attends
@@ -236,16 +240,17 @@ class BlockCostTable:
             return self._raised[largest]
         return interpolate({1: 1.0, **self._raised}, k)
 
-    def keep(self, refine: bool = True) -> None:
-        """After an answer: a slice of the next sweep, while the table is a stand-in or (with
-        `refine`) the median of fewer than `_SWEEPS`; then write the refinements made since the
-        last `keep` (none: nothing is written; nor for a table timed while the machine was busy,
-        whose shape is the busy moment's, nor for a refinement from passes that lacked the
+    def keep(self, time_slice: bool = True) -> None:
+        """After an answer: with `time_slice`, a slice of the next sweep, while the table is a
+        stand-in or the median of fewer than `_SWEEPS`; then write the refinements made since
+        the last `keep` (none: nothing is written; nor for a table timed while the machine was
+        busy, whose shape is the busy moment's, nor for a refinement from passes that lacked the
         cores, nor for a stand-in's: its own sweep is not yet whole)."""
         if self.standing_in:
-            self._time_slice()
+            if time_slice:
+                self._time_slice()
             return
-        if refine:
+        if time_slice:
             self._refine()
         if self._unsaved and not self._timed_busy and not self._refined_busy:
             self._unsaved = False
@@ -375,6 +380,8 @@ class BlockCostTable:
         its shape is the busy moment's."""
         if self._backend is None or not self._costs or len(self._shapes) >= _SWEEPS:
             return
+        if not self._unit_fits_a_slice():
+            return
         sweep = self._refining = self._refining or self._new_sweep()
         if not _slice(self._backend, sweep):
             return
@@ -390,6 +397,12 @@ class BlockCostTable:
             self._raised.pop(k, None)
             self._raise_from_use(k)
         self._unsaved = True
+
+    def _unit_fits_a_slice(self) -> bool:
+        """Whether the dearest unit of a sweep, the largest size between settled plain passes
+        (`_Sweep.run`), fits in a slice at the table's prices."""
+        unit = 2 * _SETTLE * self._table_cost(1) + self._table_cost(max(self._costs))
+        return unit <= _SLICE_SECONDS
 
 
 def _slice(backend, sweep: _Sweep) -> bool:
@@ -605,16 +618,17 @@ class CostsByThreads:
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         self.table().calibrate(progress)
 
-    def keep(self) -> None:
-        """After an answer, one slice at most: a stand-in's own sweep first, else another sweep
-        of the table of the count the passes run on now (the count whose answers it prices)."""
+    def keep(self, time_slice: bool = True) -> None:
+        """After an answer, with `time_slice` one slice at most: a stand-in's own sweep first,
+        else another sweep of the table of the count the passes run on now (the count whose
+        answers it prices)."""
         standing_in = [table for table in self._tables.values() if table.standing_in]
         for table in standing_in:
-            table.keep()
+            table.keep(time_slice)
         current = self.table()
         for table in self._tables.values():
             if table not in standing_in:
-                table.keep(refine=table is current and not standing_in)
+                table.keep(time_slice and table is current and not standing_in)
 
     def exactness(self) -> Exactness:
         return self.table().exactness()
@@ -634,8 +648,8 @@ class MeasuredCosts:
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         self._costs.calibrate(progress)
 
-    def keep_costs(self) -> None:
-        self._costs.keep()
+    def keep_costs(self, time_slice: bool = True) -> None:
+        self._costs.keep(time_slice)
 
     def exactness(self) -> Exactness:
         """Whether a block's rows equal one-token passes' bitwise here: probed once, kept."""

@@ -180,7 +180,8 @@ class Engine(AnswerEngine):
         committed = min(backend.n_committed, len(context) - 1)
         backend.rollback(committed)
         self._kv_tokens = context[:committed]
-        backend.keep_costs()  # refinements made during the answer, written after it
+        # refinements made during the answer, written after it
+        backend.keep_costs(time_slice=not self.one_answer)
         yield DoneEvent(
             finish_reason=finish,
             prompt_token_ids=tuple(prompt),

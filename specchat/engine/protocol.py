@@ -44,6 +44,11 @@ class AnswerEngine:
     cache — implemented here once. An engine adds how it prompts (`_prompt`), fits a
     conversation to its window (`fit`) and generates (`generate`)."""
 
+    # An engine whose process ends with its one answer (`ask`): the answer's end times nothing
+    # for answers to come (a slice of a cost sweep, `block_cost.py`, would end with the process
+    # unfinished, and the answer would end later for it).
+    one_answer = False
+
     def __init__(self, decoder: Decoder) -> None:
         self.decoder = decoder
         self._next_decoder: Decoder | None = None

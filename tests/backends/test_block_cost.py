@@ -350,6 +350,28 @@ def test_an_unlucky_first_sweep_prices_answers_only_until_later_sweeps_outvote_i
 
 
 @pytest.mark.measured_costs
+def test_a_model_whose_passes_outlast_a_slice_keeps_its_first_sweep(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice runs before the answer ends: a random-weight 1.7B model on int4 ended every
+    answer 1.6 s after its last token while later sweeps were timed. Where a sweep's dearest
+    unit (the largest pass between settled plain ones) outlasts a slice, no answer's end times
+    one; a model whose unit fits does."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
+    table = BlockCostTable(runtime, key="stand-in")
+    first = table.cost(8)
+    unit = 2 * block_cost._SETTLE * table.cost(1) + table.cost(max(block_cost._SIZES))
+    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", unit * 0.99)  # modelled seconds
+    clock = runtime.clock
+    for _ in range(3):
+        sweep_after_answer(table, runtime, lambda k: 1.0 if k == 1 else 2.0 * k)
+    assert runtime.clock == clock and table.cost(8) == pytest.approx(first)
+    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", unit)
+    sweep_after_answer(table, runtime, lambda k: 1.0 if k == 1 else 2.0 * k)
+    assert runtime.clock > clock
+
+
+@pytest.mark.measured_costs
 def test_a_sweep_that_lacked_the_cores_is_not_counted(
     char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
