@@ -42,6 +42,9 @@ _SETTLE = 3
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
 # seconds of a stand-in's sweep timed after an answer, at most (and one size's passes at least)
 _SLICE_SECONDS = 0.2
+# a slice times one unit at least: sweeps are timed after answers only where a sweep's dearest
+# unit takes no longer than this (below, `_SWEEPS`)
+_UNIT_SECONDS = 0.2
 # A table's shape is the median of this many sweeps, each timed a slice after an answer (the
 # first at load): one sweep's shape is noise. Eight sweeps of the bundled model on int4 in one
 # process, five seconds apart (avx2 level, a 2-core AMD EPYC) priced a 2-token pass at 1.13-2.02
@@ -368,8 +371,11 @@ class BlockCostTable:
         return bool(self._costs)
 
     def _time_slice(self) -> None:
-        """Time the next slice of a stand-in's own sweep, and take it when it is whole."""
-        if self._sweep is not None and _slice(self._backend, self._sweep):
+        """Time the next slice of a stand-in's own sweep, and take it when it is whole (a model
+        whose units outlast a slice stands in for this run)."""
+        if self._sweep is None or not self._unit_fits_a_slice():
+            return
+        if _slice(self._backend, self._sweep):
             self._take(self._sweep)
             self._keep_timed()
 
@@ -402,7 +408,7 @@ class BlockCostTable:
         """Whether the dearest unit of a sweep, the largest size between settled plain passes
         (`_Sweep.run`), fits in a slice at the table's prices."""
         unit = 2 * _SETTLE * self._table_cost(1) + self._table_cost(max(self._costs))
-        return unit <= _SLICE_SECONDS
+        return unit <= _UNIT_SECONDS
 
 
 def _slice(backend, sweep: _Sweep) -> bool:

@@ -25,7 +25,9 @@ def modelled_runtime(
     char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slowed: float
 ) -> NumpyBackend:
     """llama.cpp's shape: a plain pass costs 1, a k-token pass 0.5 + 0.5·k, and the two
-    one-token passes after a larger one `slowed` and half that more."""
+    one-token passes after a larger one `slowed` and half that more (seconds each: a slice
+    after an answer times every sweep's units, unless a test says not)."""
+    monkeypatch.setattr(block_cost, "_UNIT_SECONDS", 1e9)
     since = [9]
 
     def pass_seconds(k: int) -> float:
@@ -356,17 +358,22 @@ def test_a_model_whose_passes_outlast_a_slice_keeps_its_first_sweep(
     """A slice runs before the answer ends: a random-weight 1.7B model on int4 ended every
     answer 1.6 s after its last token while later sweeps were timed. Where a sweep's dearest
     unit (the largest pass between settled plain ones) outlasts a slice, no answer's end times
-    one; a model whose unit fits does."""
+    one, nor one of a thread count's own sweep where it stands in; a model whose unit fits
+    does."""
     runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.0)
-    table = BlockCostTable(runtime, key="stand-in")
+    table = BlockCostTable(runtime, key="stand-in", threads=2)
     first = table.cost(8)
     unit = 2 * block_cost._SETTLE * table.cost(1) + table.cost(max(block_cost._SIZES))
-    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", unit * 0.99)  # modelled seconds
+    monkeypatch.setattr(block_cost, "_UNIT_SECONDS", unit * 0.99)  # modelled seconds
+    met = BlockCostTable(runtime, "stand-in", threads=1)
+    met.stand_in(table)
     clock = runtime.clock
     for _ in range(3):
         sweep_after_answer(table, runtime, lambda k: 1.0 if k == 1 else 2.0 * k)
+        met.keep()
     assert runtime.clock == clock and table.cost(8) == pytest.approx(first)
-    monkeypatch.setattr(block_cost, "_SLICE_SECONDS", unit)
+    assert met.standing_in and met.cost(8) == pytest.approx(first)
+    monkeypatch.setattr(block_cost, "_UNIT_SECONDS", unit)
     sweep_after_answer(table, runtime, lambda k: 1.0 if k == 1 else 2.0 * k)
     assert runtime.clock > clock
 

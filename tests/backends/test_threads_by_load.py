@@ -306,6 +306,7 @@ def test_passes_are_priced_by_a_table_timed_on_the_count_they_run_on(
 
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(block_cost, "_SLICE_SECONDS", 0.0)  # one size's passes a slice
+    monkeypatch.setattr(block_cost, "_UNIT_SECONDS", 1e9)  # however slow the test machine
     backend, runtime_threads = backend_on_two_threads(bundled_gguf, "int4")
     load = Readings(ONE_BUSY_PROCESS)
     backend.threads_by_load = ThreadsByLoad(2, load, cores=2)
