@@ -40,11 +40,11 @@ _DRAFTED_WINDOW = 16
 # one, and the next one too
 _SETTLE = 3
 _SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)
-# seconds of a stand-in's sweep timed after an answer, at most (and one size's passes at least)
+# seconds of a sweep timed after an answer (a stand-in's own, or one more of `_SWEEPS`), at most
+# and one unit (a size's pass between settled plain passes) at least: so sweeps are timed after
+# answers only where a sweep's dearest unit takes no longer than a slice (`_SWEEPS`)
 _SLICE_SECONDS = 0.2
-# a slice times one unit at least: sweeps are timed after answers only where a sweep's dearest
-# unit takes no longer than this (below, `_SWEEPS`)
-_UNIT_SECONDS = 0.2
+_UNIT_SECONDS = _SLICE_SECONDS
 # A table's shape is the median of this many sweeps, each timed a slice after an answer (the
 # first at load): one sweep's shape is noise. Eight sweeps of the bundled model on int4 in one
 # process, five seconds apart (avx2 level, a 2-core AMD EPYC) priced a 2-token pass at 1.13-2.02
