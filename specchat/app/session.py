@@ -337,7 +337,8 @@ class ChatSession:
         """Answer the conversation with the chosen decoder (iterate it in a worker): TurnsLeftOut
         when the conversation outgrew the context window (its oldest turns are left out of the
         prompt), a StepEvent per step, then the DoneEvent. The session is busy from this call
-        until the iterator is exhausted (or closed). Setting `cancel` stops the answer at the
+        until the DoneEvent (or the iterator's end, or its close); iterate it to the end all the
+        same, so what the engine does after an answer is done. Setting `cancel` stops the answer at the
         next step boundary, also before the engine started. `previous_answer`, the answer being
         regenerated, is offered to the drafters as a source."""
         self.busy = True
@@ -346,6 +347,7 @@ class ChatSession:
     def _answer(
         self, chat: list[ChatMessage], cancel: threading.Event, previous_answer: str | None
     ) -> Iterator[AnswerEvent]:
+        done = False
         try:
             engine = self.engine
             max_tokens = self.config.max_tokens
@@ -360,9 +362,16 @@ class ChatSession:
                 saved=self.saved_chats,
                 end_loops=self.config.end_loops,
             )
-            yield from engine.generate(request, cancel=cancel)
+            for event in engine.generate(request, cancel=cancel):
+                if isinstance(event, DoneEvent):
+                    # the answer is over: what the engine does after it (`keep_costs`) holds
+                    # the model thread only, where the next answer or a model load queues
+                    self.busy = False
+                    done = True
+                yield event
         finally:
-            self.busy = False
+            if not done:  # a later answer may be busy already: only this one's busy ends here
+                self.busy = False
 
     def record(self) -> AnswerRecord:
         """What keeps the next answer as its events make it (feed it from the answer's worker)."""

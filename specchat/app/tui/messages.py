@@ -8,7 +8,8 @@ pace never sets the UI's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from textual.message import Message
 
@@ -44,11 +45,13 @@ class ModelFailed(Message):
 @dataclass
 class AnswerDone(Message):
     """The answer ended; `record`: the answer as its events made it, finished (its steps kept
-    with the model's pass costs), which the chat stores."""
+    with the model's pass costs), which the chat stores. `taken` is set once the screen has
+    taken it in: the worker waits for that before what follows an answer on the model thread."""
 
     answer_id: int
     event: DoneEvent
     record: AnswerRecord
+    taken: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass

@@ -178,3 +178,40 @@ async def test_ctrl_q_mid_answer_keeps_what_was_generated(backend, private_dirs)
     store.close()
     assert last.role == "assistant" and last.finish_reason == "cancelled"
     assert last.content and last.stats.generated_tokens >= 3
+
+
+async def test_an_answer_ends_before_the_pass_cost_slice_that_follows_it(
+    backend, private_dirs, monkeypatch
+):
+    """A fresh install's first answers ended 0.2-0.35 s after their last token: a slice of a
+    pass-cost sweep (`block_cost.py`) ran before the done event. The answer must show it ended,
+    and be stored, while what follows it still holds the model; a question sent then is
+    answered once that is over."""
+    following, release = threading.Event(), threading.Event()
+    keep_costs = backend.keep_costs
+
+    def held(time_slice: bool = True) -> None:
+        following.set()
+        release.wait(60)
+        keep_costs(time_slice)
+
+    monkeypatch.setattr(backend, "keep_costs", held)
+    store = HistoryStore(private_dirs / "data" / "slice.sqlite3")
+    app = SpecchatApp(
+        settings=RunConfig(max_tokens=12, decoder="greedy"), backend=backend, history=store
+    )
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await ask(pilot, "Name three colours.")
+            await wait_until(pilot, following.is_set)
+            await wait_until(pilot, lambda: not app.screen.answering, limit=20)
+            assert not app.session.busy and "tok/s" in status_of(app)
+            chat = store.list_chats()[0]
+            assert [m.role for m in store.messages(chat.id)] == ["user", "assistant"]
+            await ask(pilot, "Name three animals.")
+            release.set()
+            await answered(pilot)
+            assert [m.role for m in store.messages(chat.id)][-2:] == ["user", "assistant"]
+            assert len(store.messages(chat.id)) == 4
+    finally:
+        release.set()

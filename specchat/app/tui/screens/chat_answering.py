@@ -27,6 +27,11 @@ from specchat.engine.events import DoneEvent
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import error_text
 
+# How long an answer's worker waits for the screen to take its end in before it goes on (to a
+# slice of a pass-cost sweep): the screen stores and draws the answer in milliseconds; a screen
+# that never takes it (the app quitting) holds the model thread no longer than this.
+_TAKE_IN_SECONDS = 2.0
+
 
 class Answering:
     """Asking, streaming and ending answers. The state below is this part's own: only its
@@ -105,22 +110,31 @@ class Answering:
         """A worker: each step is kept in `record` (what the chat stores, its rejected drafts as
         text: the worker asks the model, never the UI thread) and goes into the stream, which
         this screen drains at its own pace (`streaming.py`: no message per step); AnswerDone,
-        with the finished record, or AnswerFailed comes after the last step was put."""
+        with the finished record, or AnswerFailed comes after the last step was put.
+
+        AnswerDone is posted as the done event comes, not when the events end: what the engine
+        does after an answer (a slice of a pass-cost sweep, up to 0.2 s) then runs while the
+        person reads, not before the answer shows it ended. It waits for the screen to have
+        taken the answer in (stored, drawn), so the screen's work does not share the cores
+        with the passes the slice times."""
         done = None
         try:
             for event in events:
                 if isinstance(event, DoneEvent):
-                    done = event
+                    record.finish(event)
+                    done = AnswerDone(answer_id, event, record)
+                    self.post_message(done)
+                    done.taken.wait(_TAKE_IN_SECONDS)
                 elif isinstance(event, LeftOut):
                     self.post_message(TurnsLeftOut(answer_id, event.left_out, event.n_ctx))
                 else:
                     record.add(event)
                     stream.put(event)
-            record.finish(done)
         except Exception as exc:  # a bug or a runtime failure: show it, keep the app
-            self.post_message(AnswerFailed(answer_id, error_text(exc)))
-            return
-        self.post_message(AnswerDone(answer_id, done, record))
+            if done is None:
+                self.post_message(AnswerFailed(answer_id, error_text(exc)))
+            else:  # after the answer ended, and was stored: a notice, the answer stays
+                self.notify(error_text(exc), title="after the answer", severity="error")
 
     async def _paced_flush(self, answer_id: int) -> None:
         """A flush, and the next one at the pacer's interval (see `streaming.py`), while answer
@@ -153,6 +167,12 @@ class Answering:
             self._flush_timer = None
 
     async def on_answer_done(self, message: AnswerDone) -> None:
+        try:
+            await self._take_in_answer(message)
+        finally:
+            message.taken.set()  # the worker goes on to what follows an answer
+
+    async def _take_in_answer(self, message: AnswerDone) -> None:
         if message.answer_id != self._answer_id or self._answer is None:
             return
         self._stop_flushing()
