@@ -20,7 +20,7 @@ from specchat.decoding.sampling import Sampler
 from specchat.decoding.sources import DraftSources
 from specchat.engine.detokenizer import Detokenizer
 from specchat.engine.events import DoneEvent, Event, StepEvent
-from specchat.engine.loops import repeating_span
+from specchat.engine.loops import LoopWatch
 from specchat.engine.protocol import AnswerEngine, Cancel, GenerationRequest
 from specchat.engine.stats import GenerationStats
 from specchat.errors import SpecchatError
@@ -106,6 +106,7 @@ class Engine(AnswerEngine):
         sampler = Sampler(switched_sampling or request.sampling)
         self._prepare(self.decoder)
         detok = Detokenizer(backend.token_bytes, request.stop)
+        loops = LoopWatch(backend.token_bytes)
         start = time.perf_counter()
         self._prefill(prompt)
         context = list(prompt)
@@ -149,7 +150,7 @@ class Engine(AnswerEngine):
                 finish = "max_tokens" if len(generated) + len(kept) >= request.max_tokens else "eos"
             context.extend(kept)
             generated.extend(kept)
-            if request.end_loops and kept and finish is None and repeating_span(generated):
+            if request.end_loops and kept and finish is None and loops.looping(generated):
                 finish = "repeating"
             if stats.time_to_first_token is None and kept:
                 stats = replace(stats, time_to_first_token=time.perf_counter() - start)
