@@ -338,9 +338,9 @@ class ChatSession:
         when the conversation outgrew the context window (its oldest turns are left out of the
         prompt), a StepEvent per step, then the DoneEvent. The session is busy from this call
         until the DoneEvent (or the iterator's end, or its close); iterate it to the end all the
-        same, so what the engine does after an answer is done. Setting `cancel` stops the answer at the
-        next step boundary, also before the engine started. `previous_answer`, the answer being
-        regenerated, is offered to the drafters as a source."""
+        same, so what the engine does after an answer is done. Setting `cancel` stops the
+        answer at the next step boundary, also before the engine started. `previous_answer`,
+        the answer being regenerated, is offered to the drafters as a source."""
         self.busy = True
         return self._answer(list(messages), cancel, previous_answer)
 

@@ -55,7 +55,7 @@ class LoopWatch:
         self._kinds: dict[int, tuple[bool, bool, bool]] = {}
         self._numbered: list[int] = []  # the answer so far, each line's number one token
         self._seen = 0
-        self._line_start = self._in_number = False
+        self._line_start, self._in_number = True, False  # an answer starts a line
 
     def _kind(self, token: int) -> tuple[bool, bool, bool]:
         """(only digits, maybe after a line break; opens a line; ends one)."""
