@@ -229,12 +229,17 @@ def race_runs(
                 restore()
             yield RunStarted(lane)
             steps: list[StepEvent] = []
-            done = None
+            finished = False
             tokens, reported = 0, time.monotonic()
             try:
                 for event in entrant.run(turn, cancel):
                     if isinstance(event, DoneEvent):
-                        done = event
+                        if event.error:
+                            raise SpecchatError(event.error)
+                        # as the done event comes: what the engine does after an answer (a
+                        # slice of a pass-cost sweep) runs after the lane says it ended
+                        finished = True
+                        yield RunFinished(lane, event, tuple(steps))
                         continue
                     if keep_steps:
                         steps.append(event)
@@ -243,14 +248,12 @@ def race_runs(
                     if now - reported >= PROGRESS_SECONDS:
                         reported = now
                         yield RunProgress(lane, tokens)
-                if done is None:
+                if not finished:
                     raise SpecchatError(f"{entrant.label} ended without an answer")
-                if done.error:
-                    raise SpecchatError(done.error)
             except Exception as exc:  # a decoder that cannot run, or a bug: the lane says so
+                if finished:  # after its answer: the lane stands, the error is a bug's
+                    raise
                 yield RunFailed(lane, error_text(exc))
-                continue
-            yield RunFinished(lane, done, tuple(steps))
 
 
 @dataclass
