@@ -6,6 +6,7 @@ processes instead (`run_process`)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import subprocess
@@ -44,6 +45,7 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None, stdin: str = "") -
         os.environ.clear()
         os.environ.update(saved[0])
         sys.argv, sys.stdin = saved[1], saved[2]
+        gc.unfreeze()  # main leaves the collector frozen for the process's exit; this one goes on
     return Ran(code, out.getvalue(), err.getvalue())
 
 

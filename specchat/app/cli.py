@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import json
 import sys
@@ -449,6 +450,11 @@ def main() -> None:
             typer.echo(f"specchat: error: {exc.format_message()}", err=True)
             sys.exit(2)
         raise
+    finally:
+        # The command's work is done and written. The interpreter's last collection walked
+        # every object torch and the runtimes made: `ask` exited 0.4 s after its answer, of
+        # which this leaves 0.1 s (module teardown); the objects are still freed, not scanned.
+        gc.freeze()
 
 
 if __name__ == "__main__":
