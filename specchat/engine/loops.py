@@ -55,6 +55,7 @@ class LoopWatch:
         self._kinds: dict[int, tuple[bool, bool, bool]] = {}
         self._numbered: list[int] = []  # the answer so far, each line's number one token
         self._seen = 0
+        self._last_number = -MAX_SPAN - 1  # where in `_numbered` the last line's number stands
         self._line_start, self._in_number = True, False  # an answer starts a line
 
     def _kind(self, token: int) -> tuple[bool, bool, bool]:
@@ -80,6 +81,7 @@ class LoopWatch:
             digits, opens_line, ends_line = self._kind(token)
             if digits and (self._line_start or opens_line or self._in_number):
                 if not self._in_number:
+                    self._last_number = len(self._numbered)
                     self._numbered.append(_LINE_NUMBER)
                 self._in_number = True
             else:
@@ -87,9 +89,8 @@ class LoopWatch:
                 self._in_number = False
             self._line_start = ends_line
         self._seen = len(tokens)
+        back = len(self._numbered) - self._last_number  # the last number, this far from the end
+        if back > MAX_SPAN:  # no span a loop could have holds one: the check above said all
+            return False
         span = repeating_span(self._numbered)
-        return (
-            span is not None
-            and span >= _MIN_NUMBERED_SPAN
-            and _LINE_NUMBER in self._numbered[-span:]
-        )
+        return span is not None and span >= max(_MIN_NUMBERED_SPAN, back)
