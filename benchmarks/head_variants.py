@@ -219,7 +219,7 @@ def main() -> None:
     held_rows = texts(backend, HELD_OUT, 0, args.work / "held-out-texts.json")
     found = features(backend, train_rows, args.work / f"features-{args.samples}.npz")
     held_found = features(backend, held_rows, args.work / "held-out-features.npz")
-    embeddings = torch.from_numpy(backend.model.embed(list(range(backend.vocab_size))).numpy())
+    embeddings = torch.from_numpy(backend.model.embedded(list(range(backend.vocab_size))))
     dim = backend.model.shape.dim
     out_rows = torch.from_numpy(backend.model.head(torch.eye(dim)).numpy().T.copy())
     counts = np.bincount(found["target"], minlength=out_rows.shape[0])

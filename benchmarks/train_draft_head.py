@@ -66,7 +66,7 @@ def features(backend, rows, out: Path) -> dict[str, np.ndarray]:
         with np.load(out) as kept:
             return dict(kept)
     model = backend.model
-    final_norm = model.final_norm.numpy()
+    final_norm = model.final_norm
     hidden, nexts, targets, answer, text = [], [], [], [], []
     for index, (tokens, prompt_length) in enumerate(rows):
         backend.rollback(0)
@@ -212,7 +212,7 @@ def main() -> None:
         rows += texts(backend, None, seed, args.work / f"texts-{seed}.json")
     found = features(backend, rows, args.work / "features.npz")
     ids = np.arange(backend.vocab_size)
-    embeddings = backend.model.embed(list(ids)).numpy()
+    embeddings = backend.model.embedded(list(ids))
     # the output rows: the LM head's (the bundled model ties them to the embeddings)
     eye = torch.eye(backend.model.shape.dim)
     out_rows = backend.model.head(eye).numpy().T.copy()  # [vocab, dim]: the LM head's rows

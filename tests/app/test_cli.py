@@ -59,6 +59,52 @@ def test_ask_times_no_cost_sweep_after_its_one_answer(monkeypatch: pytest.Monkey
     assert slices == [False]
 
 
+_LOADED_AT_EXIT = """
+import runpy, sys
+
+sys.argv = ["specchat", *sys.argv[1:]]
+try:
+    runpy.run_module("specchat", run_name="__main__")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+print("torch loaded:", "torch" in sys.modules, file=sys.stderr)
+import torch  # as the transformers backend would, later in the same process
+
+if sys.platform == "linux":
+    runtimes = {line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}
+    print("openmp runtimes:", len(runtimes), file=sys.stderr)
+"""
+
+
+def test_an_answer_on_the_int4_runtime_starts_without_torch():
+    """Importing torch took a second of every `ask` and chat start (2.5-2.9 s to the end of a
+    short answer, 1.5-1.8 s without it) and 180 MB: the int4 runtime computes in its own C. torch,
+    imported later in the process, shares the kernels' OpenMP runtime (one pool of threads)."""
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _LOADED_AT_EXIT,
+            "ask",
+            "Say hi.",
+            "--max-tokens",
+            "8",
+            "--backend",
+            "int4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip()
+    assert "torch loaded: False" in ran.stderr
+    if sys.platform == "linux":
+        assert "openmp runtimes: 1" in ran.stderr
+
+
 def test_ask_json_lines_schema():
     result = run("ask", "The capital of France is", "--raw", "--max-tokens", "12", "--json")
     assert result.returncode == 0, result.stderr

@@ -214,9 +214,9 @@ def test_a_steps_embedding_rows_are_the_prompts(family_gguf, family) -> None:
     int4 = Int4Backend(family_gguf(family), n_ctx=256, threads=1)
     try:
         ids = (int4.tokenize(TEXT) * 6)[:100]  # every token met several times
-        together = int4.model.embed(ids).numpy()
+        together = int4.model.embedded(ids)
         for _ in range(2):
-            one_by_one = np.concatenate([int4.model.embed([token]).numpy() for token in ids])
+            one_by_one = np.concatenate([int4.model.embedded([token]) for token in ids])
             assert np.array_equal(together, one_by_one)
     finally:
         int4.close()

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from specchat import openmp
 from specchat.backends.base import ChatMessage
 from specchat.backends.chat_template import CHATML_TEMPLATE, render_chat_template
 from specchat.errors import SpecchatError
@@ -18,6 +19,7 @@ from specchat.errors import SpecchatError
 
 def import_llama_cpp():
     """llama-cpp-python, its logging silenced; a one-line error when it is not installed."""
+    openmp.share_torch_runtime()  # before llama.cpp binds to a runtime
     try:
         import llama_cpp
         import llama_cpp._logger as llama_logger

@@ -11,6 +11,7 @@ llama.cpp's for the same file (`gguf/vocab.py`), so prompts tokenize as on the l
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -134,8 +135,6 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
 
     def _load(self, path: Path, n_ctx: int, threads: int | None, level: str | None, progress):
         """The model, its vocabulary and hyper-parameters, every check on the file first."""
-        import torch
-
         from specchat.backends.int4.model import Int4Model
         from specchat.backends.int4.shape import ModelShape
 
@@ -146,8 +145,8 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         # the thread count follows the machine's load (threads_by_load.py; None: fixed), read
         # from here on: the first reading spans the loading, due by the prompt's pass
         self.threads_by_load = ThreadsByLoad.here(self.threads)
-        # torch's thread pool is process-wide, as on the hf backend
-        torch.set_num_threads(self.threads)
+        if "torch" in sys.modules:  # its thread pool is process-wide, as on the hf backend
+            sys.modules["torch"].set_num_threads(self.threads)
         self.vocabulary = LlamaVocabulary.load(path)
         if self.vocabulary.vocab_size > shape.vocab:
             raise SpecchatError(
@@ -242,7 +241,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         if x is None or row is None or not 0 <= row < x.shape[0]:
             return None
         return DraftFeatures(
-            x[row], model.embedded([token])[0], model.final_norm.numpy(),
+            x[row], model.embedded([token])[0], model.final_norm,
             model.shape.norm_eps, model.threads,
         )  # fmt: skip
 

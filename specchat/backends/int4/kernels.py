@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from specchat import cpu, locations
+from specchat import cpu, locations, openmp
 from specchat.errors import SpecchatError
 
 _SOURCES = Path(__file__).with_name("c")  # one file per job; base.h says how they are shaped
@@ -113,8 +113,7 @@ def kernels(level: str | None = None) -> Kernels:
 
 @cache
 def _load(level: str, compiler: str) -> Kernels:
-    import torch  # noqa: F401 - loads the OpenMP runtime the kernels then share with torch
-
+    openmp.share_torch_runtime()  # before the kernels bind to a runtime
     version = subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, check=False
     ).stdout

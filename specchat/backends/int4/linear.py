@@ -3,8 +3,10 @@ reads it, and called alone or from the whole forward."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
-import torch
 
 from specchat.backends.gguf.tensors import (
     GROUP_SIZE,
@@ -102,11 +104,40 @@ class RowsLinear:
             return "float32"
         return "int8" if self.code_bits == 8 else f"{self.code_bits}-bit"
 
+    _LAYOUT_ARRAYS = ("f32", "codes", "scales", "zeros")
+    _LAYOUT_SCALARS = (
+        "int8_x", "code_bits", "scale_form", "out_features", "in_features", "group",
+        "float32_out",
+    )  # fmt: skip
+
+    def layout(self) -> tuple[dict[str, object], dict[str, np.ndarray | None]]:
+        """What the kernels read, as `of_layout` takes it back (packed.py keeps it on disk)."""
+        scalars = {name: getattr(self, name) for name in self._LAYOUT_SCALARS}
+        return scalars, {name: getattr(self, name) for name in self._LAYOUT_ARRAYS}
+
+    @classmethod
+    def of_layout(
+        cls, scalars: dict[str, object], arrays: dict[str, np.ndarray | None], library: Kernels
+    ) -> RowsLinear:
+        """The linear whose `layout` this was, on `library`'s kernels, laid out already."""
+        linear = cls.__new__(cls)
+        linear._kernels = library
+        for name in cls._LAYOUT_SCALARS:
+            setattr(linear, name, scalars[name])
+        for name in cls._LAYOUT_ARRAYS:
+            setattr(linear, name, arrays[name])
+        linear.threads = 1
+        return linear
+
     @staticmethod
     def _pointer(array: np.ndarray | None) -> int | None:
         return None if array is None else array.ctypes.data
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x):
+        """x W^T for a torch tensor x (float32 or bfloat16): the checks' way in (the forward
+        calls the kernels itself, so decoding never imports torch)."""
+        import torch
+
         x = x.contiguous()
         out_type = torch.float32 if self.float32_out else torch.bfloat16
         out = torch.empty((x.shape[0], self.out_features), dtype=out_type)
@@ -145,16 +176,28 @@ def rows_linear(
     return RowsLinear(five or grouped, float32_out=float32_out, library=library)
 
 
+# a weight by name, laid out by the callable unless it was kept (packed.PackedWeights.linear)
+LaidOut = Callable[[str, Callable[[], "RowsLinear"]], "RowsLinear"]
+
+
 class Projection:
     """Several weights that read the same input (q, k, v; gate, up): one call when they share a
     carrier (4-bit blocks concatenated), one call each otherwise."""
 
-    def __init__(self, tensors: GGUFTensors, names: list[str], library: Kernels) -> None:
+    def __init__(
+        self, tensors: GGUFTensors, names: list[str], library: Kernels, laid: LaidOut
+    ) -> None:
         if all(tensors.is_int4(name) for name in names):
-            blocks = Int4Blocks.concat([tensors.int4_blocks(n) for n in names])
-            self.linears = [four_bit_linear(blocks, library)]
+
+            def joined() -> RowsLinear:
+                blocks = Int4Blocks.concat([tensors.int4_blocks(n) for n in names])
+                return four_bit_linear(blocks, library)
+
+            self.linears = [laid("+".join(names), joined)]
         else:
-            self.linears = [linear_for(tensors, name, library) for name in names]
+            self.linears = [
+                laid(name, functools.partial(linear_for, tensors, name, library)) for name in names
+            ]
 
 
 def linear_for(tensors: GGUFTensors, name: str, library: Kernels) -> RowsLinear:

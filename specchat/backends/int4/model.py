@@ -25,7 +25,6 @@ import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
-import torch
 
 from specchat.backends.gguf.tensors import (
     GGUFTensors,
@@ -42,7 +41,14 @@ from specchat.backends.int4.families import (
     qkv_names,
 )
 from specchat.backends.int4.kernels import Kernels, kernels
-from specchat.backends.int4.linear import Projection, RowsLinear, linear_for, rows_linear
+from specchat.backends.int4.linear import (
+    LaidOut,
+    Projection,
+    RowsLinear,
+    linear_for,
+    rows_linear,
+)
+from specchat.backends.int4.packed import PackedWeights
 from specchat.backends.int4.rope import rope_tables
 from specchat.backends.int4.shape import ModelShape, check_shapes
 
@@ -50,6 +56,15 @@ from specchat.backends.int4.shape import ModelShape, check_shapes
 # a prompt's hundreds of rows are dequantized at once.
 _EMBED_CACHE_BYTES = 64 << 20
 _EMBED_CACHED_BELOW = 64
+
+
+# values are cached in bf16, which numpy lacks: the C reads and writes their bits
+_BFLOAT16_BITS = np.uint16
+
+
+def _float32(values: np.ndarray) -> np.ndarray:
+    """A norm's weights as the C reads them."""
+    return np.ascontiguousarray(values, dtype=np.float32)
 
 
 @functools.lru_cache(maxsize=64)
@@ -63,10 +78,10 @@ def _seen_counts(depths: tuple[int, ...]) -> np.ndarray:
 
 @dataclass
 class Layer:
-    attn_norm: torch.Tensor
+    attn_norm: np.ndarray
     qkv: Projection
     output: RowsLinear
-    ffn_norm: torch.Tensor
+    ffn_norm: np.ndarray
     gate_up: Projection
     down: RowsLinear
     ops: HeadOps
@@ -76,7 +91,9 @@ class Layer:
     rope: bool = True  # False: q and k unrotated (SmolLM3's every fourth layer)
 
     @classmethod
-    def read(cls, tensors: GGUFTensors, shape: ModelShape, i: int, library: Kernels) -> Layer:
+    def read(
+        cls, tensors: GGUFTensors, shape: ModelShape, i: int, library: Kernels, laid: LaidOut
+    ) -> Layer:
         blk, family = f"blk.{i}.", shape.family
         held = []
 
@@ -98,13 +115,14 @@ class Layer:
             post_norms = (vector("post_attention_norm.weight"), vector("post_ffw_norm.weight"))
         qkv = [blk + name for name in qkv_names(family)]
         gate_up = [blk + name for name in gate_up_names(family)]
+        output, down = blk + "attn_output.weight", blk + "ffn_down.weight"
         return cls(
-            attn_norm=torch.from_numpy(tensors.dense(blk + "attn_norm.weight")),
-            qkv=Projection(tensors, qkv, library),
-            output=linear_for(tensors, blk + "attn_output.weight", library),
-            ffn_norm=torch.from_numpy(tensors.dense(blk + "ffn_norm.weight")),
-            gate_up=Projection(tensors, gate_up, library),
-            down=linear_for(tensors, blk + "ffn_down.weight", library),
+            attn_norm=_float32(tensors.dense(blk + "attn_norm.weight")),
+            qkv=Projection(tensors, qkv, library, laid),
+            output=laid(output, functools.partial(linear_for, tensors, output, library)),
+            ffn_norm=_float32(tensors.dense(blk + "ffn_norm.weight")),
+            gate_up=Projection(tensors, gate_up, library, laid),
+            down=laid(down, functools.partial(linear_for, tensors, down, library)),
             ops=ops,
             held=held,
             post_norms=post_norms,
@@ -139,16 +157,23 @@ class Int4Model:
         self._threads = threads
         self.head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         check_shapes(tensors, shape, self.head_name)
+        packed = PackedWeights(tensors.path, library)
         self.layers: list[Layer] = []
         for i in range(shape.layers):
-            if progress and i % 10 == 0:
+            if progress and i % 10 == 0 and not packed.found:
                 progress(f"packing layer {i + 1} of {shape.layers}")
-            self.layers.append(Layer.read(tensors, shape, i, library))
-        self.final_norm = torch.from_numpy(tensors.dense("output_norm.weight"))
-        if progress:
+            self.layers.append(Layer.read(tensors, shape, i, library, packed.linear))
+        self.final_norm = _float32(tensors.dense("output_norm.weight"))
+        if progress and not packed.found:
             progress("preparing the output layer")
         # the LM head in float32 on the file's exact weights: float32 logits
-        self.head = rows_linear(tensors, self.head_name, library, float32_out=True)
+        self.head = packed.linear(
+            self.head_name,
+            functools.partial(rows_linear, tensors, self.head_name, library, float32_out=True),
+        )
+        if progress and not packed.found:
+            progress("keeping the packed weights for the next start")
+        packed.keep()
         factors = tensors.dense("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.cos, self.sin = rope_tables(shape, n_ctx, factors)
         self.local_cos, self.local_sin = self.cos, self.sin
@@ -161,8 +186,8 @@ class Int4Model:
         # keys transposed ([.., head_dim, slots]) so that scores vectorise over keys, in float16
         # as llama.cpp keeps them: float32 keys were a third of what a pass read behind 768 tokens
         kv = (shape.layers, shape.kv_heads)
-        self.k_cache = torch.zeros((*kv, shape.head_dim, self.slots), dtype=torch.float16)
-        self.v_cache = torch.zeros((*kv, self.slots, shape.head_dim), dtype=torch.bfloat16)
+        self.k_cache = np.zeros((*kv, shape.head_dim, self.slots), dtype=np.float16)
+        self.v_cache = np.zeros((*kv, self.slots, shape.head_dim), dtype=_BFLOAT16_BITS)
         self._scale = shape.scale
         self._embedding_rows: dict[int, np.ndarray] = {}
         self._embedding_rows_kept = max(1, _EMBED_CACHE_BYTES // (4 * shape.dim))
@@ -193,7 +218,7 @@ class Int4Model:
 
     @threads.setter
     def threads(self, threads: int) -> None:
-        """Threads of the C kernels (the int4 kernel follows torch's own setting)."""
+        """Threads of the C kernels."""
         self._threads = threads
         for linear in self._rows_linears():
             linear.threads = threads
@@ -214,10 +239,6 @@ class Int4Model:
             for linear in [*layer.qkv.linears, layer.output, *layer.gate_up.linears, layer.down]:
                 counts[linear.form] = counts.get(linear.form, 0) + 1
         return counts
-
-    def embed(self, tokens: list[int]) -> torch.Tensor:
-        """The tokens' embedding rows (`embedded`, as a tensor)."""
-        return torch.from_numpy(self.embedded(tokens))
 
     def embedded(self, tokens: list[int]) -> np.ndarray:
         """The tokens' embedding rows. A decoding step's few rows come from a cache of the rows
@@ -302,7 +323,7 @@ class Int4Model:
         self.last_residual = x if logits else None  # the C wrote the last layer's sum into x
         if out is not None and shape.logit_softcap:  # as llama.cpp: scale, tanh, scale back
             cap = np.float32(shape.logit_softcap)
-            out = (torch.tanh(torch.from_numpy(out) * (1.0 / cap)) * cap).numpy()
+            out = np.tanh(out * (np.float32(1.0) / cap)) * cap
         return out
 
     def move(self, n_prefix: int, block_rows: list[int]) -> None:
@@ -310,7 +331,7 @@ class Int4Model:
         the prefix, in that order: what committing the path means for the cache."""
         if block_rows == list(range(len(block_rows))):
             return
-        source = torch.tensor([n_prefix + row for row in block_rows])
+        source = np.asarray([n_prefix + row for row in block_rows], dtype=np.int64)
         target = slice(n_prefix, n_prefix + len(block_rows))
         self.k_cache[..., target] = self.k_cache[..., source]
         self.v_cache[:, :, target] = self.v_cache[:, :, source]
@@ -323,11 +344,11 @@ def whole_model(model: Int4Model) -> CModel:
     layers = (CLayer * shape.layers)()
     for index, layer in enumerate(model.layers):
         target = layers[index]
-        target.attn_norm, target.ffn_norm = layer.attn_norm.data_ptr(), layer.ffn_norm.data_ptr()
+        target.attn_norm, target.ffn_norm = layer.attn_norm.ctypes.data, layer.ffn_norm.ctypes.data
         target.attn_post_norm, target.ffn_post_norm = layer.post_norms
         cos, sin = (model.local_cos, model.local_sin) if layer.local else (model.cos, model.sin)
         if layer.rope:  # no tables: the forward leaves q and k as they are
-            target.cos_table, target.sin_table = cos.data_ptr(), sin.data_ptr()
+            target.cos_table, target.sin_table = cos.ctypes.data, sin.ctypes.data
         target.window = shape.local_window if layer.local else 0
         target.qkv_parts, target.gate_up_parts = len(layer.qkv.linears), len(layer.gate_up.linears)
         for part, linear in enumerate(layer.qkv.linears):
@@ -339,8 +360,8 @@ def whole_model(model: Int4Model) -> CModel:
     whole = CModel(
         shape.layers, shape.dim, shape.ffn, shape.heads, shape.kv_heads, shape.head_dim,
         shape.norm_eps, model._scale, shape.attn_softcap, int(shape.family.gelu), layers,
-        model.final_norm.data_ptr(),
-        linear_weights(model.head), model.k_cache.data_ptr(), model.v_cache.data_ptr(),
+        model.final_norm.ctypes.data,
+        linear_weights(model.head), model.k_cache.ctypes.data, model.v_cache.ctypes.data,
         model.slots,
     )  # fmt: skip
     whole._keep = layers  # the array the pointer points into

@@ -4,7 +4,6 @@ frequency factors)."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from specchat.backends.int4.shape import ModelShape
 
@@ -37,8 +36,8 @@ def rope_tables(shape: ModelShape, positions: int, freq_factors: np.ndarray | No
         else:
             theta = interpolated
     angles = theta.astype(np.float64)
-    cos = torch.from_numpy(np.cos(angles).astype(np.float32) * magnitude)
-    sin = torch.from_numpy(np.sin(angles).astype(np.float32) * magnitude)
+    cos = np.ascontiguousarray(np.cos(angles).astype(np.float32) * magnitude)
+    sin = np.ascontiguousarray(np.sin(angles).astype(np.float32) * magnitude)
     return cos, sin
 
 
