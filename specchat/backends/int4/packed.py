@@ -119,7 +119,7 @@ class PackedWeights:
         with open(_named(partial, ".bin"), "wb") as out:
             for offset, array in chunks:
                 out.write(b"\0" * (offset - out.tell()))
-                out.write(np.ascontiguousarray(array).tobytes())
+                out.write(np.ascontiguousarray(array).data)  # no copy
         os.replace(_named(partial, ".bin"), _named(self._base, ".bin"))
         _named(partial, ".json").write_text(json.dumps(manifest))
         os.replace(_named(partial, ".json"), _named(self._base, ".json"))
