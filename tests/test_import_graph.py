@@ -69,7 +69,7 @@ def test_no_import_cycle():
 # specchat's layers, lowest first: each may import from itself and those before it, never after.
 LAYERS = (
     # what everything may use: errors, where files live, the CPU, figures computed one way
-    ("specchat.errors", "specchat.locations", "specchat.cpu", "specchat.hardware",
+    ("specchat.errors", "specchat.locations", "specchat.cpu", "specchat.hardware", "specchat.openmp",
      "specchat.memory_probe", "specchat.tables", "specchat.metrics", "specchat.json_tables"),
     # models and their runtimes; prompts and what a user attaches to them
     ("specchat.backends", "specchat.bundled", "specchat.devices", "specchat.prompting",

@@ -57,7 +57,7 @@ def run_repl(config: RunConfig) -> None:
                     out.write(event.text)
                 elif isinstance(event, DoneEvent):
                     answer = event.text
+                    out.write("\n")  # the answer ends here, before the engine's work after it
         if out.gone:  # the reader of a pipe went away (`specchat | head`): as a shell says
             raise SystemExit(141)
-        print()
         history.append(ChatMessage("assistant", answer))

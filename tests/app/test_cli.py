@@ -336,6 +336,29 @@ def test_the_line_mode_chat_ends_quietly_when_its_reader_goes_away():
     assert not err.strip(), err.decode()
 
 
+def test_the_line_mode_chat_ends_an_answer_before_the_work_that_follows_it(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The line-mode chat's answer line ended only after a slice of a pass-cost sweep (up to
+    0.2 s on a fresh install): the answer's newline must be out when that work starts."""
+    from specchat.backends.block_cost import MeasuredCosts
+
+    written_then: list[str] = []
+    keep_costs = MeasuredCosts.keep_costs
+
+    def spied(self, time_slice: bool = True) -> None:
+        written_then.append(sys.stdout.getvalue())
+        keep_costs(self, time_slice)
+
+    monkeypatch.setattr(MeasuredCosts, "keep_costs", spied)
+    result = run_cli("--max-tokens", "8", "-d", "greedy", stdin="Say hi.\nSay bye.\n")
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()[1:3]  # after the banner
+    assert first.strip() and second.strip()
+    assert len(written_then) == 2
+    assert written_then[0].endswith(first + "\n") and written_then[1].endswith(second + "\n")
+
+
 def test_a_draft_with_another_vocabulary_is_refused(tmp_path):
     import torch
 
