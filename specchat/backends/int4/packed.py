@@ -120,6 +120,10 @@ class PackedWeights:
             for offset, array in chunks:
                 out.write(b"\0" * (offset - out.tell()))
                 out.write(np.ascontiguousarray(array).data)  # no copy
+            # on disk before the load goes on: written back later, by the kernel's flusher, it
+            # took CPU time from the passes the cost sweeps time after the first answers
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(_named(partial, ".bin"), _named(self._base, ".bin"))
         _named(partial, ".json").write_text(json.dumps(manifest))
         os.replace(_named(partial, ".json"), _named(self._base, ".json"))
