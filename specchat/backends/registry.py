@@ -86,7 +86,6 @@ RUNTIMES: dict[str, Runtime] = {
             "specchat.backends.int4.backend:load",
             checks="specchat.backends.int4.backend:unavailable_reason",
             costs="specchat.backends.int4.backend:cost_key",
-            torch_threads=True,
         ),
         Runtime(
             LLAMA_CPP,

@@ -11,7 +11,6 @@ llama.cpp's for the same file (`gguf/vocab.py`), so prompts tokenize as on the l
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -145,8 +144,6 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         # the thread count follows the machine's load (threads_by_load.py; None: fixed), read
         # from here on: the first reading spans the loading, due by the prompt's pass
         self.threads_by_load = ThreadsByLoad.here(self.threads)
-        if "torch" in sys.modules:  # its thread pool is process-wide, as on the hf backend
-            sys.modules["torch"].set_num_threads(self.threads)
         self.vocabulary = LlamaVocabulary.load(path)
         if self.vocabulary.vocab_size > shape.vocab:
             raise SpecchatError(

@@ -63,7 +63,7 @@ _BFLOAT16_BITS = np.uint16
 
 
 def _float32(values: np.ndarray) -> np.ndarray:
-    """A norm's weights as the C reads them."""
+    """A norm's weights (or a bias) as the C reads them."""
     return np.ascontiguousarray(values, dtype=np.float32)
 
 
@@ -98,13 +98,13 @@ class Layer:
         held = []
 
         def vector(name: str) -> int:
-            held.append(np.ascontiguousarray(tensors.dense(blk + name), dtype=np.float32))
+            held.append(_float32(tensors.dense(blk + name)))
             return held[-1].ctypes.data
 
         bias = None
         if family.qkv_bias:
             parts = [tensors.dense(blk + f"attn_{p}.bias") for p in "qkv"]
-            held.append(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32))
+            held.append(_float32(np.concatenate(parts)))
             bias = held[-1].ctypes.data
         norms = (None, None)
         if family.qk_norm:

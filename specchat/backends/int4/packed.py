@@ -16,7 +16,6 @@ and none is written where the disk would be left with less free space than the e
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import numpy as np
 from specchat import locations
 from specchat.backends.int4.kernels import Kernels
 from specchat.backends.int4.linear import RowsLinear
+from specchat.json_tables import read_table, write_table
 
 _KEPT = 3  # models whose laid-out weights stay on disk
 _ALIGN = 64  # each array starts on a cache line
@@ -78,8 +78,8 @@ class PackedWeights:
 
     def _read(self) -> dict[str, RowsLinear]:
         manifest_path, data_path = _named(self._base, ".json"), _named(self._base, ".bin")
+        manifest = read_table(manifest_path)
         try:
-            manifest = json.loads(manifest_path.read_text())
             if manifest.get("format") != _FORMAT or data_path.stat().st_size != manifest["size"]:
                 return {}
             data = _read_whole(data_path, manifest["size"])
@@ -125,8 +125,7 @@ class PackedWeights:
             out.flush()
             os.fsync(out.fileno())
         os.replace(_named(partial, ".bin"), _named(self._base, ".bin"))
-        _named(partial, ".json").write_text(json.dumps(manifest))
-        os.replace(_named(partial, ".json"), _named(self._base, ".json"))
+        write_table(_named(self._base, ".json"), manifest, indent=None)  # the entry whole now
         _prune(self._prefix, self._base)
 
 
