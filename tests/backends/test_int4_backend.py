@@ -157,6 +157,11 @@ def test_other_types_are_carried_as_the_files_weights(quantized, file, kind, lev
     assert np.array_equal(tensors.dense_rows(name, np.array([3, 1])), exact[[3, 1]])
     grouped = tensors.grouped_int8(name)
     assert grouped is not None and np.array_equal(grouped.dequantize(), exact)
+    for other in (n for n in tensors._tensors if tensors.type_name(n) == kind and n != name):
+        codes = tensors.grouped_int8(other)  # the codes as read from their bits, every tensor
+        assert codes is not None and np.array_equal(
+            codes.dequantize(), gguf_dequantized(tensors, other)
+        ), other
     cols = exact.shape[1]
     with torch.inference_mode():
         linear = RowsLinear(grouped, float32_out=True, library=kernels(level))

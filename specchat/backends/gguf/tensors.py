@@ -7,9 +7,10 @@ of the model is ever made, and the kernels multiply by the file's own weights.
 
 The other block types a file mixes in (a Q4_K_M file falls back to Q5_0, Q6_K or Q8_0 wherever a
 row is not a multiple of 256) are int8 codes with a scale (and zero) per 16 or 32 weights: they
-become exactly that (`GroupedInt8`, checked against the gguf package's own dequantizer tensor by
-tensor), a byte a weight for the int4 kernels to multiply by. Float tensors, and anything that check
-refuses, are dequantized once to float32 by the gguf package.
+become exactly that (`GroupedInt8`: the codes read from their bits, and rows spread over every
+tensor checked against the gguf package's own dequantizer), a byte a weight for the int4 kernels
+to multiply by. Float tensors, and anything that check refuses, are dequantized once to float32
+by the gguf package.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from specchat.backends.gguf.header import GGUFHeader
 from specchat.errors import SpecchatError
 
 GROUP_SIZE = 32  # weights per int4 group: Q4_0/Q4_1 blocks and Q4_K sub-blocks alike
-_ROWS_AT_ONCE = 4096  # rows converted per step, bounding the temporary float copies
+_ROWS_AT_ONCE = 4096  # rows converted per step, bounding the temporary copies
+_ROWS_CHECKED = 64  # rows of an int8-coded tensor compared with the gguf package's weights
 
 
 def _gguf():
@@ -81,9 +83,9 @@ class Factored:
         and super-block, the 8 rows' float16 factors, then per group its 8 rows' multipliers."""
         rows, supers = self.factors.shape
         blocks, units = -(-rows // 8), self.units
-        pad = ((0, blocks * 8 - rows), (0, 0))
-        factors = np.pad(self.factors, pad).reshape(blocks, 8, supers).transpose(0, 2, 1)
-        multipliers = np.pad(self.multipliers, pad).reshape(blocks, 8, supers, units)
+        pad = blocks * 8 - rows
+        factors = _rows_padded(self.factors, pad).reshape(blocks, 8, supers).transpose(0, 2, 1)
+        multipliers = _rows_padded(self.multipliers, pad).reshape(blocks, 8, supers, units)
         parts = [
             np.ascontiguousarray(factors).view(np.uint8).reshape(blocks, supers, 16),
             np.ascontiguousarray(multipliers.transpose(0, 2, 3, 1))
@@ -171,20 +173,21 @@ class Nibbles:
         [block][group][8]."""
         rows, cols = self.shape
         groups, blocks = cols // 32, -(-rows // 8)
-        codes = _nibbles(self.packed.reshape(rows, groups, 16))  # [rows, groups, 32] in order
-        if self.high is not None:
-            codes = codes | (self.high.reshape(rows, groups, 32) << 4)
         pad = blocks * 8 - rows
-        codes = np.pad(codes, ((0, pad), (0, 0), (0, 0)))
-        # [block, group, chunk, row, 4 bytes, low/high nibble]
-        halves = codes.reshape(blocks, 8, groups, 4, 2, 4).transpose(0, 2, 3, 1, 5, 4)
-        packed = ((halves[..., 0] & 15) | ((halves[..., 1] & 15) << 4)).astype(np.uint8)
-        packed = packed.reshape(blocks, groups, 128)
-        if self.high is not None:
-            packed = np.concatenate([packed, _fifth_bit_plane(halves)], axis=2)
+        if self.high is None:
+            packed = _four_bits_by_eight(_rows_padded(self.packed, pad), blocks, groups)
+        else:
+            codes = _nibbles(self.packed.reshape(rows, groups, 16))  # [rows, groups, 32]
+            codes = _rows_padded(codes | (self.high.reshape(rows, groups, 32) << 4), pad)
+            # [block, group, chunk, row, 4 bytes, low/high nibble]
+            halves = codes.reshape(blocks, 8, groups, 4, 2, 4).transpose(0, 2, 3, 1, 5, 4)
+            packed = ((halves[..., 0] & 15) | ((halves[..., 1] & 15) << 4)).astype(np.uint8)
+            packed = np.concatenate(
+                [packed.reshape(blocks, groups, 128), _fifth_bit_plane(halves)], axis=2
+            )
 
         def lanes(values: np.ndarray) -> np.ndarray:
-            values = np.pad(values, ((0, pad), (0, 0)))
+            values = _rows_padded(values, pad)
             return np.ascontiguousarray(values.reshape(blocks, 8, groups).transpose(0, 2, 1))
 
         packed = np.ascontiguousarray(packed).reshape(blocks * 8, -1)
@@ -198,6 +201,29 @@ class Nibbles:
             lanes(self.zeros).reshape(blocks * 8, groups),
             bits=self.bits,
         )
+
+
+def _four_bits_by_eight(packed: np.ndarray, blocks: int, groups: int) -> np.ndarray:
+    """Nibbles in ggml's order (a group's byte i: weight i low, i + 16 high), rows a multiple
+    of 8, laid as `Nibbles.by_eight` says — chunk c's byte 4j + b holds row j's weights
+    8c + b (low) and 8c + 4 + b (high) — byte by byte: chunks 0 and 1 take the low nibbles of
+    the group's bytes 8c + b and 8c + 4 + b, chunks 2 and 3 their high ones."""
+    # [block, row, group, chunk of two, low/high half of the chunk, byte]
+    pairs = packed.reshape(blocks, 8, groups, 2, 2, 4)
+    first, second = pairs[..., 0, :], pairs[..., 1, :]
+    low = (first & 15) | (second << 4)  # chunks 0, 1
+    high = (first >> 4) | (second & 0xF0)  # chunks 2, 3
+    # [block, group, chunk, row, byte]
+    laid = np.stack([low, high], axis=3).reshape(blocks, 8, groups, 4, 4).transpose(0, 2, 3, 1, 4)
+    return np.ascontiguousarray(laid).reshape(blocks, groups, 128)
+
+
+def _rows_padded(values: np.ndarray, pad: int) -> np.ndarray:
+    """`values` with `pad` rows of zeros below (itself where none are needed: np.pad copies a
+    whole model's codes even then, seconds at 1.7B)."""
+    if not pad:
+        return values
+    return np.pad(values, ((0, pad),) + ((0, 0),) * (values.ndim - 1))
 
 
 def _fifth_bit_plane(halves: np.ndarray) -> np.ndarray:
@@ -315,7 +341,7 @@ class GroupedInt8:
         rows, cols = self.shape
         groups, blocks, sub = cols // 32, -(-rows // 8), 32 // self.group
         pad = blocks * 8 - rows
-        codes = np.pad(self.codes, ((0, pad), (0, 0))).reshape(blocks, 8, groups, 8, 4)
+        codes = _rows_padded(self.codes, pad).reshape(blocks, 8, groups, 8, 4)
         codes = np.ascontiguousarray(codes.transpose(0, 2, 3, 1, 4)).reshape(blocks * 8, cols)
         if self.factored is not None:
             scales, zeros = self.factored
@@ -325,7 +351,7 @@ class GroupedInt8:
         def lanes(values: np.ndarray | None) -> np.ndarray | None:
             if values is None:
                 return None
-            values = np.pad(values, ((0, pad), (0, 0))).reshape(blocks, 8, groups, sub)
+            values = _rows_padded(values, pad).reshape(blocks, 8, groups, sub)
             laid = np.ascontiguousarray(values.transpose(0, 2, 3, 1))
             return laid.reshape(blocks * 8, groups * sub)
 
@@ -358,9 +384,44 @@ class GroupedInt8:
         return weights.reshape(rows, cols).astype(np.float32)
 
 
+def _grouped_codes(kind: str, blocks: np.ndarray) -> np.ndarray:
+    """The int8 codes of [rows, blocks per row, block bytes], in the row's weight order, read
+    from their bits as ggml lays them (each form's dequantizer in the gguf package says the
+    same: the tests compare every type's weights with it)."""
+    rows = len(blocks)
+    if kind == "Q8_0":  # float16 d, 32 int8 codes
+        return np.ascontiguousarray(blocks[..., 2:34]).view(np.int8).reshape(rows, -1)
+    if kind in ("Q5_0", "Q5_1"):  # d (and m), 32 fifth bits, 16 bytes of nibbles (ggml order)
+        start = 2 if kind == "Q5_0" else 4
+        field = np.ascontiguousarray(blocks[..., start : start + 4])  # bit i: weight i's
+        fifth = np.unpackbits(field, axis=-1, bitorder="little")
+        codes = _nibbles(blocks[..., start + 4 : start + 20]) | (fifth << 4)
+        offset = 16 if kind == "Q5_0" else 0  # Q5_0's codes are -16..15
+        return (codes.astype(np.int8) - np.int8(offset)).reshape(rows, -1)
+    if kind == "Q5_K":  # d, dmin, 12 bytes of scales, 32 bytes of fifth bits, 128 of nibbles:
+        # sub-block 2r in run r's low nibbles, 2r + 1 in its high ones; its fifth bits are bit s
+        # of the 32 bytes
+        supers = blocks.shape[1]
+        qs = blocks[..., 48:176].reshape(rows, supers, 4, 1, 32)
+        low = np.concatenate([qs & 0x0F, qs >> 4], axis=3).reshape(rows, supers, 8, 32)
+        qh = blocks[..., 16:48].reshape(rows, supers, 1, 32)
+        fifth = (qh >> np.arange(8, dtype=np.uint8).reshape(8, 1)) & 1
+        return (low | (fifth << 4)).astype(np.int8).reshape(rows, -1)
+    if kind == "Q6_K":  # 128 bytes of nibbles, 64 of bit pairs, 16 int8 scales, d: each half
+        # of 256 weights is four runs of 32, run 2h + c the low (h = 0) or high nibbles of its
+        # 64 bytes' c-th 32, and run r's top two bits bits 2r, 2r + 1 of its 32 bytes of pairs
+        supers = blocks.shape[1]
+        ql = blocks[..., 0:128].reshape(rows, supers, 2, 1, 64)
+        low = np.concatenate([ql & 0x0F, ql >> 4], axis=3).reshape(rows, supers, 2, 4, 32)
+        qh = blocks[..., 128:192].reshape(rows, supers, 2, 1, 32)
+        high = (qh >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(4, 1)) & 3
+        return ((low | (high << 4)).astype(np.int8) - np.int8(32)).reshape(rows, -1)
+    raise KeyError(kind)
+
+
 def _grouped_scales(kind: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """(scale, zero or None, group) per group of a row's blocks, read from the block headers:
-    the codes themselves are then recovered from gguf's own dequantization."""
+    """(scale, zero or None, group) per group of a row's blocks, read from the block headers
+    (the codes from their bits: `_grouped_codes`)."""
     if kind in ("Q8_0", "Q5_0"):
         return _halves(blocks[..., 0:2]), None, 32
     if kind == "Q5_1":
@@ -484,27 +545,24 @@ class GGUFTensors:
         raw = self.raw(name).reshape(rows, cols // per_block, block_bytes)
         scale, zero, group = _grouped_scales(kind, raw)
         codes = np.empty((rows, cols), dtype=np.int8)
-        gguf = _gguf()
-        # a few thousand rows at a time: an embedding-sized tensor needs no float64 copy whole
+        # a few thousand rows at a time: an embedding-sized tensor needs no temporaries whole
         for start in range(0, rows, _ROWS_AT_ONCE):
             part = slice(start, min(rows, start + _ROWS_AT_ONCE))
-            exact = gguf.quants.dequantize(np.asarray(tensor.data[part]), tensor.tensor_type)
-            target = exact.reshape(-1, cols // group, group).astype(np.float64)
-            if zero is not None:
-                target -= zero[part, :, None]
-            safe = np.where(scale[part] == 0, 1.0, scale[part])[..., None]
-            recovered = np.rint(target / safe)
-            if np.abs(recovered).max(initial=0) > 127:
-                return None
-            codes[part] = recovered.reshape(-1, cols).astype(np.int8)
-            check = GroupedInt8(
-                codes[part],
-                scale[part].astype(np.float32),
-                None if zero is None else zero[part].astype(np.float32),
-                group,
-            )
-            if not np.array_equal(check.dequantize(), exact.reshape(-1, cols)):
-                return None
+            codes[part] = _grouped_codes(kind, raw[part])
+        if kind == "Q8_0" and (codes == -128).any():  # the kernels' codes are -127..127
+            return None
+        # rows spread over the tensor checked against the gguf package's own weights: a file
+        # whose scales do not give them (NaN, say) is carried in float32 as gguf reads it
+        sample = np.unique(np.linspace(0, rows - 1, min(rows, _ROWS_CHECKED)).astype(int))
+        exact = _gguf().quants.dequantize(np.asarray(tensor.data[sample]), tensor.tensor_type)
+        check = GroupedInt8(
+            codes[sample],
+            scale[sample].astype(np.float32),
+            None if zero is None else zero[sample].astype(np.float32),
+            group,
+        )
+        if not np.array_equal(check.dequantize(), exact.reshape(len(sample), cols)):
+            return None
         return GroupedInt8(
             codes,
             scale.astype(np.float32),
