@@ -215,6 +215,13 @@ class NumpyBackend:
         """Modelled seconds of a k-token pass: what the draft-length policy plans with."""
         return self.overhead + self.per_token * k
 
+    def glance_costs(self):
+        """Modelled: the same costs a glance or a whole sweep."""
+        return self.block_cost
+
+    def keep_glanced_costs(self) -> None:
+        """Nothing to keep: its costs are modelled."""
+
     def calibrate(self, progress=None) -> None:
         """Its costs are modelled, its exactness probed when asked."""
 

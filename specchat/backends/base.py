@@ -182,6 +182,14 @@ class Backend(Protocol):
     def block_cost(self, k: int) -> float:
         """Seconds one pass over a k-token chain costs, measured once per model and device."""
 
+    def glance_costs(self) -> Callable[[int], float]:
+        """Pass costs from one timing of each size (kept costs where there are): enough to
+        choose a runtime by (`runtimes.choose`); then `block_cost` times the rest of the sweep,
+        or `keep_glanced_costs` keeps the glance."""
+
+    def keep_glanced_costs(self) -> None:
+        """Keep the glance as this model's pass costs (a runtime not chosen)."""
+
     def draft_features(self, token: int) -> DraftFeatures | None:
         """What a draft head reads, `token` the pending one. None where the runtime does not
         give it, or nothing was committed by a pass since the last prompt."""

@@ -297,6 +297,30 @@ class BlockCostTable:
             self._measure_all()
             self._keep_timed()
 
+    def glance(self) -> Callable[[int], float]:
+        """Each size's cost from its first timing (one of a sweep's `_REPEATS`), or the kept
+        costs: enough to choose a runtime by (`runtimes.choose`). Why: a model a person brings
+        was timed whole on every runtime that could run it, the one not chosen too (at 1.7B a
+        full sweep of llama.cpp's passes took 24 s of a 42 s first start). The chosen table's
+        sweep goes on where it is then priced (`cost`); the other keeps its glance
+        (`keep_glance`)."""
+        if not self._loaded:
+            self._load()
+        if not self._costs:
+            sweep = self._sweep = self._sweep or self._new_sweep()
+            with _behind_context(self._backend, sweep.sizes[-1]):
+                sweep.run(units=len(sweep.sizes))
+            glanced = sweep.timings().wall
+            return lambda k: glanced[k] if k in glanced else interpolate(glanced, k)
+        return self._table_cost
+
+    def keep_glance(self) -> None:
+        """Keep a glance as this table (a runtime not chosen: priced whole where it runs, its
+        later sweeps refining it where they fit a slice)."""
+        if self._sweep is not None and not self._costs:
+            self._take(self._sweep)
+            self._keep_timed()
+
     def _keep_timed(self) -> None:
         """Write costs just timed, unless timed while the machine was busy."""
         if not self._timed_busy:
@@ -535,9 +559,10 @@ class _Sweep:
     def done(self) -> bool:
         return self._next >= len(self._units)
 
-    def run(self, seconds: float | None = None) -> bool:
+    def run(self, seconds: float | None = None, units: int | None = None) -> bool:
         """Time the units left (with `seconds`: units until that much time has gone, one at
-        least); whether all are timed."""
+        least; with `units`: until that many are timed, counted from the sweep's start);
+        whether all are timed."""
         backend = self._backend
         filler = min(_FILLER_TOKEN, backend.vocab_size - 1)
         base = backend.n_committed
@@ -552,7 +577,7 @@ class _Sweep:
         start, cpu = time.perf_counter(), time.process_time()
         with held_threads(backend, self._threads):
             timed(1)  # a first pass sets up what later ones reuse
-            while not self.done:
+            while not self.done and (units is None or self._next < units):
                 k = self._units[self._next]
                 self._next += 1
                 for _ in range(_SETTLE - 1):
@@ -616,6 +641,12 @@ class CostsByThreads:
     def cost(self, k: int) -> float:
         return self.table().cost(k)
 
+    def glance(self) -> Callable[[int], float]:
+        return self.table().glance()
+
+    def keep_glance(self) -> None:
+        self.table().keep_glance()
+
     def timing(self, block: Block) -> contextlib.AbstractContextManager:
         """`BlockCostTable.timing` by the table of the count this pass runs on (entered after
         the load chose it: `following_load`)."""
@@ -650,6 +681,13 @@ class MeasuredCosts:
         """Seconds of one k-token chain pass, measured once per model, device, threads (and
         dtype or layout) and kept."""
         return self._costs.cost(k)
+
+    def glance_costs(self) -> Callable[[int], float]:
+        """Pass costs from one timing a size, to choose a runtime by (`BlockCostTable.glance`)."""
+        return self._costs.glance()
+
+    def keep_glanced_costs(self) -> None:
+        self._costs.keep_glance()
 
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         self._costs.calibrate(progress)

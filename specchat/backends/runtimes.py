@@ -5,7 +5,8 @@ A model runs on each runtime whose own format it is (`backends/registry.py`) and
 it: a GGUF on llama.cpp, and on the int4 runtime when its header says it can (a family and types
 it carries, on the CPU); a Hugging Face folder on transformers alone. Each runtime's pass costs
 are measured once per model, device and threads and kept (`block_cost.py`); the choice reads
-them — measuring, once and with progress, a runtime whose costs were never measured — and picks
+them — measuring, once and with progress, a runtime whose costs were never measured: each size
+timed once, the chosen runtime's sweep then timed whole, the other's glance kept — and picks
 the faster for the decoder: a plain decoder by its one-token pass, a speculative one by the most
 tokens per second a draft of the best length gives when each drafted token is accepted with
 `PRIOR_ACCEPTANCE` (the rate the draft policy itself starts from). `--backend` forces a runtime
@@ -73,23 +74,18 @@ def choose(
             continue
         progress(f"measuring {name}'s pass costs to choose the runtime (once)")
         backend = load(name)
-        costs[name], loaded[name] = _costs_on(backend, threads), backend
-        costs[name](1)  # measures every size, and keeps them
+        # on `threads`, the count the other runtimes' kept tables hold: a runtime that follows
+        # the load keeps a table per count, and a model loaded beside a busy process runs on
+        # fewer — its costs there, set against another's kept for every thread, chose by two
+        with held_threads(backend, threads):
+            costs[name], loaded[name] = backend.glance_costs(), backend
     chosen = max(names, key=lambda name: speed(costs[name], speculative))
     for name, backend in loaded.items():
-        if name != chosen:
-            backend.close()
+        with held_threads(backend, threads):
+            if name == chosen:
+                backend.block_cost(1)  # its sweep timed whole, and kept
+            else:
+                backend.keep_glanced_costs()
+                backend.close()
     return chosen, loaded.get(chosen)
 
-
-def _costs_on(backend: Backend, threads: int) -> Callable[[int], float]:
-    """`backend`'s pass costs on `threads`, the count the other runtimes' kept tables hold.
-    Why: a runtime that follows the load keeps a table per thread count and prices by the count
-    its next pass runs on; a model loaded beside a busy process runs on fewer, and its costs
-    there, set against another runtime's kept for every thread, chose by two counts."""
-
-    def cost(k: int) -> float:
-        with held_threads(backend, threads):
-            return backend.block_cost(k)
-
-    return cost

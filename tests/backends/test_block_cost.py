@@ -451,3 +451,45 @@ def test_two_threads_on_one_core_are_a_busy_machine_to_the_real_runtime(tmp_path
     ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert ran.returncode == 0 and ran.stdout.strip() == "True", ran.stderr[-2000:]
     assert not (tmp_path / "block_costs.json").exists()
+
+
+@pytest.mark.measured_costs
+def test_a_glance_times_each_size_once_and_the_sweep_goes_on_from_it(
+    char_ngram_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Choosing a runtime times each size once on each (a glance: a third of a sweep's
+    drafted passes); the chosen runtime's table then times the rest of its sweep, not a sweep
+    more, and prices as one timed whole; the other keeps its glance, which a later start reads
+    without timing."""
+    runtime = modelled_runtime(char_ngram_model, tmp_path, monkeypatch, slowed=0.25)
+    sizes: list[int] = []
+    evaluate = runtime.evaluate
+    monkeypatch.setattr(
+        runtime, "evaluate", lambda block: sizes.append(len(block)) or evaluate(block)
+    )
+
+    def drafted() -> list[int]:
+        timed = sorted(k for k in sizes if k > 1)
+        sizes.clear()
+        return timed
+
+    whole = BlockCostTable(runtime, key="timed whole")
+    costs = {k: whole.cost(k) for k in (1, 2, 4, 8, 16)}
+    sweep = drafted()
+    assert sweep == sorted([k for k in block_cost._SIZES if k > 1] * block_cost._REPEATS)
+
+    chosen = BlockCostTable(runtime, key="chosen")
+    glanced = chosen.glance()
+    assert drafted() == sorted(set(sweep))  # each size once
+    assert {k: glanced(k) for k in costs} == pytest.approx(costs)  # its passes never vary
+    assert {k: chosen.cost(k) for k in costs} == pytest.approx(costs)
+    assert len(drafted()) == len(sweep) - len(set(sweep))  # the rest of one sweep
+    assert BlockCostTable.kept("chosen", runtime.device, runtime.threads) is not None
+
+    other = BlockCostTable(runtime, key="not chosen")
+    other.glance()
+    assert BlockCostTable.kept("not chosen", runtime.device, runtime.threads) is None
+    other.keep_glance()
+    kept = BlockCostTable.kept("not chosen", runtime.device, runtime.threads)
+    assert kept is not None and kept.cost(4) == pytest.approx(costs[4])
+    assert drafted() == sorted(set(sweep)) and runtime.n_committed == 0
