@@ -88,4 +88,3 @@ def choose(
                 backend.keep_glanced_costs()
                 backend.close()
     return chosen, loaded.get(chosen)
-
