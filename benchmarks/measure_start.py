@@ -7,6 +7,7 @@ start). The figures are wall seconds and the peak memory (max RSS) each process 
 
     .venv/bin/python benchmarks/measure_start.py                       # the bundled model, int4
     .venv/bin/python benchmarks/measure_start.py --model FILE.gguf --backend int4 --repeats 3
+    .venv/bin/python benchmarks/measure_start.py --model FILE.gguf --backend auto  # as chosen
 
 Run it alone on the machine.
 """
@@ -49,11 +50,13 @@ def start(args: list[str], env: dict[str, str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a GGUF file (default: the bundled model)")
-    parser.add_argument("--backend", default="int4")
+    parser.add_argument("--backend", default="int4", help="a runtime, or auto (the choice)")
     parser.add_argument("--repeats", type=int, default=5, help="later starts timed")
     parser.add_argument("--question", default="Say hi.")
     options = parser.parse_args()
-    args = ["ask", options.question, "--max-tokens", "8", "--no-log", "--backend", options.backend]
+    args = ["ask", options.question, "--max-tokens", "8", "--no-log"]
+    if options.backend != "auto":  # auto: the runtime chosen as a plain `ask` chooses it
+        args += ["--backend", options.backend]
     if options.model:
         args += ["--model", options.model]
     with tempfile.TemporaryDirectory() as scratch:
