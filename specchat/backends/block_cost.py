@@ -301,7 +301,7 @@ class BlockCostTable:
         """Each size's cost from its first timing (one of a sweep's `_REPEATS`), or the kept
         costs: enough to choose a runtime by (`runtimes.choose`). Why: a model a person brings
         was timed whole on every runtime that could run it, the one not chosen too (at 1.7B a
-        full sweep of llama.cpp's passes took 24 s of a 42 s first start). The chosen table's
+        full sweep of llama.cpp's passes took 24 s of a 79 s first start). The chosen table's
         sweep goes on where it is then priced (`cost`); the other keeps its glance
         (`keep_glance`)."""
         if not self._loaded:
@@ -310,7 +310,7 @@ class BlockCostTable:
             sweep = self._sweep = self._sweep or self._new_sweep()
             with _behind_context(self._backend, sweep.sizes[-1]):
                 sweep.run(units=len(sweep.sizes))
-            glanced = sweep.timings().wall
+            glanced, _ = self._priced(sweep)
             return lambda k: glanced[k] if k in glanced else interpolate(glanced, k)
         return self._table_cost
 
@@ -348,29 +348,32 @@ class BlockCostTable:
     def _take(self, sweep: _Sweep) -> None:
         """The costs a finished sweep timed. A stand-in's costs go, and what use raised beyond
         them: raised against another count's shape."""
-        timed = sweep.timings()
-        backend, sizes = self._backend, sweep.sizes
-        self._timed_busy = not had_the_cores(
-            timed.cpu_seconds, timed.wall_seconds, backend, self._threads
-        )
+        costs, self._timed_busy = self._priced(sweep)
         self._costs.clear()
+        self._costs.update(costs)
         # its sweeps start again: this one, if it had the cores (a busy moment's shape is none)
         self._shapes, self._refining = [], None
-        if self._timed_busy:
-            # Beside processes that take its cores, a pass waits for the core for as long again
-            # as it computes, at random: by the wall clock a 2-token pass read 0.4-4.5x a plain
-            # one and 4 tokens 1-14x on a 2-core AMD EPYC beside two busy processes, and the
-            # policy drafted nothing. Its CPU time leaves the waits out (1.07-1.14x and
-            # 1.30-1.42x there; 1.09x and 1.41x timed alone): the shape is the CPU time's, on
-            # the wall clock's scale, which use then follows (`_observe`).
-            scale = timed.wall[sizes[0]] / max(timed.cpu[sizes[0]], 1e-9)
-            self._costs.update({k: scale * seconds for k, seconds in timed.cpu.items()})
-        else:
-            self._costs.update(timed.wall)
+        if not self._timed_busy:
             self._shapes = [self._shape()]
         self._sweep, self._unsaved = None, False
         self._raised.clear()
         self._memo.clear()
+
+    def _priced(self, sweep: _Sweep) -> tuple[dict[int, float], bool]:
+        """What a sweep timed (whole or not) prices each size at, and whether it was timed
+        while other work took the cores.
+
+        Beside processes that take its cores, a pass waits for the core for as long again as
+        it computes, at random: by the wall clock a 2-token pass read 0.4-4.5x a plain one and
+        4 tokens 1-14x on a 2-core AMD EPYC beside two busy processes, and the policy drafted
+        nothing. Its CPU time leaves the waits out (1.07-1.14x and 1.30-1.42x there; 1.09x and
+        1.41x timed alone): there the shape is the CPU time's, on the wall clock's scale, which
+        use then follows (`_observe`)."""
+        timed, first = sweep.timings(), sweep.sizes[0]
+        if had_the_cores(timed.cpu_seconds, timed.wall_seconds, self._backend, self._threads):
+            return dict(timed.wall), False
+        scale = timed.wall[first] / max(timed.cpu[first], 1e-9)
+        return {k: scale * seconds for k, seconds in timed.cpu.items()}, True
 
     def stand_in(self, other: BlockCostTable) -> None:
         """Price this count's passes from `other`'s table until its own is timed, where none
