@@ -10,6 +10,7 @@ says whether greedy-family decoders are bitwise greedy there, or only to near-ti
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import statistics
 import time
@@ -311,7 +312,7 @@ class BlockCostTable:
             with _behind_context(self._backend, sweep.sizes[-1]):
                 sweep.run(units=len(sweep.sizes))
             glanced, _ = self._priced(sweep)
-            return lambda k: glanced[k] if k in glanced else interpolate(glanced, k)
+            return functools.partial(interpolate, glanced)
         return self._table_cost
 
     def keep_glance(self) -> None:
@@ -335,7 +336,7 @@ class BlockCostTable:
 
     def _table_cost(self, k: int) -> float:
         """A k-token pass's cost as timed (and scaled by plain passes since), before use raised it."""
-        return self._costs[k] if k in self._costs else interpolate(self._costs, k)
+        return interpolate(self._costs, k)
 
     def _measure_all(self) -> None:
         """Every size timed as decoding meets it (`_Sweep`), behind `CONTEXT` cached tokens: the
@@ -503,8 +504,10 @@ def had_the_cores(cpu_seconds: float, wall_seconds: float, backend, threads: obj
 
 
 def interpolate(costs: dict[int, float], k: int) -> float:
-    """A k-token pass's cost from the measured sizes: linear between them, the smallest's below
-    them, the last slope past them."""
+    """A k-token pass's cost from the measured sizes: a measured size's own, linear between
+    them, the smallest's below them, the last slope past them."""
+    if k in costs:
+        return costs[k]
     sizes = sorted(costs)
     if k <= sizes[0]:
         return costs[sizes[0]]

@@ -174,17 +174,10 @@ class Nibbles:
         rows, cols = self.shape
         groups, blocks = cols // 32, -(-rows // 8)
         pad = blocks * 8 - rows
-        if self.high is None:
-            packed = _four_bits_by_eight(_rows_padded(self.packed, pad), blocks, groups)
-        else:
-            codes = _nibbles(self.packed.reshape(rows, groups, 16))  # [rows, groups, 32]
-            codes = _rows_padded(codes | (self.high.reshape(rows, groups, 32) << 4), pad)
-            # [block, group, chunk, row, 4 bytes, low/high nibble]
-            halves = codes.reshape(blocks, 8, groups, 4, 2, 4).transpose(0, 2, 3, 1, 5, 4)
-            packed = ((halves[..., 0] & 15) | ((halves[..., 1] & 15) << 4)).astype(np.uint8)
-            packed = np.concatenate(
-                [packed.reshape(blocks, groups, 128), _fifth_bit_plane(halves)], axis=2
-            )
+        packed = _four_bits_by_eight(_rows_padded(self.packed, pad), blocks, groups)
+        if self.high is not None:
+            fifth = _rows_padded(self.high.reshape(rows, groups, 32), pad)
+            packed = np.concatenate([packed, _fifth_bit_plane(fifth, blocks, groups)], axis=2)
 
         def lanes(values: np.ndarray) -> np.ndarray:
             values = _rows_padded(values, pad)
@@ -226,13 +219,15 @@ def _rows_padded(values: np.ndarray, pad: int) -> np.ndarray:
     return np.pad(values, ((0, pad),) + ((0, 0),) * (values.ndim - 1))
 
 
-def _fifth_bit_plane(halves: np.ndarray) -> np.ndarray:
-    """5-bit codes' bit 16 as q4_rows8.c reads it, from [block, group, chunk, row, 4, nibble]:
-    per group 32 bytes, byte i holding at bit 2c + h the bit of chunk c's byte i, nibble h."""
-    blocks, groups = halves.shape[:2]
-    fifth = (halves >> 4).astype(np.uint8).reshape(blocks, groups, 4, 32, 2)
+def _fifth_bit_plane(fifth: np.ndarray, blocks: int, groups: int) -> np.ndarray:
+    """5-bit codes' bit 16 as q4_rows8.c reads it, from each code's fifth bit (0/1, [rows,
+    groups, 32] in order, rows a multiple of 8): per group 32 bytes, byte i holding at bit 2c + h
+    the bit of chunk c's byte i, nibble h (`Nibbles.by_eight`'s chunks)."""
+    # [block, group, chunk, row, 4 bytes, low/high nibble]
+    halves = fifth.reshape(blocks, 8, groups, 4, 2, 4).transpose(0, 2, 3, 1, 5, 4)
+    bits = halves.astype(np.uint8).reshape(blocks, groups, 4, 32, 2)
     place = np.arange(8, dtype=np.uint8).reshape(4, 1, 2)  # bit 2c + h
-    return (fifth << place).sum(axis=(2, 4), dtype=np.uint8)  # bits apart: the sum is their or
+    return (bits << place).sum(axis=(2, 4), dtype=np.uint8)  # bits apart: the sum is their or
 
 
 def _halves(raw: np.ndarray) -> np.ndarray:

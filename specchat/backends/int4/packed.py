@@ -2,7 +2,7 @@
 
 Laying a GGUF file's weights out for the kernels (nibbles by eight rows, K-quant scales
 factored, pairs of blocks joined) is numpy over every weight: 1.0 s of the bundled model's
-start and 19 s of a 1.7B Q4_K_M file's, at every start. The laid-out weights are written once,
+start and 11 s of a 1.7B Q4_K_M file's, at every start. The laid-out weights are written once,
 under the cache dir, as one file of arrays and a manifest naming them; a later load reads that
 file whole (a sequential read where laying out was numpy over every weight).
 
