@@ -413,7 +413,7 @@ def test_killed_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setattr(hf_loading, "_convert_gguf", complete)
     converted = hf_loading.converted_gguf_dir(gguf)
-    assert converted.name.startswith("model-10-") and (converted / "config.json").is_file()
+    assert converted.name.startswith("model-") and (converted / "config.json").is_file()
     monkeypatch.setattr(hf_loading, "_convert_gguf", interrupted)
     assert hf_loading.converted_gguf_dir(gguf) == converted  # reused, not converted again
 
@@ -423,6 +423,39 @@ def test_killed_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.M
     again = hf_loading.converted_gguf_dir(gguf)
     assert again != converted and again.is_dir()
     assert list(again.parent.iterdir()) == [again]
+
+
+def test_two_installs_of_one_model_keep_a_conversion_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two virtual environments, each with its own copy of the bundled model (same name and
+    size, another mtime), share one cache: neither may take the other's conversion away, or
+    each start converts again (it did: two suites run at once failed on it)."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+
+    def complete(source: Path, target: Path, progress: object) -> None:
+        (target / "config.json").write_text("{}")
+        (target / "model.safetensors").write_bytes(source.read_bytes())
+
+    monkeypatch.setattr(hf_loading, "_convert_gguf", complete)
+    first, second = (tmp_path / venv / "model.gguf" for venv in ("venv-a", "venv-b"))
+    for number, gguf in enumerate((first, second)):
+        gguf.parent.mkdir()
+        gguf.write_bytes(b"the same model")
+        os.utime(gguf, ns=(10**18, 10**18 + number * 10**9))
+    ours, theirs = (hf_loading.converted_gguf_dir(gguf) for gguf in (first, second))
+    assert ours != theirs and ours.is_dir() and theirs.is_dir()
+
+    messages: list[str] = []
+    assert hf_loading.converted_gguf_dir(first, messages.append) == ours
+    assert not messages  # not converted again
+
+    # a conversion an older specchat made for this name and size (no path in its name) goes
+    older = ours.parent / f"model-{first.stat().st_size}-123-v1"
+    older.mkdir()
+    os.utime(first, ns=(10**18, 10**18 + 5 * 10**9))  # the first venv's package reinstalled
+    renewed = hf_loading.converted_gguf_dir(first)
+    assert sorted(ours.parent.iterdir()) == sorted([renewed, theirs])
 
 
 def test_chat_prompt_without_template(tiny: HFBackend) -> None:

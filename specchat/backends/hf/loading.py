@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import io
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -234,11 +236,18 @@ def _looks_like_hub_id(text: str) -> bool:
 
 
 def conversion_dir(gguf_path: Path) -> Path:
-    """Where the conversion of `gguf_path` is kept: under the file's name, size and mtime, so an
-    edited or replaced file converts again."""
+    """Where the conversion of `gguf_path` is kept: under the file's name, where it lies, its
+    size and mtime, so an edited or replaced file converts again and two installs of one model
+    (two virtual environments, each with its own copy) keep a conversion each."""
     stat = gguf_path.stat()
-    key = f"{gguf_path.stem}-{stat.st_size}-{stat.st_mtime_ns}-v{_CONVERSION_FORMAT}"
+    key = f"{_installed_as(gguf_path)}{stat.st_size}-{stat.st_mtime_ns}-v{_CONVERSION_FORMAT}"
     return locations.cache_dir() / GGUF_CACHE_FOLDER / key
+
+
+def _installed_as(gguf_path: Path) -> str:
+    """The start every conversion of the file at this path shares, whatever its contents."""
+    where = hashlib.sha256(str(gguf_path.resolve()).encode()).hexdigest()[:12]
+    return f"{gguf_path.stem}-{where}-"
 
 
 def conversion_temporaries(target: Path) -> list[Path]:
@@ -282,13 +291,17 @@ def converted_gguf_dir(gguf_path: Path, progress: Progress | None = None) -> Pat
 
 
 def _remove_replaced(target: Path, gguf_path: Path) -> None:
-    """Drop the conversions of an earlier copy of the same file (same name and size, another
-    mtime or format): a reinstalled model package would otherwise leave a full-size float32
-    copy behind each time."""
-    prefix = f"{gguf_path.stem}-{gguf_path.stat().st_size}-"
-    for earlier in target.parent.glob(f"{glob.escape(prefix)}*"):
-        if earlier != target and earlier.is_dir():
-            shutil.rmtree(earlier, ignore_errors=True)
+    """Drop the conversions of an earlier file at the same path (another size, mtime or format):
+    a reinstalled model package would otherwise leave a full-size float32 copy behind each time.
+    A copy installed elsewhere keeps its own. Names of the older scheme, with no path in them
+    (`stem-size-mtime-vN`, only an older specchat made them), go by that scheme's rule: same
+    name and size, so an upgrade leaves none behind."""
+    earlier = list(target.parent.glob(f"{glob.escape(_installed_as(gguf_path))}*"))
+    older_scheme = re.compile(rf"{re.escape(gguf_path.stem)}-{gguf_path.stat().st_size}-\d+-v\d+")
+    earlier += [p for p in target.parent.iterdir() if older_scheme.fullmatch(p.name)]
+    for path in earlier:
+        if path != target and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _remove_stale_temporaries(target: Path) -> None:
