@@ -222,6 +222,9 @@ class NumpyBackend:
     def keep_glanced_costs(self) -> None:
         """Nothing to keep: its costs are modelled."""
 
+    def go_on_from_glance(self, glance: object) -> None:
+        """Nothing to time: its costs are modelled."""
+
     def calibrate(self, progress=None) -> None:
         """Its costs are modelled, its exactness probed when asked."""
 

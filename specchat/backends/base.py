@@ -187,8 +187,13 @@ class Backend(Protocol):
         choose a runtime by (`runtimes.choose`); then `block_cost` times the rest of the sweep,
         or `keep_glanced_costs` keeps the glance."""
 
-    def keep_glanced_costs(self) -> None:
-        """Keep the glance as this model's pass costs (a runtime not chosen)."""
+    def keep_glanced_costs(self) -> object:
+        """Keep the glance as this model's pass costs (a runtime not chosen), and give what it
+        timed, for another load of the model to go on from (`go_on_from_glance`)."""
+
+    def go_on_from_glance(self, glance: object) -> None:
+        """Time the rest of the sweep `glance` began (`keep_glanced_costs` of another load of
+        this model: the runtime chosen after it was closed) and keep it whole."""
 
     def draft_features(self, token: int) -> DraftFeatures | None:
         """What a draft head reads, `token` the pending one. None where the runtime does not

@@ -315,12 +315,29 @@ class BlockCostTable:
             return functools.partial(interpolate, glanced)
         return self._table_cost
 
-    def keep_glance(self) -> None:
-        """Keep a glance as this table (a runtime not chosen: priced whole where it runs, its
-        later sweeps refining it where they fit a slice)."""
-        if self._sweep is not None and not self._costs:
-            self._take(self._sweep)
-            self._keep_timed()
+    def keep_glance(self) -> _Sweep | None:
+        """Keep a glance as this table (for a runtime not chosen: priced whole where it runs,
+        its later sweeps refining it where they fit a slice), and give the sweep it began, for
+        the table of another load of the model to go on from (`go_on_from`) where this runtime
+        is chosen after all: the chooser closes each runtime before it loads the next."""
+        sweep = self._sweep
+        if sweep is None or self._costs:
+            return None
+        self._take(sweep)
+        self._keep_timed()
+        return sweep
+
+    def go_on_from(self, sweep: _Sweep | None) -> None:
+        """Time the rest of `sweep`, a glance another load of this model began (`keep_glance`),
+        on this table's backend, and take it whole in place of the glance kept."""
+        if sweep is None:
+            return
+        if not self._loaded:
+            self._load()
+        sweep.rebind(self._backend)
+        self._costs.clear()
+        self._sweep = sweep
+        self._measured()
 
     def _keep_timed(self) -> None:
         """Write costs just timed, unless timed while the machine was busy."""
@@ -565,6 +582,10 @@ class _Sweep:
     def done(self) -> bool:
         return self._next >= len(self._units)
 
+    def rebind(self, backend: Backend) -> None:
+        """Go on timing on `backend`, another load of the same model (`BlockCostTable.go_on_from`)."""
+        self._backend = backend
+
     def run(self, seconds: float | None = None, units: int | None = None) -> bool:
         """Time the units left (with `seconds`: units until that much time has gone, one at
         least; with `units`: until that many are timed, counted from the sweep's start);
@@ -650,8 +671,11 @@ class CostsByThreads:
     def glance(self) -> Callable[[int], float]:
         return self.table().glance()
 
-    def keep_glance(self) -> None:
-        self.table().keep_glance()
+    def keep_glance(self) -> _Sweep | None:
+        return self.table().keep_glance()
+
+    def go_on_from(self, sweep: _Sweep | None) -> None:
+        self.table().go_on_from(sweep)
 
     def timing(self, block: Block) -> contextlib.AbstractContextManager:
         """`BlockCostTable.timing` by the table of the count this pass runs on (entered after
@@ -692,8 +716,11 @@ class MeasuredCosts:
         """Pass costs from one timing a size, to choose a runtime by (`BlockCostTable.glance`)."""
         return self._costs.glance()
 
-    def keep_glanced_costs(self) -> None:
-        self._costs.keep_glance()
+    def keep_glanced_costs(self) -> object:
+        return self._costs.keep_glance()
+
+    def go_on_from_glance(self, glance: object) -> None:
+        self._costs.go_on_from(glance)  # type: ignore[arg-type]
 
     def calibrate(self, progress: Callable[[str], None] | None = None) -> None:
         self._costs.calibrate(progress)

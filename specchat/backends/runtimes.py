@@ -6,7 +6,8 @@ it: a GGUF on llama.cpp, and on the int4 runtime when its header says it can (a 
 it carries, on the CPU); a Hugging Face folder on transformers alone. Each runtime's pass costs
 are measured once per model, device and threads and kept (`block_cost.py`); the choice reads
 them — measuring, once and with progress, a runtime whose costs were never measured: each size
-timed once, the chosen runtime's sweep then timed whole, the other's glance kept — and picks
+timed once, one runtime loaded at a time, the chosen runtime's sweep then timed whole, the
+other's glance kept — and picks
 the faster for the decoder: a plain decoder by its one-token pass, a speculative one by the most
 tokens per second a draft of the best length gives when each drafted token is accepted with
 `PRIOR_ACCEPTANCE` (the rate the draft policy itself starts from). `--backend` forces a runtime
@@ -66,25 +67,34 @@ def choose(
         return names[0], None
     threads = threads or physical_cores()
     costs: dict[str, Callable[[int], float]] = {}
-    loaded: dict[str, Backend] = {}
+    glances: dict[str, object] = {}
+    last: tuple[str, Backend] | None = None
     for name in names:
         kept = BlockCostTable.kept(runtime(name).cost_key(path), device, threads)
         if kept is not None:
             costs[name] = kept.cost
             continue
+        if last is not None:  # one runtime's weights at a time: both at once, a first start
+            last[1].close()  # took twice the memory (6.1 GB at 1.7B Q4_K_M, 3.3 GB alone)
         progress(f"measuring {name}'s pass costs to choose the runtime (once)")
         backend = load(name)
         # on `threads`, the count the other runtimes' kept tables hold: a runtime that follows
         # the load keeps a table per count, and a model loaded beside a busy process runs on
         # fewer — its costs there, set against another's kept for every thread, chose by two
         with held_threads(backend, threads):
-            costs[name], loaded[name] = backend.glance_costs(), backend
+            costs[name] = backend.glance_costs()
+            glances[name] = backend.keep_glanced_costs()  # the chosen one's goes on below
+        last = name, backend
     chosen = max(names, key=lambda name: speed(costs[name], speculative))
-    for name, backend in loaded.items():
-        with held_threads(backend, threads):
-            if name == chosen:
-                backend.block_cost(1)  # its sweep timed whole, and kept
-            else:
-                backend.keep_glanced_costs()
-                backend.close()
-    return chosen, loaded.get(chosen)
+    if chosen not in glances:
+        if last is not None:
+            last[1].close()
+        return chosen, None
+    if last is not None and last[0] != chosen:
+        last[1].close()
+        last = chosen, load(chosen)
+    assert last is not None
+    backend = last[1]
+    with held_threads(backend, threads):
+        backend.go_on_from_glance(glances[chosen])  # its sweep timed whole, and kept
+    return chosen, backend

@@ -486,6 +486,20 @@ def test_a_glance_times_each_size_once_and_the_sweep_goes_on_from_it(
     assert len(drafted()) == len(sweep) - len(set(sweep))  # the rest of one sweep
     assert BlockCostTable.kept("chosen", runtime.device, runtime.threads) is not None
 
+    # each runtime closed after its glance (one in memory at a time): the chosen one, loaded
+    # again, goes on from the sweep its glance began — the rest of it, not a sweep more
+    first_load = BlockCostTable(runtime, key="chosen after all")
+    first_load.glance()
+    began = first_load.keep_glance()
+    assert drafted() == sorted(set(sweep))
+    assert BlockCostTable.kept("chosen after all", runtime.device, runtime.threads) is not None
+    loaded_again = BlockCostTable(runtime, key="chosen after all")
+    loaded_again.go_on_from(began)
+    assert len(drafted()) == len(sweep) - len(set(sweep))
+    assert {k: loaded_again.cost(k) for k in costs} == pytest.approx(costs) and not drafted()
+    read_back = BlockCostTable(runtime, key="chosen after all")
+    assert {k: read_back.cost(k) for k in costs} == pytest.approx(costs) and not drafted()
+
     other = BlockCostTable(runtime, key="not chosen")
     other.glance()
     assert BlockCostTable.kept("not chosen", runtime.device, runtime.threads) is None

@@ -31,6 +31,7 @@ from specchat.backends.registry import INT4
 from specchat.backends.threads_by_load import ThreadsByLoad, following_load
 from specchat.errors import SpecchatError
 from specchat.hardware import physical_cores
+from specchat.heap import give_back_freed
 
 _PREFILL_CHUNK = 256
 _MAX_BLOCK = 512  # widest block (and prefill chunk) one pass takes
@@ -270,6 +271,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         self._pending = None
         if getattr(self, "vocabulary", None) is not None:
             self.vocabulary.close()
+        give_back_freed()  # weights laid out this load sit in the heap, kept by glibc once freed
 
 
 def load(path: Path, options, progress: Callable[[str], None] | None) -> Int4Backend:

@@ -51,6 +51,7 @@ from specchat.backends.int4.linear import (
 from specchat.backends.int4.packed import PackedWeights
 from specchat.backends.int4.rope import rope_tables
 from specchat.backends.int4.shape import ModelShape, check_shapes
+from specchat.heap import give_back_freed
 
 # A decoding step's embedding rows come from a cache this large (blocks this wide or narrower);
 # a prompt's hundreds of rows are dequantized at once.
@@ -171,9 +172,11 @@ class Int4Model:
             self.head_name,
             functools.partial(rows_linear, tensors, self.head_name, library, float32_out=True),
         )
-        if progress and not packed.found:
-            progress("keeping the packed weights for the next start")
-        packed.keep()
+        if not packed.found:
+            if progress:
+                progress("keeping the packed weights for the next start")
+            packed.keep()
+            give_back_freed()  # what laying them out took and freed
         factors = tensors.dense("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.cos, self.sin = rope_tables(shape, n_ctx, factors)
         self.local_cos, self.local_sin = self.cos, self.sin
