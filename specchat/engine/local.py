@@ -142,16 +142,19 @@ class Engine(AnswerEngine):
                     finish, ending = "eos", 1
                     break
                 kept.append(token)
+                context.append(token)
+                generated.append(token)
                 text += detok.add(token)
                 if detok.stopped_by is not None:
                     finish = "stop"
                     break
+                # token by token: a step of several tokens ends a loop where greedy's one-token
+                # steps end it (checked once a step, the default's answer ran a token longer)
+                if request.end_loops and loops.looping(generated):
+                    finish = "repeating"
+                    break
             if step.final and finish is None:
-                finish = "max_tokens" if len(generated) + len(kept) >= request.max_tokens else "eos"
-            context.extend(kept)
-            generated.extend(kept)
-            if request.end_loops and kept and finish is None and loops.looping(generated):
-                finish = "repeating"
+                finish = "max_tokens" if len(generated) >= request.max_tokens else "eos"
             if stats.time_to_first_token is None and kept:
                 stats = replace(stats, time_to_first_token=time.perf_counter() - start)
             # one event per step, also one that only produced EOS: the figures summed from the

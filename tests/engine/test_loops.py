@@ -62,9 +62,11 @@ def test_numbers_inside_lines_and_a_count_are_no_loop():
     assert not watch_text(distinct[:16])  # sixteen different lines
 
 
-def ask_poem(*extra: str, env: dict | None = None) -> dict:
+def ask_poem(*extra: str, env: dict | None = None, decoder: str | None = "greedy") -> dict:
+    """The poem asked of `decoder` (None: the default)."""
+    chosen = ("-d", decoder) if decoder else ()
     result = run_cli(
-        "ask", POEM, "-d", "greedy", "--json", "--no-log", "--max-tokens", "400", *extra, env=env
+        "ask", POEM, *chosen, "--json", "--no-log", "--max-tokens", "400", *extra, env=env
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -78,6 +80,8 @@ def test_the_bundled_models_looping_poem_ends_as_repeating(tmp_path):
     span = repeating_span(ids)
     assert span is not None and len(ids) < 400
     assert ids[-span:] == ids[-2 * span : -span]  # the loop's text is kept
+    # the default's steps of several tokens end it at the very token greedy's end it
+    assert ask_poem(decoder=None)["token_ids"] == ids
     full = ask_poem("--no-end-loops")
     assert full["finish_reason"] == "max_tokens" and full["token_ids"][: len(ids)] == ids
     (tmp_path / "settings.toml").write_text("end_loops = false\n")
