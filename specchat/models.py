@@ -391,6 +391,19 @@ def check_same_vocabulary(target: Backend, draft: Backend) -> None:
 
 
 @dataclass(frozen=True)
+class RunsOn:
+    """The runtimes that run a model here, and why not another (or why none): the line says
+    both ("llama (not int4: …)"), `models --json` gives the names as a list."""
+
+    names: tuple[str, ...]
+    note: str = ""
+
+    def __str__(self) -> str:
+        said = ", ".join(self.names) or "nothing"
+        return f"{said} ({self.note})" if self.note else said
+
+
+@dataclass(frozen=True)
 class ModelDetails:
     """What `specchat models` says of a GGUF: its family, quantization, size, and the runtimes
     that run it at this CPU's level (why not int4, where it cannot)."""
@@ -398,7 +411,7 @@ class ModelDetails:
     family: str
     quant: str
     size: int
-    runtimes: str
+    runtimes: RunsOn
 
 
 def gguf_details(path: Path) -> ModelDetails:
@@ -410,22 +423,24 @@ def gguf_details(path: Path) -> ModelDetails:
     try:
         header = GGUFHeader(path)
     except SpecchatError:
-        return ModelDetails("?", "?", size, "not a valid GGUF")
+        return ModelDetails("?", "?", size, RunsOn((), "not a valid GGUF"))
     family = str(header.metadata.get("general.architecture", "?"))
     reason = runtime(INT4).unavailable(path, "cpu")
-    runs = f"{INT4}, {LLAMA_CPP}" if reason is None else f"{LLAMA_CPP} (not int4: {reason})"
+    runs = (
+        RunsOn((INT4, LLAMA_CPP)) if reason is None else RunsOn((LLAMA_CPP,), f"not int4: {reason}")
+    )
     return ModelDetails(family, _quant_name(header), size, runs)
 
 
-def listing_facts(listing: ModelListing) -> tuple[str, str, str, str]:
+def listing_facts(listing: ModelListing) -> tuple[str, str, str, RunsOn]:
     """A listed model's family, quantization, size and the runtimes that run it here, as
     `specchat models` and the chat's picker show them (a GGUF's header read, nothing loaded)."""
     if listing.kind == HF_FOLDER:
-        return "", "", "", "transformers (hf)"
+        return "", "", "", RunsOn(("hf",), "transformers")
     try:
         details = gguf_details(listing.path)
     except OSError as exc:  # a file gone or unreadable since it was listed: said, not raised
-        return "?", "?", "?", f"nothing (cannot read it: {exc.strerror or exc})"
+        return "?", "?", "?", RunsOn((), f"cannot read it: {exc.strerror or exc}")
     return details.family, details.quant, f"{details.size / 2**20:,.0f} MiB", details.runtimes
 
 

@@ -305,7 +305,8 @@ def models(
                 "bytes": _file_size(listing.path),
                 "store": listing.store or None,
                 "path": str(listing.path),
-                "runs_on": runs,
+                "runs_on": list(runs.names),
+                "runs_on_note": runs.note or None,
             }
             for listing, (family, quant, _, runs) in listed
         ]

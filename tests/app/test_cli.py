@@ -176,7 +176,7 @@ def test_models_json_gives_each_model_its_name_and_facts():
     assert default["path"] == str(bundled_gguf()) and default["store"] == "bundled"
     assert (default["family"], default["quantization"]) == ("llama", "Q4_1")
     assert default["bytes"] == os.path.getsize(bundled_gguf())
-    assert "int4" in default["runs_on"] and "llama" in default["runs_on"]
+    assert default["runs_on"] == ["int4", "llama"] and default["runs_on_note"] is None
     again = run("ask", "Say hi.", "--model", default["model"], "--max-tokens", "4")
     assert again.returncode == 0, again.stderr  # the name it gives is one --model takes
 

@@ -146,5 +146,5 @@ def test_a_model_gone_since_it_was_listed_is_said_in_its_facts(stores, monkeypat
     gone = listed["HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf"]
     assert gone.path.is_symlink()  # the store's link, never the bundled file it points to
     gone.path.unlink()
-    assert listing_facts(gone)[3].startswith("nothing (cannot read it: No such file")
+    assert str(listing_facts(gone)[3]).startswith("nothing (cannot read it: No such file")
     assert listing_facts(listed["smol:135m"])[:2] == ("llama", "Q4_1")
