@@ -21,7 +21,7 @@ import numpy as np
 from specchat import cpu
 from specchat.backends.base import Block
 from specchat.backends.block_cost import CostsByThreads, MeasuredCosts
-from specchat.backends.gguf.header import GGUFHeader
+from specchat.backends.gguf.header import read_header
 from specchat.backends.gguf.vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
 from specchat.backends.registry import LLAMA_CPP
 from specchat.backends.threads_by_load import ThreadsByLoad, following_load
@@ -79,7 +79,7 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
             )
         # specchat's own reader first: a crafted header is refused here in one line, before
         # llama.cpp's parser meets it
-        GGUFHeader(path).check_llama()
+        read_header(path).check_llama()
         if progress:
             progress(f"loading {path.name}")
         self.threads = threads or physical_cores()

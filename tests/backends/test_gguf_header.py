@@ -3,12 +3,16 @@ types, shapes and bytes — without parsing the vocabulary; a file that is not G
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from specchat.backends.gguf.header import GGUFHeader
+from specchat.backends.gguf.header import GGUFHeader, read_header
 from specchat.errors import SpecchatError
 
 
@@ -37,3 +41,31 @@ def test_what_is_not_gguf_is_one_line(tmp_path: Path, bundled_gguf: Path, kind: 
     broken.write_bytes(cut[kind])
     with pytest.raises(SpecchatError, match=f"cannot load {kind}.gguf: not a valid GGUF model"):
         GGUFHeader(broken)
+
+
+def test_the_vocabulary_key_is_the_digest_of_the_tokens_the_gguf_package_reads(bundled_gguf: Path):
+    """Two files whose keys agree can draft for each other: the key is the tokenizer's model and
+    every token as the file spells it (length and bytes), in id order."""
+    import gguf
+
+    field = gguf.GGUFReader(bundled_gguf).fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(field.parts[index]) for index in field.data]
+    digest = hashlib.sha256(b"gpt2")
+    for token in tokens:
+        digest.update(struct.pack("<Q", len(token)) + token)
+    assert GGUFHeader(bundled_gguf).vocabulary_key() == digest.hexdigest()
+
+
+def test_a_header_is_read_once_while_the_file_stays_the_same(tmp_path: Path, bundled_gguf: Path):
+    """A start reads the header to choose the runtime, to check it and to load it: parsed once.
+    A file replaced at the same path (a model downloaded again) is read anew."""
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(bundled_gguf, model)
+    first = read_header(model)
+    assert read_header(model) is first and read_header(str(model)) is first
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2 :] = b""
+    model.with_suffix(".part").write_bytes(data)
+    os.replace(model.with_suffix(".part"), model)
+    with pytest.raises(SpecchatError, match="not a valid GGUF model"):
+        read_header(model)

@@ -11,7 +11,9 @@ dequantizer reads them as it reads its own.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import struct
 from dataclasses import dataclass
 from functools import cached_property
@@ -117,13 +119,41 @@ class _Cursor:
         if kind in _SCALARS:
             self.at += _SCALARS[kind][1] * count
         elif kind == _STRING:
-            for _ in range(count):
-                length = self.u64()  # read first: `self.at += self.u64()` would lose its 8 bytes
-                self.need(length)
-                self.at += length
+            self.at = _string_ends(self.data, self.at, count)[-1]
         else:
             for _ in range(count):
                 self.value(kind)
+
+
+def read_header(path: str | Path) -> GGUFHeader:
+    """`path`'s header, parsed once in a process while the file stays the one it was (its
+    inode, size and mtime): a start reads it to choose the runtime, to check it for llama.cpp
+    and to load it, and each parse walks the vocabulary's arrays (0.05 s of the bundled
+    model's; a start took 0.8 s)."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return GGUFHeader(path)  # says what is wrong in its one line
+    return _parsed(os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(path: str, inode: int, size: int, mtime_ns: int) -> GGUFHeader:
+    return GGUFHeader(path)
+
+
+def _string_ends(data: memoryview, at: int, count: int) -> list[int]:
+    """Where each of `count` strings from `at` on ends (`at` first): a vocabulary's arrays hold
+    50,000-150,000, walked in one tight loop (a cursor's calls took 3x as long)."""
+    length_at, size = struct.Struct("<Q").unpack_from, len(data)
+    ends = [at]
+    for _ in range(count):
+        at += 8 + length_at(data, at)[0]
+        if at > size:
+            raise ValueError(f"a string runs past the end at byte {ends[-1]}")
+        ends.append(at)
+    return ends
 
 
 def as_c_string(raw: memoryview | bytes) -> bytes:
@@ -252,9 +282,12 @@ class GGUFHeader:
         for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
             if key in self._arrays and self._arrays[key][1] != count:
                 raise self._invalid(f"{self._arrays[key][1]} {key} for {count} tokens")
-        cursor = _Cursor(memoryview(self._map))
-        cursor.at = at
-        spellings = {as_c_string(cursor.raw_string()) for _ in range(count)}
+        ends = _string_ends(memoryview(self._map), at, count)
+        blob = self._map[at : ends[-1]].tobytes()
+        spellings = {
+            blob[start + 8 - at : end - at].partition(b"\0")[0]
+            for start, end in zip(ends, ends[1:], strict=False)
+        }
         if len(spellings) != count:
             raise self._invalid(
                 f"{count - len(spellings)} tokens spelled as another is, as llama.cpp reads "
@@ -270,12 +303,9 @@ class GGUFHeader:
         item, count, at = self._arrays["tokenizer.ggml.tokens"]
         if item != _STRING:
             return ""
-        cursor = _Cursor(memoryview(self._map))
-        cursor.at = at
-        for _ in range(count):
-            cursor.raw_string()
+        end = _string_ends(memoryview(self._map), at, count)[-1]
         digest = hashlib.sha256(str(self.metadata.get("tokenizer.ggml.model", "")).encode())
-        digest.update(self._map[at : cursor.at].tobytes())
+        digest.update(self._map[at:end].tobytes())
         return digest.hexdigest()
 
     def _invalid(self, why: str) -> SpecchatError:

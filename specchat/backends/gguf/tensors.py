@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from specchat.backends.gguf.header import GGUFHeader
+from specchat.backends.gguf.header import read_header
 from specchat.errors import SpecchatError
 
 GROUP_SIZE = 32  # weights per int4 group: Q4_0/Q4_1 blocks and Q4_K sub-blocks alike
@@ -467,7 +467,7 @@ class GGUFTensors:
     def __init__(self, path: str | Path) -> None:
         gguf = _gguf()
         self.path = Path(path)
-        self.header = GGUFHeader(self.path)  # milliseconds: no vocabulary is parsed
+        self.header = read_header(self.path)  # milliseconds: no vocabulary is parsed
         self._tensors = {
             name: _Tensor(
                 name,

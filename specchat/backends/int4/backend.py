@@ -18,7 +18,7 @@ import numpy as np
 
 from specchat.backends.base import Block, DraftFeatures, block_to_commit
 from specchat.backends.block_cost import CostsByThreads, MeasuredCosts
-from specchat.backends.gguf.header import GGUFHeader
+from specchat.backends.gguf.header import read_header
 from specchat.backends.gguf.tensors import (
     GGUFTensors,
     dense_types,
@@ -66,7 +66,7 @@ def unavailable_reason(path: Path, device: str) -> str | None:
     kernels build."""
     if device != "cpu":
         return "the int4 runtime runs on the CPU only"
-    header = GGUFHeader(path)  # the file first: milliseconds, where a first build takes seconds
+    header = read_header(path)  # the file first: milliseconds, where a first build takes seconds
     arch = header.metadata.get("general.architecture")
     if arch not in FAMILIES:
         return f"the int4 runtime runs {', '.join(FAMILIES)} models, not {arch!r}"
