@@ -49,6 +49,22 @@ def test_specchat_in_tmux(private_dirs):
 
 
 @pytest.mark.slow
+def test_a_poems_lines_are_drawn_as_lines(private_dirs):
+    """The bundled model's poem puts each line on its own ("…where shadows play,\nA place of
+    endless wonder,\nA place of…"): the chat draws them so, as chat apps do, where Markdown's
+    soft break, drawn as a space, ran them into one paragraph."""
+    session = start_specchat(private_dirs, "threads = 1\nmax_tokens = 64\n", name="poem")
+    try:
+        wait_until_usable(session)
+        ask(session, "Write a short poem about the ocean", shows="assistant ·")
+        screen = wait_for(session, lambda s: "ended:" in s)
+        starts = [line.strip(" █▊") for line in screen.splitlines()]
+        assert sum(line.startswith("A place of endless") for line in starts) >= 3, screen
+    finally:
+        quit_and_close(session)
+
+
+@pytest.mark.slow
 def test_ctrl_j_in_a_burst_of_keys_breaks_the_line_where_it_was_typed(private_dirs):
     """A paste or a laggy link delivers keys in one read: each Ctrl+J lands between the words
     typed around it, not after all of them."""

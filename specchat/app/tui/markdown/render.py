@@ -279,10 +279,10 @@ class BlockRenderer:
             elif kind == "code_inline":
                 text.append(child.content, style=style + look.code_inline)
                 offsets.extend(cursor.take(child.content))
-            elif kind == "softbreak":
-                text.append(" ", style=style or None)
-                offsets.append(cursor.skip_to("\n"))
-            elif kind == "hardbreak":
+            elif kind in ("softbreak", "hardbreak"):
+                # a line break in an answer is one the model meant (a poem's lines, an address,
+                # "Step 1:" under "Step 2:"), as chat apps draw it: CommonMark's soft break, a
+                # space, ran a poem's lines into one paragraph
                 text.append("\n")
                 offsets.append(cursor.skip_to("\n"))
             else:
