@@ -58,11 +58,21 @@ def test_the_vocabulary_key_is_the_digest_of_the_tokens_the_gguf_package_reads(b
 
 def test_a_header_is_read_once_while_the_file_stays_the_same(tmp_path: Path, bundled_gguf: Path):
     """A start reads the header to choose the runtime, to check it and to load it: parsed once.
-    A file replaced at the same path (a model downloaded again) is read anew."""
+    A file written over, in place with its size and mtime kept (as within one tick of the
+    clock) or replaced (a model downloaded again), is read anew."""
     model = tmp_path / "model.gguf"
     shutil.copyfile(bundled_gguf, model)
     first = read_header(model)
     assert read_header(model) is first and read_header(str(model)) is first
+    stat = model.stat()
+    with model.open("r+b") as file:  # another architecture, written over in place
+        data = file.read(first._data_start)
+        at = data.index(b"llama", data.index(b"general.architecture"))
+        file.seek(at)
+        file.write(b"gemma")
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert model.stat().st_mtime_ns == stat.st_mtime_ns and model.stat().st_ino == stat.st_ino
+    assert read_header(model).metadata["general.architecture"] == "gemma"
     data = bytearray(model.read_bytes())
     data[len(data) // 2 :] = b""
     model.with_suffix(".part").write_bytes(data)
