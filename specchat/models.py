@@ -14,6 +14,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specchat import first_time
 from specchat.backends.gguf.opened_apart import check_opened_apart
 from specchat.backends.registry import (
     FORMATS,
@@ -221,7 +222,15 @@ def load_model(
     """Resolve a model spec and load it on the runtime `options` ask for; else on the fastest
     of the runtimes whose own format it is for the decoder (`backends/runtimes.py`). On a server
     (`--base-url`), `spec` is the name the server serves the model under (None: the one it lists
-    first) and nothing is loaded here: the server runs it."""
+    first) and nothing is loaded here: the server runs it. Work done once a machine on the way
+    says so through `progress` (`first_time.py`)."""
+    with first_time.said_through(progress):
+        return _load_model(spec, options, progress)
+
+
+def _load_model(
+    spec: str | None, options: LoadOptions, progress: Callable[[str], None] | None
+) -> AnyBackend:
     if options.base_url or (options.backend and not runtime(options.backend).local):
         if options.backend not in (None, SERVER.name):
             raise SpecchatError(f"--base-url is for --backend {SERVER.name}, not {options.backend}")

@@ -17,6 +17,7 @@ import pytest
 from specchat import cpu
 from specchat.backends.base import Block
 from specchat.errors import SpecchatError
+from specchat.models import LoadOptions, load_model
 from tests.cli import run_cli
 
 HERE = cpu.levels_here()
@@ -144,6 +145,12 @@ def test_a_compiler_that_fails_leaves_llama_cpp(
         reason = unavailable_reason(bundled_gguf, "cpu")
         assert reason is not None and "this compiler is broken" in reason and "\n" not in reason
         assert candidates(GGUF, bundled_gguf, "cpu") == ["llama"]
+        # a load that meets a first build says so (seconds, once a machine), then runs llama.cpp
+        heard: list[str] = []
+        backend = load_model(None, LoadOptions(threads=1, n_ctx=256), heard.append)
+        backend.close()
+        assert backend.name == "llama"
+        assert "building the int4 runtime's kernels for this CPU (once)" in heard
     finally:
         os.environ.clear()
         os.environ.update(saved)

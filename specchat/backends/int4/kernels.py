@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from specchat import cpu, locations, openmp
+from specchat import cpu, first_time, locations, openmp
 from specchat.errors import SpecchatError
 
 _SOURCES = Path(__file__).with_name("c")  # one file per job; base.h says how they are shaped
@@ -136,6 +136,7 @@ def _load(level: str, compiler: str) -> Kernels:
     for library, threaded in ((threaded_library, True), (serial_library, False)):
         if library.exists():
             return _open(library, level, threaded, key)
+    first_time.say("building the int4 runtime's kernels for this CPU (once)")
     error = _build(compiler, [*flags, _OPENMP], threaded_library)
     if error is None:
         return _open(threaded_library, level, True, key)
