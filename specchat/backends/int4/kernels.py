@@ -14,6 +14,7 @@ The whole forward is one call (`forward`); `matmul_rows` and `top_k_rows` are al
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
 import hashlib
@@ -21,6 +22,7 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -156,24 +158,47 @@ def _sources_text() -> list[bytes]:
 
 
 def _build(compiler: str, flags: list[str], library: Path) -> str | None:
-    """Compile the kernels into `library`; None, or the compiler's first line of complaint."""
+    """Compile the kernels into `library`; None, or the compiler's first line of complaint.
+    Each source is compiled apart, as many at once as there are CPUs, then linked: one call
+    compiling them in turn took 7.5 s on a 2-core EPYC (2 s its longest file), a new user's
+    first start waiting on it. The same objects either way: nothing is optimised across files."""
+    work = Path(tempfile.mkdtemp(prefix="specchat-kernels-"))  # the objects, gone after
     partial = library.with_name(f".{library.stem}.{os.getpid()}.so")
+    compile_flags = [flag for flag in flags if flag != "-shared"]
+    sources = _c_files()
+    objects = [work / f"{source.stem}.o" for source in sources]
     try:
-        built = subprocess.run(
-            [compiler, *flags, "-o", str(partial), *map(str, _c_files()), "-lm"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
+        with concurrent.futures.ThreadPoolExecutor(min(len(sources), os.cpu_count() or 1)) as pool:
+            steps = pool.map(
+                _run,
+                [
+                    [compiler, *compile_flags, "-c", str(s), "-o", str(o)]
+                    for s, o in zip(sources, objects, strict=True)
+                ],
+            )
+            error = next((complaint for complaint in steps if complaint is not None), None)
+        if error is None:
+            error = _run([compiler, *flags, "-o", str(partial), *map(str, objects), "-lm"])
+        if error is None and not partial.exists():
+            error = "failed"
+        if error is not None:
+            partial.unlink(missing_ok=True)
+            return error
+        os.replace(partial, library)
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(command: list[str]) -> str | None:
+    """Run a compiler command: None, or its first line of complaint."""
+    try:
+        built = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        partial.unlink(missing_ok=True)
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if built.returncode != 0 or not partial.exists():
-        partial.unlink(missing_ok=True)
+    if built.returncode != 0:
         lines = (built.stderr or built.stdout).strip().splitlines()
         return next((line for line in lines if "error" in line), lines[0] if lines else "failed")
-    os.replace(partial, library)
     return None
 
 
