@@ -467,7 +467,7 @@ class GGUFTensors:
     def __init__(self, path: str | Path) -> None:
         gguf = _gguf()
         self.path = Path(path)
-        self.header = read_header(self.path)  # milliseconds: no vocabulary is parsed
+        self.header = read_header(self.path).mapped_anew()  # its pages go with these tensors
         self._tensors = {
             name: _Tensor(
                 name,
