@@ -1,17 +1,15 @@
-"""Which runtime runs a model: the one whose measured pass costs make the chosen decoder
-fastest.
+"""Which runtime runs a model: the one whose measured pass costs make the chosen decoder fastest.
 
-A model runs on each runtime whose own format it is (`backends/registry.py`) and that can run
-it: a GGUF on llama.cpp, and on the int4 runtime when its header says it can (a family and types
-it carries, on the CPU); a Hugging Face folder on transformers alone. Each runtime's pass costs
-are measured once per model, device and threads and kept (`block_cost.py`); the choice reads
-them — measuring, once and with progress, a runtime whose costs were never measured: each size
-timed once, one runtime loaded at a time, the chosen runtime's sweep then timed whole, the
-other's glance kept — and picks
-the faster for the decoder: a plain decoder by its one-token pass, a speculative one by the most
-tokens per second a draft of the best length gives when each drafted token is accepted with
-`PRIOR_ACCEPTANCE` (the rate the draft policy itself starts from). `--backend` forces a runtime
-and skips all this.
+A model runs on each runtime whose own format it is (`backends/registry.py`) and that can run it: a
+GGUF on llama.cpp, and on the int4 runtime when its header says it can (a family and types it
+carries, on the CPU); a Hugging Face folder on transformers alone. Each runtime's pass costs are
+measured once per model, device and threads and kept (`block_cost.py`); the choice reads them —
+measuring, once and with progress, a runtime whose costs were never measured: each size timed once,
+one runtime loaded at a time, the chosen runtime's sweep then timed whole, the other's glance kept —
+and picks the faster for the decoder: a plain decoder by its one-token pass, a speculative one by
+the most tokens per second a draft of the best length gives when each drafted token is accepted with
+`PRIOR_ACCEPTANCE` (the rate the draft policy itself starts from). `--backend` forces a runtime and
+skips all this.
 """
 
 from __future__ import annotations

@@ -2,16 +2,17 @@
 
 Small models loop under greedy decoding ("A: A: A: …", a line of a poem repeated for hundreds of
 tokens), and speculation makes a loop fast without making it less noise. The engine checks the
-answer's end after every step and, where the chat or `ask` asks for it, ends the answer there
-("repeating"), the text kept. A span of up to `MAX_SPAN` tokens counts as a loop once it has
-come `MIN_REPEATS` times in a row and the repeats cover `MIN_TOKENS` tokens: a short span must
-repeat more often (a table's "| --- " row or a list of ones is no loop after a few times).
+answer's end after every token (a step of several ends where greedy's would) and, where the chat or
+`ask` asks for it, ends the answer there ("repeating"), the text kept. A span of up to `MAX_SPAN`
+tokens counts as a loop once it has come `MIN_REPEATS` times in a row and the repeats cover
+`MIN_TOKENS` tokens: a short span must repeat more often (a table's "| --- " row or a list of ones
+is no loop after a few times).
 
-A numbered list loops too ("14. Anaconda... (Anacondas)", "15. Anaconda... (Anacondas)", …):
-its lines differ only in the number that starts them, so `LoopWatch` also compares the answer's
-end with each number at a line's start read as one and the same token. Only there — a table of
-sums or a count changes numbers inside its lines, and a span must hold more than a number and a
-line break ("1." "2." "3." is a count, not a loop).
+A numbered list loops too ("14. Anaconda... (Anacondas)", "15. Anaconda... (Anacondas)", …): its
+lines differ only in the number that starts them, so `LoopWatch` also compares the answer's end with
+each number at a line's start read as one and the same token. Only there — a table of sums or a
+count changes numbers inside its lines, and a span must hold more than a number and a line break
+("1." "2." "3." is a count, not a loop).
 """
 
 from __future__ import annotations
