@@ -24,6 +24,8 @@ from specchat.backends.registry import (
     LLAMA_CPP,
     RUNTIMES,
     SERVER,
+    TRANSFORMERS,
+    TRANSFORMERS_LIBRARY,
     Runtime,
     native_runtimes,
     runtime,
@@ -445,7 +447,7 @@ def listing_facts(listing: ModelListing) -> tuple[str, str, str, RunsOn]:
     """A listed model's family, quantization, size and the runtimes that run it here, as
     `specchat models` and the chat's picker show them (a GGUF's header read, nothing loaded)."""
     if listing.kind == HF_FOLDER:
-        return "", "", "", RunsOn(("hf",), "transformers")
+        return "", "", "", RunsOn((TRANSFORMERS,), TRANSFORMERS_LIBRARY)
     try:
         details = gguf_details(listing.path)
     except OSError as exc:  # a file gone or unreadable since it was listed: said, not raised
