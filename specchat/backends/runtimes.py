@@ -66,33 +66,29 @@ def choose(
     threads = threads or physical_cores()
     costs: dict[str, Callable[[int], float]] = {}
     glances: dict[str, object] = {}
-    last: tuple[str, Backend] | None = None
+    open_name, open_backend = "", None  # the one runtime loaded at a time
     for name in names:
         kept = BlockCostTable.kept(runtime(name).cost_key(path), device, threads)
         if kept is not None:
             costs[name] = kept.cost
             continue
-        if last is not None:  # one runtime's weights at a time: both at once, a first start
-            last[1].close()  # took twice the memory (6.1 GB at 1.7B Q4_K_M, 3.3 GB alone)
+        if open_backend is not None:  # one runtime's weights at a time: both at once, a first
+            open_backend.close()  # start took twice the memory (6.1 GB at 1.7B Q4_K_M, 3.3 alone)
         progress(f"measuring {name}'s pass costs to choose the runtime (once)")
-        backend = load(name)
+        open_name, open_backend = name, load(name)
         # on `threads`, the count the other runtimes' kept tables hold: a runtime that follows
         # the load keeps a table per count, and a model loaded beside a busy process runs on
         # fewer — its costs there, set against another's kept for every thread, chose by two
-        with held_threads(backend, threads):
-            costs[name] = backend.glance_costs()
-            glances[name] = backend.keep_glanced_costs()  # the chosen one's goes on below
-        last = name, backend
+        with held_threads(open_backend, threads):
+            costs[name] = open_backend.glance_costs()
+            glances[name] = open_backend.keep_glanced_costs()  # the chosen one's goes on below
     chosen = max(names, key=lambda name: speed(costs[name], speculative))
-    if chosen not in glances:
-        if last is not None:
-            last[1].close()
+    if open_backend is not None and open_name != chosen:
+        open_backend.close()
+        open_backend = None
+    if chosen not in glances:  # its costs were kept: the caller loads it
         return chosen, None
-    if last is not None and last[0] != chosen:
-        last[1].close()
-        last = chosen, load(chosen)
-    assert last is not None
-    backend = last[1]
+    backend = open_backend or load(chosen)
     with held_threads(backend, threads):
         backend.go_on_from_glance(glances[chosen])  # its sweep timed whole, and kept
     return chosen, backend
