@@ -25,6 +25,7 @@ from specchat.backends.gguf.header import read_header
 from specchat.errors import SpecchatError
 
 GROUP_SIZE = 32  # weights per int4 group: Q4_0/Q4_1 blocks and Q4_K sub-blocks alike
+_LOW_NIBBLES = np.uint32(0x0F0F0F0F)  # each byte's low nibble, in a word of four bytes
 _ROWS_AT_ONCE = 4096  # rows converted per step, bounding the temporary copies
 _ROWS_CHECKED = 64  # rows of an int8-coded tensor compared with the gguf package's weights
 
@@ -99,9 +100,11 @@ class Factored:
 class Int4Blocks:
     """A [rows, cols] weight as 4-bit codes and one (scale, zero) per 32 weights of a row:
     w = (code - 8) * scale + zero. Scales and zeros are float64 and exact: evaluated in float64
-    and rounded once to float32, they give the gguf package's dequantized weights bit for bit."""
+    and rounded once to float32, they give the gguf package's dequantized weights bit for bit.
+    The codes stay two a byte as Q4_0 and Q4_1 store them (Q4_K's brought to that order): a byte
+    a code, then packed again, took most of a 1.7B Q4_K_M file's 13 s load."""
 
-    codes: np.ndarray  # uint8 [rows, cols], values 0..15
+    packed: np.ndarray  # uint8 [rows, cols // 2]: a group's byte i holds code i low, i + 16 high
     scales: np.ndarray  # float64 [rows, cols // 32]
     zeros: np.ndarray  # float64 [rows, cols // 32]
     # Q4_K: the nibbles' scales and zeros (w = code * scale + zero) as the file stores them
@@ -109,7 +112,14 @@ class Int4Blocks:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.codes.shape
+        rows, half = self.packed.shape
+        return rows, 2 * half
+
+    @property
+    def codes(self) -> np.ndarray:
+        """uint8 [rows, cols], values 0..15 (for checks: the runtime reads `packed`)."""
+        rows, cols = self.shape
+        return _nibbles(self.packed.reshape(rows, cols // GROUP_SIZE, 16)).reshape(rows, cols)
 
     def dequantize(self) -> np.ndarray:
         """The weights in float32, as exact as the file's (for checks; the runtime never needs
@@ -125,7 +135,7 @@ class Int4Blocks:
         float32), for the int4 kernels (int4/c/dense.c). A group's 16 bytes hold weight j low and j + 16 high,
         ggml's own order."""
         return Nibbles(
-            _packed_nibbles(self.codes),
+            self.packed,
             self.scales.astype(np.float32),
             (self.zeros - 8.0 * self.scales).astype(np.float32),
             self.factored,
@@ -138,7 +148,7 @@ class Int4Blocks:
         scales = Factored.concat([f[0] for f in factored])
         zeros = Factored.concat([f[1] for f in factored])
         return Int4Blocks(
-            np.concatenate([p.codes for p in parts]),
+            np.concatenate([p.packed for p in parts]),
             np.concatenate([p.scales for p in parts]),
             np.concatenate([p.zeros for p in parts]),
             (scales, zeros) if scales and zeros else None,
@@ -199,16 +209,24 @@ class Nibbles:
 def _four_bits_by_eight(packed: np.ndarray, blocks: int, groups: int) -> np.ndarray:
     """Nibbles in ggml's order (a group's byte i: weight i low, i + 16 high), rows a multiple
     of 8, laid as `Nibbles.by_eight` says — chunk c's byte 4j + b holds row j's weights
-    8c + b (low) and 8c + 4 + b (high) — byte by byte: chunks 0 and 1 take the low nibbles of
-    the group's bytes 8c + b and 8c + 4 + b, chunks 2 and 3 their high ones."""
-    # [block, row, group, chunk of two, low/high half of the chunk, byte]
-    pairs = packed.reshape(blocks, 8, groups, 2, 2, 4)
-    first, second = pairs[..., 0, :], pairs[..., 1, :]
-    low = (first & 15) | (second << 4)  # chunks 0, 1
-    high = (first >> 4) | (second & 0xF0)  # chunks 2, 3
-    # [block, group, chunk, row, byte]
-    laid = np.stack([low, high], axis=3).reshape(blocks, 8, groups, 4, 4).transpose(0, 2, 3, 1, 4)
-    return np.ascontiguousarray(laid).reshape(blocks, groups, 128)
+    8c + b (low) and 8c + 4 + b (high): chunks 0 and 1 take the low nibbles of the group's
+    bytes 8c + b and 8c + 4 + b, chunks 2 and 3 their high ones. Four bytes a word (each byte's
+    nibbles stay in their byte), a quarter of the elements bytes were."""
+    # [block, row, group, word]: word w holds the group's bytes 4w .. 4w + 3
+    words = np.ascontiguousarray(packed).view(np.uint32).reshape(blocks, 8, groups, 4)
+    chunks = _paired_nibbles(words[..., 0::2], words[..., 1::2])  # [.., (low, high), pair]
+    # [block, group, chunk, row]: a chunk is its 8 rows' words
+    laid = chunks.reshape(blocks, 8, groups, 4).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(laid).view(np.uint8).reshape(blocks, groups, 128)
+
+
+def _paired_nibbles(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """For words of bytes `first` and `second` (same shape): the words of bytes holding first's
+    low nibble low and second's high, then of first's high nibble low and second's high, stacked
+    on a new second-to-last axis."""
+    low = (first & _LOW_NIBBLES) | ((second & _LOW_NIBBLES) << 4)
+    high = ((first >> 4) & _LOW_NIBBLES) | (second & ~_LOW_NIBBLES)
+    return np.stack([low, high], axis=-2)
 
 
 def _rows_padded(values: np.ndarray, pad: int) -> np.ndarray:
@@ -257,8 +275,8 @@ def _q4_0(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
     # block: float16 d, 16 bytes of codes; w = d * (q - 8)
     blocks = raw.reshape(rows, cols // 32, 18)
     scale = _halves(blocks[..., 0:2])
-    codes = _nibbles(blocks[..., 2:18]).reshape(rows, cols)
-    return Int4Blocks(codes, scale, np.zeros_like(scale))
+    packed = np.ascontiguousarray(blocks[..., 2:18]).reshape(rows, cols // 2)
+    return Int4Blocks(packed, scale, np.zeros_like(scale))
 
 
 def _q4_1(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
@@ -266,8 +284,8 @@ def _q4_1(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
     blocks = raw.reshape(rows, cols // 32, 20)
     scale = _halves(blocks[..., 0:2])
     minimum = _halves(blocks[..., 2:4])
-    codes = _nibbles(blocks[..., 4:20]).reshape(rows, cols)
-    return Int4Blocks(codes, scale, minimum + 8.0 * scale)
+    packed = np.ascontiguousarray(blocks[..., 4:20]).reshape(rows, cols // 2)
+    return Int4Blocks(packed, scale, minimum + 8.0 * scale)
 
 
 def _q4_k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -289,11 +307,14 @@ def _q4_k(raw: np.ndarray, rows: int, cols: int) -> Int4Blocks:
     d = _halves(blocks[..., 0:2])[..., None]
     dmin = _halves(blocks[..., 2:4])[..., None]
     sc, m = _q4_k_scales(blocks[..., 4:16])
-    qs = blocks[..., 16:144].reshape(rows, cols // 256, 4, 1, 32)
-    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=3).reshape(rows, cols)
+    # run r's words: bytes 0-15 and 16-31 paired give ggml's order for sub-blocks 2r and 2r + 1
+    runs = np.ascontiguousarray(blocks[..., 16:144]).view(np.uint32)
+    runs = runs.reshape(rows, cols // 256, 4, 2, 4)
+    packed = _paired_nibbles(runs[..., 0, :], runs[..., 1, :]).view(np.uint8)
     scale = (d * sc).reshape(rows, cols // 32)
     offset = (dmin * m).reshape(rows, cols // 32)
-    return Int4Blocks(codes, scale, 8.0 * scale - offset, _k_factors(blocks))
+    packed = packed.reshape(rows, cols // 2)
+    return Int4Blocks(packed, scale, 8.0 * scale - offset, _k_factors(blocks))
 
 
 def _k_factors(blocks: np.ndarray) -> tuple[Factored, Factored]:
