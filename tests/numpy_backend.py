@@ -184,6 +184,9 @@ class NumpyBackend:
     def ridden_guess(self, token: int) -> None:
         return None
 
+    def evaluate_more(self, tree: Block, evaluated: int) -> None:
+        return None  # each pass evaluates its whole block (base.Backend)
+
     def evaluate(self, block: Block) -> np.ndarray:
         self._pending = None
         self._check_room(max(block.depths, default=-1) + 1)

@@ -173,6 +173,15 @@ class Backend(Protocol):
     def evaluate(self, block: Block) -> np.ndarray:
         """Logits (float32, [len(block), vocab_size]) of every block token, committing nothing."""
 
+    def evaluate_more(self, tree: Block, evaluated: int) -> np.ndarray | None:
+        """Logits of `tree`'s tokens from `evaluated` on, where its first `evaluated` tokens
+        are the tree evaluated since the last commit or rollback (`evaluate`, then
+        `evaluate_more`): those are not evaluated again, and `commit` then takes a path of the
+        whole tree. Why: a beam's tree grows a token a beam a step, and evaluated whole every
+        step, beams that disagree for a hundred tokens made each pass hundreds of rows. None
+        where the runtime cannot, or `tree` does not begin with the tree it holds: then the
+        caller evaluates the whole tree."""
+
     def commit(self, path: list[int]) -> None:
         """Keep the block entries `path` (a root-to-node chain of the last evaluated block)."""
 

@@ -207,6 +207,9 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
     def ridden_guess(self, token: int) -> None:
         return None
 
+    def evaluate_more(self, tree: Block, evaluated: int) -> None:
+        return None  # each pass evaluates its whole block (base.Backend)
+
     def evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass (timed: use refines the pass costs), on the
         thread count the machine's load leaves (`threads_by_load.py`)."""

@@ -2,7 +2,11 @@
 
 Every step evaluates all live beams' uncommitted suffixes as one tree block, so beams cost one pass
 per step and no per-beam cache copies. The text shown so far is the prefix every live beam and every
-kept finished hypothesis share: it can no longer change, whichever hypothesis wins.
+kept finished hypothesis share: it can no longer change, whichever hypothesis wins. Where the runtime
+keeps a tree's rows from pass to pass (`Backend.evaluate_more`), a step evaluates only the token each
+beam grew: beams that disagree for long (a story whose beams repeat a sentence in turns) made the
+whole tree hundreds of rows a pass, 15 tokens a second where greedy runs 300, and past 512 rows
+the int4 runtime refused the block.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.step import Step
 
 _NEG = -1.0e9
+_WHOLE_ROWS = 128  # rows a pass takes of a tree evaluated whole: its logits are rows × vocab
 
 
 @dataclass
@@ -55,6 +60,8 @@ class BeamSearchDecoder(Decoder):
         super().__init__(**values)
         self.num_beams = int(values["num_beams"])
         self.length_penalty = float(values["length_penalty"])
+        # whether the runtime last decoded on holds a tree from pass to pass (evaluate_more)
+        self._holds_trees: tuple[Backend, bool] | None = None
         self.reset([])
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
@@ -62,6 +69,8 @@ class BeamSearchDecoder(Decoder):
         self._finished: list[_Hypothesis] = []
         self._generated = 0  # tokens the beams have grown since reset (HF's cur_len - prompt_len)
         self._heuristic_open = True
+        # the tree the runtime holds since the last commit, and its rows by prefix
+        self._held: tuple[Block, dict[tuple[int, ...], int]] | None = None
 
     def _tree(self, pending: int) -> tuple[Block, dict[tuple[int, ...], int]]:
         tokens, parents, node_of = [pending], [-1], {(): 0}
@@ -74,16 +83,64 @@ class BeamSearchDecoder(Decoder):
                     parents.append(node_of[prefix[:-1]])
         return Block(tuple(tokens), tuple(parents)), node_of
 
+    def _grown(self) -> tuple[Block, dict[tuple[int, ...], int], int] | None:
+        """The held tree with a row for each live beam's newest token, its rows by prefix and
+        how many rows it held; None where a beam's newest token is not new."""
+        if self._held is None:
+            return None
+        held, node_of = self._held
+        tokens, parents, node_of = list(held.tokens), list(held.parents), dict(node_of)
+        for hyp in self._running:
+            parent = node_of.get(hyp.tokens[:-1]) if hyp.tokens else None
+            if parent is None or hyp.tokens in node_of:
+                return None
+            node_of[hyp.tokens] = len(tokens)
+            tokens.append(hyp.tokens[-1])
+            parents.append(parent)
+        return Block(tuple(tokens), tuple(parents)), node_of, len(held)
+
+    def _evaluate(self, target: Backend, pending: int):
+        """The tree of the live beams evaluated (grown by a row a beam where the runtime holds
+        the tree, else whole), its rows by prefix, and each live beam's logits row."""
+        grown = self._grown()
+        if grown is not None:
+            block, node_of, held = grown
+            logits = target.evaluate_more(block, held)
+            if logits is not None:
+                self._held = block, node_of
+                return node_of, [logits[node_of[hyp.tokens] - held] for hyp in self._running]
+        block, node_of = self._tree(pending)
+        wanted = {node_of[hyp.tokens] for hyp in self._running}
+        rows = self._whole(target, block, wanted)
+        self._held = block, node_of
+        return node_of, [rows[node_of[hyp.tokens]] for hyp in self._running]
+
+    def _whole(self, target: Backend, block: Block, wanted: set[int]) -> dict[int, np.ndarray]:
+        """The `wanted` rows' logits of `block` evaluated whole: `_WHOLE_ROWS` rows a pass
+        where the runtime holds a tree, else in one pass."""
+        if len(block) <= _WHOLE_ROWS or self._holds_trees == (target, False):
+            logits = target.evaluate(block)
+            return {i: logits[i] for i in wanted}
+        rows: dict[int, np.ndarray] = {}
+        for start in range(0, len(block), _WHOLE_ROWS):
+            end = min(len(block), start + _WHOLE_ROWS)
+            part = Block(block.tokens[:end], block.parents[:end])
+            logits = target.evaluate_more(part, start) if start else target.evaluate(part)
+            if logits is None:  # it holds no tree: learned once, the rest in one pass
+                self._holds_trees = (target, False)
+                return self._whole(target, block, wanted)
+            rows.update((i, logits[i - start]) for i in wanted if start <= i < end)
+        return rows
+
     def step(self, target: Backend, context: list[int], sampler: Sampler, room: int) -> Step:
-        block, node_of = self._tree(context[-1])
-        logits = target.evaluate(block)
+        node_of, beam_logits = self._evaluate(target, context[-1])
         eos = target.eos_ids
         k = self.num_beams
         # Scores of every continuation of every live beam, best first (HF: top 2k over beams×vocab).
         keep = max(2, 1 + len(eos)) * k
         candidates: list[tuple[float, int, int]] = []
         for b, hyp in enumerate(self._running):
-            scores = _log_softmax(logits[node_of[hyp.tokens]]) + hyp.score
+            scores = _log_softmax(beam_logits[b]) + hyp.score
             top = np.argpartition(-scores, keep)[:keep]
             candidates.extend((float(scores[t]), b, int(t)) for t in top)
         candidates.sort(key=lambda c: -c[0])
@@ -112,6 +169,7 @@ class BeamSearchDecoder(Decoder):
         if over:
             best = self._finished[0].tokens if self._finished else running[0].tokens
             target.rollback(len(context) - 1)
+            self._held = None
             return Step(tokens=best, final=True)
         return self._emit_shared_prefix(target, node_of)
 
@@ -125,9 +183,11 @@ class BeamSearchDecoder(Decoder):
         # emitted one, which becomes the new pending token.
         path = [0] + [node_of[first[:d]] for d in range(1, shared)]
         if shared == 0:
-            target.rollback(target.n_committed)
+            if self._held is None:  # no tree held: the pass's rows go
+                target.rollback(target.n_committed)
             return Step(tokens=())
         target.commit(path)
+        self._held = None  # the rows after the path went with the commit
         emitted = first[:shared]
         for h in hyps:
             h.tokens = h.tokens[shared:]

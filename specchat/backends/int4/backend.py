@@ -52,6 +52,16 @@ def ancestry(parents: tuple[int, ...] | range) -> np.ndarray:
     return table
 
 
+def _paths_of(tree: Block, rows: range) -> np.ndarray:
+    """`ancestry`'s rows `rows` of `tree`, built for those rows alone (a beam's tree grows to
+    thousands of rows, of which a pass evaluates a few)."""
+    paths = [tree.path_to(row) for row in rows]
+    table = np.zeros((len(paths), max(len(p) for p in paths)), dtype=np.int32)
+    for index, path in enumerate(paths):
+        table[index, : len(path)] = path
+    return table
+
+
 def cost_key(path: Path, level: str | None = None) -> str:
     """What this runtime's pass costs (and exactness) on the file are kept under: the file, the
     instruction-set level its kernels run at and their build, each of which changes both."""
@@ -219,6 +229,32 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
             logits=True,
         )
         self._pending = block
+        return logits
+
+    def evaluate_more(self, tree: Block, evaluated: int) -> np.ndarray | None:
+        """See base.Backend: the new rows in one pass, written after the tree's earlier rows
+        (tree row r in slot n_committed + r, as a block's rows are), attending to those of them
+        that are their ancestors."""
+        held = self._pending
+        if held is None or len(held) != evaluated or len(tree) <= evaluated:
+            return None
+        if tree.tokens[:evaluated] != held.tokens or tree.parents[:evaluated] != held.parents:
+            return None
+        rows = len(tree) - evaluated
+        if rows > _MAX_BLOCK or self._n_committed + len(tree) > self.model.slots:
+            return None
+        if self._n_committed + max(tree.depths[evaluated:]) + 1 > self.n_ctx:
+            raise SpecchatError("the context window is full")
+        with following_load(self, self._set_threads):
+            logits = self.model.forward(
+                list(tree.tokens[evaluated:]),
+                tree.depths[evaluated:],
+                _paths_of(tree, range(evaluated, len(tree))),
+                self._n_committed,
+                logits=True,
+                first_row=evaluated,
+            )
+        self._pending = tree
         return logits
 
     def commit(self, path: list[int]) -> None:

@@ -61,7 +61,7 @@ _SIGNATURES = {
         _i32, _i32, _p, _p,  # m, threads, out, sure
     ],
     "forward": [
-        _p, _p, _i32, _p, _i32,  # model, x, rows, positions, n_prefix
+        _p, _p, _i32, _p, _i32, _i32,  # model, x, rows, positions, n_prefix, first_row
         _p, _i32, _p, _p, _p, _i32,  # seen, seen_stride, n_seen, logits, guesses, threads
     ],
 }  # fmt: skip

@@ -298,10 +298,12 @@ class Int4Model:
         n_prefix: int,
         *,
         logits: bool,
+        first_row: int = 0,
     ) -> np.ndarray | None:
         """Evaluate a block of tokens behind the `n_prefix` cached ones, writing their keys and
-        values to slots n_prefix + i. Row i sits at position n_prefix + depths[i] and attends to
-        the prefix and to the block rows seen[i, :depths[i] + 1] (its ancestors, then itself).
+        values to slots n_prefix + first_row + i. Row i sits at position n_prefix + depths[i] and
+        attends to the prefix and to the tree rows seen[i, :depths[i] + 1] (its ancestors, then
+        itself; tree row r in slot n_prefix + r, those before `first_row` an earlier block's).
         Float32 logits [rows, vocab] when `logits`, else None."""
         shape, lib = self.shape, self._kernels
         rows = len(tokens)
@@ -319,7 +321,7 @@ class Int4Model:
             self._rider.next = self._chain_next.ctypes.data if chain else None
         lib.forward(
             ctypes.byref(self._whole), x.ctypes.data, rows, positions.ctypes.data, n_prefix,
-            seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
+            first_row, seen.ctypes.data, seen.shape[1], n_seen.ctypes.data,
             None if out is None else out.ctypes.data,
             ctypes.byref(self._rider) if riding else None, self.threads,
         )  # fmt: skip

@@ -295,6 +295,26 @@ static inline float key_score(const float *q, const f16 *keys, int64_t slots, in
     return s;
 }
 
+/* key_score for the keys in slots rows[0..count-1], LANES keys at a time: each lane the fused
+ * multiply-adds of key_score in its order (the same bits), LANES chains side by side where one
+ * key's chain waited on each multiply-add. A tree's rows that are not a leading chain (a beam's
+ * ancestors, a row a beam a step: decoding/beam.py) took most of a beam pass's time one by one. */
+static void gathered_scores(const float *q, const f16 *keys, int64_t slots, int dim,
+                            const int32_t *rows, int64_t count, float scale, float *out) {
+    int64_t start = 0;
+    for (; start + LANES <= count; start += LANES) {
+        float acc[LANES] = {0};
+        for (int d = 0; d < dim; d++) {
+            const float qd = q[d];
+            const f16 *kd = keys + d * slots;
+            for (int lane = 0; lane < LANES; lane++)
+                acc[lane] = fmaf(qd, from_half(kd[rows[start + lane]]), acc[lane]);
+        }
+        for (int lane = 0; lane < LANES; lane++) out[start + lane] = acc[lane] * scale;
+    }
+    for (int64_t t = start; t < count; t++) out[t] = key_score(q, keys, slots, dim, rows[t]) * scale;
+}
+
 /* key_score for slots 0..count-1, LANES keys at a time (each lane the same fused multiply-adds
  * in the same order as key_score, so a key's score is the same in a lane or alone). `room`: the
  * slots from `keys` to the end of a dimension's row (what a vector may read past `count`). */
@@ -366,14 +386,16 @@ static inline void softmax(float *weights, int64_t count) {
     for (int64_t t = 0; t < count; t++) weights[t] *= inverse;
 }
 
-/* One layer's attention for a block of `rows` tokens behind `n_prefix` cached ones.
+/* One layer's attention for a block of `rows` tokens behind `n_prefix` cached ones (and, with
+ * `first_row` > 0, behind that many rows of earlier blocks of the same tree, still in their slots:
+ * a beam's tree grown a row a beam at a time, decoding/beam.py).
  *
  * q/k/v: bf16 rows (each with its stride) straight from the projections. Row i's k and v go to
- * cache slot n_prefix + i (k after RoPE, as float16 as llama.cpp keeps it — half the bytes a pass
+ * cache slot n_prefix + first_row + i (k after RoPE, as float16 as llama.cpp keeps it — half the bytes a pass
  * reads of float32 keys — in a transposed cache [kv_heads, head_dim, slots] so that scores
  * vectorise over keys; v as bf16 in [kv_heads, slots, head_dim]). Row i
- * then attends to the prefix and to the block rows listed in seen[i * seen_stride ...] (n_seen[i]
- * of them: its ancestors in depth order, then itself), so keys come in the order a chain evaluated
+ * then attends to the prefix and to the tree rows listed in seen[i * seen_stride ...] (n_seen[i]
+ * of them, row r in slot n_prefix + r: its ancestors in depth order, then itself), so keys come in the order a chain evaluated
  * alone would have them; key t of that order sits at position t. `window` > 0 (a local layer of
  * Gemma 3): row i sees only keys at positions past positions[i] - window, as llama.cpp masks them
  * (the earlier ones weigh exactly nothing). `softcap` > 0 (Gemma 2): each scaled score becomes
@@ -382,8 +404,8 @@ static inline void softmax(float *weights, int64_t count) {
 void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride, const bf16 *v,
                int64_t v_stride, const float *cos_table, const float *sin_table,
                const int32_t *positions, int32_t window, f16 *k_cache, bf16 *v_cache,
-               int64_t slots, int32_t n_prefix, int32_t rows, const int32_t *seen,
-               int32_t seen_stride, const int32_t *n_seen, bf16 *out, int32_t heads,
+               int64_t slots, int32_t n_prefix, int32_t first_row, int32_t rows,
+               const int32_t *seen, int32_t seen_stride, const int32_t *n_seen, bf16 *out, int32_t heads,
                int32_t kv_heads, int32_t head_dim, float scale, float softcap,
                const head_ops *ops, int32_t threads) {
     const int half = head_dim / 2;
@@ -431,7 +453,7 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
             const int32_t g = (int32_t)(item - (int64_t)rows * heads);
             float rotated[MAX_HEAD_DIM];
             for (int32_t i = 0; i < rows; i++) {
-                const int64_t slot = (int64_t)n_prefix + i;
+                const int64_t slot = (int64_t)n_prefix + first_row + i;
                 head_in(k + i * k_stride + g * head_dim, k_bias ? k_bias + g * head_dim : NULL,
                         ops->k_norm, ops->eps, rotated, head_dim);
                 if (cos_table) rope(rotated, cos_table + (int64_t)positions[i] * half,
@@ -481,8 +503,8 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
                 while (run < n_seen[i] && mine[run] == run) run++;
                 contiguous_scores(qs[j], keys + n_prefix, slots, head_dim, run, slots - n_prefix, scale,
                                   w + n_prefix);
-                for (int64_t t = (int64_t)n_prefix + run; t < count; t++)
-                    w[t] = key_score(qs[j], keys, slots, head_dim, n_prefix + mine[t - n_prefix]) * scale;
+                gathered_scores(qs[j], keys + n_prefix, slots, head_dim, mine + run, n_seen[i] - run,
+                                scale, w + n_prefix + run);
                 if (softcap > 0.0f) {
                     const float inverse_cap = 1.0f / softcap;
                     for (int64_t t = 0; t < count; t++) w[t] = softcap * tanhf(w[t] * inverse_cap);

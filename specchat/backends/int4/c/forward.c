@@ -52,13 +52,14 @@ static void projection(const linear_weights *parts, int32_t count, const bf16 *x
 }
 
 /* x: [rows][dim] float32 embeddings, the residual stream (overwritten). Row i sits at
- * positions[i], after the n_prefix cached tokens, and attends to the block rows
- * seen[i * seen_stride ...] (n_seen[i] of them). logits: float32 [rows][vocab], or NULL (a
+ * positions[i], after the n_prefix cached tokens, and attends to the tree rows
+ * seen[i * seen_stride ...] (n_seen[i] of them; this block's row i is tree row first_row + i,
+ * the rows before it an earlier block's, still in their slots: attention.c). logits: float32 [rows][vocab], or NULL (a
  * prefill: the last norm and the head are skipped). guesses: where a draft head rides along the
  * pass (draft_head.c), or NULL. */
 void forward(const model_weights *model, float *x, int32_t rows, const int32_t *positions,
-             int32_t n_prefix, const int32_t *seen, int32_t seen_stride, const int32_t *n_seen,
-             float *logits, const pass_guesses *guesses, int32_t threads) {
+             int32_t n_prefix, int32_t first_row, const int32_t *seen, int32_t seen_stride,
+             const int32_t *n_seen, float *logits, const pass_guesses *guesses, int32_t threads) {
     const int64_t dim = model->dim, ffn = model->ffn;
     const int64_t q_width = (int64_t)model->heads * model->head_dim;
     const int64_t kv_width = (int64_t)model->kv_heads * model->head_dim;
@@ -77,7 +78,7 @@ void forward(const model_weights *model, float *x, int32_t rows, const int32_t *
         attention(qkv, qkv_width, qkv + q_width, qkv_width, qkv + q_width + kv_width, qkv_width,
                   layer->cos_table, layer->sin_table, positions, layer->window,
                   model->k_cache + index * k_layer, model->v_cache + index * k_layer, model->slots,
-                  n_prefix, rows, seen, seen_stride, n_seen, attended, model->heads,
+                  n_prefix, first_row, rows, seen, seen_stride, n_seen, attended, model->heads,
                   model->kv_heads, model->head_dim, model->scale, model->softcap, &layer->ops,
                   threads);
         linear(&layer->output, attended, 1, rows, delta, 1, threads);
