@@ -155,6 +155,20 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         if rc != 0:
             raise SpecchatError(f"llama_decode failed (code {rc}): context full?")
 
+    def _decode_reading(
+        self, entries: list[tuple[int, int, int, bool]], wanted: list[tuple[int, int]], logits
+    ) -> None:
+        """`_decode` in batches of at most the batch size (each stream's tokens in order), the
+        logits of `wanted` (block index, entry) read into `logits` after each: a beam's tree, its
+        beams apart for a hundred tokens, took more entries than one batch holds."""
+        node_at = {row: node for node, row in wanted}
+        for start in range(0, len(entries), self._n_batch):
+            part = entries[start : start + self._n_batch]
+            self._decode(part)
+            for row in range(start, start + len(part)):
+                if row in node_at:
+                    logits[node_at[row]] = self._logits_row(row - start)
+
     def _logits_row(self, index: int) -> np.ndarray:
         ptr = self._lib.llama_get_logits_ith(self._ctx, index)
         return np.ctypeslib.as_array(ptr, shape=(self.vocab_size,)).copy()
@@ -258,9 +272,7 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
                         done.add(node)
                         wanted.append((node, len(entries)))
                     entries.append((block.tokens[node], n + depth, seq, need))
-            self._decode(entries)
-            for node, row in wanted:
-                logits[node] = self._logits_row(row)
+            self._decode_reading(entries, wanted, logits)
             self._last_paths = list(group)
         # Only the last group's KV stays; a commit along an earlier group's path re-evaluates it.
         self._last_block = block

@@ -21,6 +21,7 @@ from specchat import cpu
 from specchat.backends import block_cost
 from specchat.backends.base import Backend, Block, ChatMessage, sync_cache
 from specchat.backends.block_cost import BlockCostTable
+from specchat.backends.registry import INT4
 from specchat.decoding.plain import GreedyDecoder
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.engine.local import Engine
@@ -278,6 +279,39 @@ def test_commit_of_a_branch_then_continue_equals_prefill(subject: Subject, paren
     backend.rollback(n + len(path))
     next_tree = backend.evaluate(Block((follow[0], 5, 6, 7), (-1, 0, 0, 2)))
     assert_same(next_tree[0], after_prefill[0], subject.atol)
+
+
+def test_a_tree_grown_a_pass_at_a_time_is_the_tree_evaluated_whole(subject: Subject) -> None:
+    """`evaluate_more` (a beam's tree, a row a beam a step): where the runtime holds the tree,
+    the rows each pass adds get the logits the whole tree gives them, a path of the whole grown
+    tree commits as a prefill would, and a tree that is not the one held is refused (None);
+    where it holds none, it says so (None) every time."""
+    backend = subject.backend
+    ids = prefix_ids(backend, "Once upon a time, in a small village by the sea,")
+    n = backend.n_committed
+    whole = tree(
+        ids[-1], words(backend, " there lived an old fisherman who had three sons", 8), FORKS
+    )
+    expected = backend.evaluate(whole)
+    backend.rollback(n)
+    grown = [backend.evaluate(Block(whole.tokens[:3], whole.parents[:3]))]
+    for start, end in ((3, 5), (5, 9)):
+        more = backend.evaluate_more(Block(whole.tokens[:end], whole.parents[:end]), start)
+        if more is None:
+            assert start == 3 and backend.name != INT4  # int4 holds its trees
+            return
+        assert more.shape == (end - start, backend.vocab_size)
+        grown.append(more)
+    assert_same(np.concatenate(grown), expected, subject.atol)
+    elsewhere = Block((*whole.tokens[:8], 17), (*whole.parents[:8], 0))
+    assert backend.evaluate_more(elsewhere, 7) is None  # not the tree it holds: 9 rows held
+    path = whole.path_to(6)  # 0-1-6: a fork off the first branch, its last row from the last pass
+    follow = words(backend, " and a boat", 2)
+    backend.commit(path)
+    after_commit = backend.evaluate(Block.chain(follow))
+    backend.rollback(n)
+    backend.prefill([whole.tokens[i] for i in path])
+    assert_same(after_commit, backend.evaluate(Block.chain(follow)), subject.atol)
 
 
 @pytest.mark.parametrize("accepted", [0, 2, 5])

@@ -4,9 +4,10 @@ them in test_contract.py."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from specchat.backends.base import ChatMessage
+from specchat.backends.base import Block, ChatMessage
 from specchat.decoding.plain import GreedyDecoder
 from specchat.engine.events import DoneEvent
 from specchat.engine.local import Engine
@@ -54,3 +55,28 @@ def test_greedy_equals_llama_cpp_python_generate(fresh_llama, library_llama, kin
         expected.append(token)
     assert list(done.token_ids) == expected
     assert done.finish_reason in ("eos", "max_tokens")
+
+
+def test_a_tree_wider_than_a_batch_gives_each_branch_its_logits_alone(fresh_llama):
+    """Three branches of 180 tokens (a beam's tree after its beams disagreed that long): 541
+    rows, more than one llama_decode batch (512) takes — refused before ("a block of 516 tokens
+    exceeds the batch size"), now decoded a batch at a time, each branch's rows as the branch
+    evaluated alone gives them."""
+    backend = fresh_llama
+    ids = chat_prompt_ids(backend, [ChatMessage("user", "Write a poem about the ocean.")])
+    backend.prefill(ids[:-1])
+    n = backend.n_committed
+    text = backend.tokenize(" The waves roll in and the waves roll out, under the moon." * 30)
+    branches = [text[b : b + 180] for b in (0, 7, 13)]
+    tokens, parents = [ids[-1]], [-1]
+    for branch in branches:
+        parents += [0, *range(len(tokens), len(tokens) + len(branch) - 1)]
+        tokens += branch
+    block = Block(tuple(tokens), tuple(parents))
+    assert len(block) > 512
+    logits = backend.evaluate(block)
+    for leaf in block.leaves:
+        path = block.path_to(leaf)
+        backend.rollback(n)
+        alone = backend.evaluate(Block.chain([block.tokens[i] for i in path]))
+        np.testing.assert_array_equal(logits[path[-20:]], alone[-20:])
