@@ -221,8 +221,65 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
     def ridden_guess(self, token: int) -> None:
         return None
 
-    def evaluate_more(self, tree: Block, evaluated: int) -> None:
-        return None  # each pass evaluates its whole block (base.Backend)
+    def evaluate_more(self, tree: Block, evaluated: int) -> np.ndarray | None:
+        """See base.Backend: each new row goes on the stream whose branch ends at its parent,
+        or on a stream that takes a copy of a stream holding its parent, cut after it, its
+        rows only decoded. None where the held tree's last pass
+        left no stream with the parent (a tree of more branches than streams), or too few
+        streams are left for the new rows."""
+        held = self._last_block
+        if held is None or len(held) != evaluated or len(tree) <= evaluated:
+            return None
+        if tree.tokens[:evaluated] != held.tokens or tree.parents[:evaluated] != held.parents:
+            return None
+        n = len(self._committed)
+        if n + max(tree.depths[evaluated:]) + 1 > self.n_ctx:
+            raise SpecchatError("the context window is full")
+        branches = dict(zip(self._last_streams, self._last_paths))  # what each stream holds
+        placed: dict[int, list[int]] = {}  # stream -> its branch after this pass
+        copied: list[int] = []  # rows whose parent ends no free stream's branch
+        for row in range(evaluated, len(tree)):  # first every row that extends a branch
+            parent = tree.parents[row]
+            tip = next(
+                (s for s, b in branches.items() if b[-1] == parent and s not in placed), None
+            )
+            if tip is None:
+                copied.append(row)
+            else:
+                placed[tip] = [*branches[tip], row]
+        copies: list[tuple[int, int, int]] = []  # (from stream, to stream, rows to copy)
+        for row in copied:  # then each other row on a copy, from a branch that stays
+            parent = tree.parents[row]
+            targets = {c[1] for c in copies}  # their branches are no longer what they held
+            holders = sorted(
+                (s for s, b in branches.items() if parent in b and s not in targets),
+                key=placed.__contains__,  # a branch that is only extended stays: last, taken
+            )
+            sources = {c[0] for c in copies}
+            free = [s for s in range(self.max_branches) if s not in placed and s not in sources]
+            free = [s for s in free if s != (holders[-1] if holders else None)]
+            if not holders or not free:
+                return None  # the held tree's last pass left it on no stream, or too few streams
+            source, target = holders[-1], min(free, key=branches.__contains__)
+            path = branches[source][: branches[source].index(parent) + 1]
+            copies.append((source, target, len(path)))
+            placed[target] = [*path, row]
+        if {c[1] for c in copies} & {c[0] for c in copies}:
+            return None  # a stream both copied from and written to: left to a whole pass
+        for source, target, rows in copies:  # whole streams copy (each its own buffer), then cut
+            self._lib.llama_memory_seq_rm(self._memory, target, -1, -1)
+            self._lib.llama_memory_seq_cp(self._memory, source, target, -1, -1)
+            self._lib.llama_memory_seq_rm(self._memory, target, n + rows, -1)
+            self._valid[target] = n
+        logits = np.empty((len(tree) - evaluated, self.vocab_size), dtype=np.float32)
+        entries = [(tree.tokens[b[-1]], n + tree.depths[b[-1]], s, True) for s, b in placed.items()]
+        wanted = [(b[-1] - evaluated, i) for i, b in enumerate(placed.values())]
+        with following_load(self, self._set_threads):
+            self._decode_reading(entries, wanted, logits)
+        kept = {**branches, **placed}
+        self._last_block = tree
+        self._last_streams, self._last_paths = list(kept), list(kept.values())
+        return logits
 
     def evaluate(self, block: Block) -> np.ndarray:
         """Logits of every block token in one pass (timed: use refines the pass costs), on the
@@ -241,6 +298,7 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         if block.is_chain:
             self._decode([(t, n + i, self._main, True) for i, t in enumerate(block.tokens)])
             self._last_block = block
+            self._last_streams, self._last_paths = [self._main], [list(range(len(block)))]
             # every row was asked for, so llama.cpp holds them in batch order: one copy
             rows = self._lib.llama_get_logits(self._ctx)
             return np.ctypeslib.as_array(rows, shape=(len(block), self.vocab_size)).copy()

@@ -60,7 +60,8 @@ class BeamSearchDecoder(Decoder):
         super().__init__(**values)
         self.num_beams = int(values["num_beams"])
         self.length_penalty = float(values["length_penalty"])
-        # whether the runtime last decoded on holds a tree from pass to pass (evaluate_more)
+        # whether the runtime last decoded on evaluates a tree in parts (evaluate_more on a
+        # tree whose rows' parents are rows of the same part): int4 does, llama.cpp does not
         self._holds_trees: tuple[Backend, bool] | None = None
         self.reset([])
 
