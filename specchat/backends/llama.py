@@ -223,10 +223,10 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
 
     def evaluate_more(self, tree: Block, evaluated: int) -> np.ndarray | None:
         """See base.Backend: each new row goes on the stream whose branch ends at its parent,
-        or on a stream that takes a copy of a stream holding its parent, cut after it, its
-        rows only decoded. None where the held tree's last pass
-        left no stream with the parent (a tree of more branches than streams), or too few
-        streams are left for the new rows."""
+        or on a stream that takes a copy of a stream holding its parent, cut after it; only the
+        new rows are decoded. None where the held tree's last pass left no stream with the
+        parent (a tree of more branches than streams), or too few streams are left for the new
+        rows."""
         held = self._last_block
         if held is None or len(held) != evaluated or len(tree) <= evaluated:
             return None

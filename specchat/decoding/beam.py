@@ -60,9 +60,9 @@ class BeamSearchDecoder(Decoder):
         super().__init__(**values)
         self.num_beams = int(values["num_beams"])
         self.length_penalty = float(values["length_penalty"])
-        # whether the runtime last decoded on evaluates a tree in parts (evaluate_more on a
-        # tree whose rows' parents are rows of the same part): int4 does, llama.cpp does not
-        self._holds_trees: tuple[Backend, bool] | None = None
+        # whether the runtime last decoded on evaluates a tree in parts (evaluate_more on rows
+        # whose parents are rows of the same part): int4 does, llama.cpp does not
+        self._in_parts: tuple[Backend, bool] | None = None
         self.reset([])
 
     def reset(self, context: list[int], sources: DraftSources = NO_SOURCES) -> None:
@@ -118,8 +118,8 @@ class BeamSearchDecoder(Decoder):
 
     def _whole(self, target: Backend, block: Block, wanted: set[int]) -> dict[int, np.ndarray]:
         """The `wanted` rows' logits of `block` evaluated whole: `_WHOLE_ROWS` rows a pass
-        where the runtime holds a tree, else in one pass."""
-        if len(block) <= _WHOLE_ROWS or self._holds_trees == (target, False):
+        where the runtime evaluates a tree in parts, else in one pass."""
+        if len(block) <= _WHOLE_ROWS or self._in_parts == (target, False):
             logits = target.evaluate(block)
             return {i: logits[i] for i in wanted}
         rows: dict[int, np.ndarray] = {}
@@ -127,8 +127,8 @@ class BeamSearchDecoder(Decoder):
             end = min(len(block), start + _WHOLE_ROWS)
             part = Block(block.tokens[:end], block.parents[:end])
             logits = target.evaluate_more(part, start) if start else target.evaluate(part)
-            if logits is None:  # it holds no tree: learned once, the rest in one pass
-                self._holds_trees = (target, False)
+            if logits is None:  # not in parts: learned once, the whole in one pass
+                self._in_parts = (target, False)
                 return self._whole(target, block, wanted)
             rows.update((i, logits[i - start]) for i in wanted if start <= i < end)
         return rows
@@ -183,10 +183,8 @@ class BeamSearchDecoder(Decoder):
         # Commit the pending root and the shared tokens that were evaluated, all but the last
         # emitted one, which becomes the new pending token.
         path = [0] + [node_of[first[:d]] for d in range(1, shared)]
-        if shared == 0:
-            if self._held is None:  # no tree held: the pass's rows go
-                target.rollback(target.n_committed)
-            return Step(tokens=())
+        if shared == 0:  # the tree stays for the next step to grow (a runtime's next pass
+            return Step(tokens=())  # otherwise drops it)
         target.commit(path)
         self._held = None  # the rows after the path went with the commit
         emitted = first[:shared]

@@ -221,9 +221,9 @@ def _four_bits_by_eight(packed: np.ndarray, blocks: int, groups: int) -> np.ndar
 
 
 def _paired_nibbles(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """For words of bytes `first` and `second` (same shape): the words of bytes holding first's
-    low nibble low and second's high, then of first's high nibble low and second's high, stacked
-    on a new second-to-last axis."""
+    """For words of bytes `first` and `second` (same shape), byte by byte: first's low nibble
+    with second's low nibble above it, then first's high nibble with second's high nibble above
+    it, stacked on a new second-to-last axis."""
     low = (first & _LOW_NIBBLES) | ((second & _LOW_NIBBLES) << 4)
     high = ((first >> 4) & _LOW_NIBBLES) | (second & ~_LOW_NIBBLES)
     return np.stack([low, high], axis=-2)

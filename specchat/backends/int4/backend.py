@@ -45,21 +45,23 @@ def ancestry(parents: tuple[int, ...] | range) -> np.ndarray:
     paths: list[list[int]] = []
     for index, parent in enumerate(parents):
         paths.append([*(paths[parent] if parent >= 0 else []), index])
+    table = _padded(paths)
+    table.flags.writeable = False
+    return table
+
+
+def _padded(paths: list[list[int]]) -> np.ndarray:
+    """Each path a row, padded with zeros to the longest."""
     table = np.zeros((len(paths), max((len(p) for p in paths), default=1)), dtype=np.int32)
     for index, path in enumerate(paths):
         table[index, : len(path)] = path
-    table.flags.writeable = False
     return table
 
 
 def _paths_of(tree: Block, rows: range) -> np.ndarray:
     """`ancestry`'s rows `rows` of `tree`, built for those rows alone (a beam's tree grows to
     thousands of rows, of which a pass evaluates a few)."""
-    paths = [tree.path_to(row) for row in rows]
-    table = np.zeros((len(paths), max(len(p) for p in paths)), dtype=np.int32)
-    for index, path in enumerate(paths):
-        table[index, : len(path)] = path
-    return table
+    return _padded([tree.path_to(row) for row in rows])
 
 
 def cost_key(path: Path, level: str | None = None) -> str:

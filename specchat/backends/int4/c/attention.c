@@ -391,12 +391,12 @@ static inline void softmax(float *weights, int64_t count) {
  * a beam's tree grown a row a beam at a time, decoding/beam.py).
  *
  * q/k/v: bf16 rows (each with its stride) straight from the projections. Row i's k and v go to
- * cache slot n_prefix + first_row + i (k after RoPE, as float16 as llama.cpp keeps it — half the bytes a pass
- * reads of float32 keys — in a transposed cache [kv_heads, head_dim, slots] so that scores
- * vectorise over keys; v as bf16 in [kv_heads, slots, head_dim]). Row i
- * then attends to the prefix and to the tree rows listed in seen[i * seen_stride ...] (n_seen[i]
- * of them, row r in slot n_prefix + r: its ancestors in depth order, then itself), so keys come in the order a chain evaluated
- * alone would have them; key t of that order sits at position t. `window` > 0 (a local layer of
+ * cache slot n_prefix + first_row + i (k after RoPE, as float16 as llama.cpp keeps it — half
+ * the bytes a pass reads of float32 keys — in a transposed cache [kv_heads, head_dim, slots] so
+ * that scores vectorise over keys; v as bf16 in [kv_heads, slots, head_dim]). Row i then attends
+ * to the prefix and to the tree rows listed in seen[i * seen_stride ...] (n_seen[i] of them, row
+ * r in slot n_prefix + r: its ancestors in depth order, then itself), so keys come in the order a
+ * chain evaluated alone would have them; key t of that order sits at position t. `window` > 0 (a local layer of
  * Gemma 3): row i sees only keys at positions past positions[i] - window, as llama.cpp masks them
  * (the earlier ones weigh exactly nothing). `softcap` > 0 (Gemma 2): each scaled score becomes
  * softcap * tanh(score / softcap) before the softmax. No `cos_table` (SmolLM3's layers without
@@ -405,7 +405,8 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
                int64_t v_stride, const float *cos_table, const float *sin_table,
                const int32_t *positions, int32_t window, f16 *k_cache, bf16 *v_cache,
                int64_t slots, int32_t n_prefix, int32_t first_row, int32_t rows,
-               const int32_t *seen, int32_t seen_stride, const int32_t *n_seen, bf16 *out, int32_t heads,
+               const int32_t *seen, int32_t seen_stride, const int32_t *n_seen, bf16 *out,
+               int32_t heads,
                int32_t kv_heads, int32_t head_dim, float scale, float softcap,
                const head_ops *ops, int32_t threads) {
     const int half = head_dim / 2;

@@ -54,9 +54,9 @@ static void projection(const linear_weights *parts, int32_t count, const bf16 *x
 /* x: [rows][dim] float32 embeddings, the residual stream (overwritten). Row i sits at
  * positions[i], after the n_prefix cached tokens, and attends to the tree rows
  * seen[i * seen_stride ...] (n_seen[i] of them; this block's row i is tree row first_row + i,
- * the rows before it an earlier block's, still in their slots: attention.c). logits: float32 [rows][vocab], or NULL (a
- * prefill: the last norm and the head are skipped). guesses: where a draft head rides along the
- * pass (draft_head.c), or NULL. */
+ * the rows before it an earlier block's, still in their slots: attention.c). logits: float32
+ * [rows][vocab], or NULL (a prefill: the last norm and the head are skipped). guesses: where a
+ * draft head rides along the pass (draft_head.c), or NULL. */
 void forward(const model_weights *model, float *x, int32_t rows, const int32_t *positions,
              int32_t n_prefix, int32_t first_row, const int32_t *seen, int32_t seen_stride,
              const int32_t *n_seen, float *logits, const pass_guesses *guesses, int32_t threads) {

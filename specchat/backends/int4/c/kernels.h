@@ -33,7 +33,8 @@ void attention(const bf16 *q, int64_t q_stride, const bf16 *k, int64_t k_stride,
                int64_t v_stride, const float *cos_table, const float *sin_table,
                const int32_t *positions, int32_t window, f16 *k_cache, bf16 *v_cache,
                int64_t slots, int32_t n_prefix, int32_t first_row, int32_t rows,
-               const int32_t *seen, int32_t seen_stride, const int32_t *n_seen, bf16 *out, int32_t heads,
+               const int32_t *seen, int32_t seen_stride, const int32_t *n_seen, bf16 *out,
+               int32_t heads,
                int32_t kv_heads, int32_t head_dim, float scale, float softcap,
                const head_ops *ops, int32_t threads);
 void halves_of(const float *values, int64_t n, f16 *out); /* the key cache's rounding */
