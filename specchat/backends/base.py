@@ -260,6 +260,14 @@ AnyBackend = Backend | ServerBackend
 takes either says so with this type and asks `is_server` before it uses one protocol's parts."""
 
 
+def grows(held: Block | None, tree: Block, evaluated: int) -> bool:
+    """Whether `tree` is `held` (the tree a runtime evaluated since its last commit, its
+    `evaluated` rows) with rows added: what `evaluate_more` may evaluate."""
+    if held is None or len(held) != evaluated or len(tree) <= evaluated:
+        return False
+    return tree.tokens[:evaluated] == held.tokens and tree.parents[:evaluated] == held.parents
+
+
 def block_to_commit(pending: Block | None, path: list[int]) -> Block | None:
     """What `commit(path)` keeps entries of: the block evaluated last, once `path` is checked
     against it (Block.check_path); None when none was evaluated and `path` is empty (a commit

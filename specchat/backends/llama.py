@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from specchat import cpu
-from specchat.backends.base import Block
+from specchat.backends.base import Block, grows
 from specchat.backends.block_cost import CostsByThreads, MeasuredCosts
 from specchat.backends.gguf.header import read_header
 from specchat.backends.gguf.vocab import LlamaVocabulary, VocabularyOf, import_llama_cpp
@@ -227,10 +227,7 @@ class LlamaBackend(VocabularyOf, MeasuredCosts):
         new rows are decoded. None where the held tree's last pass left no stream with the
         parent (a tree of more branches than streams), or too few streams are left for the new
         rows."""
-        held = self._last_block
-        if held is None or len(held) != evaluated or len(tree) <= evaluated:
-            return None
-        if tree.tokens[:evaluated] != held.tokens or tree.parents[:evaluated] != held.parents:
+        if not grows(self._last_block, tree, evaluated):
             return None
         n = len(self._committed)
         if n + max(tree.depths[evaluated:]) + 1 > self.n_ctx:

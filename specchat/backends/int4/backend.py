@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.backends.base import Block, DraftFeatures, block_to_commit
+from specchat.backends.base import Block, DraftFeatures, block_to_commit, grows
 from specchat.backends.block_cost import CostsByThreads, MeasuredCosts
 from specchat.backends.gguf.header import read_header
 from specchat.backends.gguf.tensors import (
@@ -237,10 +237,7 @@ class Int4Backend(VocabularyOf, MeasuredCosts):
         """See base.Backend: the new rows in one pass, written after the tree's earlier rows
         (tree row r in slot n_committed + r, as a block's rows are), attending to those of them
         that are their ancestors."""
-        held = self._pending
-        if held is None or len(held) != evaluated or len(tree) <= evaluated:
-            return None
-        if tree.tokens[:evaluated] != held.tokens or tree.parents[:evaluated] != held.parents:
+        if not grows(self._pending, tree, evaluated):
             return None
         rows = len(tree) - evaluated
         if rows > _MAX_BLOCK or self._n_committed + len(tree) > self.model.slots:
