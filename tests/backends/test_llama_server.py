@@ -227,23 +227,32 @@ def test_a_killed_bench_stops_the_servers_it_started(llama_server_binary, tmp_pa
 
     data = tmp_path / "q.jsonl"
     data.write_text(json.dumps({"question_id": 1, "category": "c", "turns": ["Hi"]}) + "\n")
+    log = tmp_path / "bench.err"
     bench = subprocess.Popen(
         [sys.executable, "-m", "specchat", "bench", "--data", str(data), "--threads", "1"]
         + ["--max-tokens", "8", "--repeats", "1000", "--peers", "--backend", "llama"],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log.open("wb"),
         env={**os.environ, "SPECCHAT_LLAMA_SERVER": llama_server_binary},
     )
+
+    def said() -> str:  # where a run went wrong: what the bench printed
+        return log.read_text(errors="replace")[-2000:]
+
     servers: list[int] = []
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 300
         while not servers and time.monotonic() < deadline and bench.poll() is None:
             time.sleep(0.2)
             servers = [pid for pid in _children(bench.pid) if "llama-server" in _cmdline(pid)]
-        assert servers, "the bench started no llama-server"
+        assert servers, f"the bench started no llama-server: {said()}"
         sent = getattr(signal, how)
         bench.send_signal(sent)
-        assert bench.wait(timeout=120) == (143 if sent == signal.SIGTERM else -signal.SIGKILL)
+        try:
+            ended = bench.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the bench ran on 120 s after {how}: {said()}")
+        assert ended == (143 if sent == signal.SIGTERM else -signal.SIGKILL), said()
         deadline = time.monotonic() + 60
         while [pid for pid in servers if _alive(pid)] and time.monotonic() < deadline:
             time.sleep(0.2)
