@@ -29,6 +29,8 @@ from specchat.evaluation.variants import line_up, parse_variant
 from specchat.options import RunConfig
 from specchat.run_config import run_params, sampling_for
 
+_PRICED_SIZES = (2, 3, 4, 6, 8)  # the sizes whose prices a run reports: its drafts' usual
+
 
 def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
@@ -138,6 +140,9 @@ def run_bench(
         "memory": {when: r.as_dict() if r else None for when, r in memory.items()},
         "versions": _versions(),
         "decoder_params": per,
+        # a k-token pass over a plain one as drafts were priced when the runs ended: what
+        # decided how much they drafted (block_cost.py: the table timed cold, refined in use)
+        "pass_prices": _pass_prices(loaded),
         # Ctrl+C stopped the run: how many of the questions it reports (None: all of them)
         "stopped_after": len(questions) if stopped else None,
     }
@@ -150,6 +155,10 @@ def run_bench(
             markup=False,
         )
     print_report(console, summary, ordered_categories, rows)
+    if environment["pass_prices"]:
+        prices = ", ".join(f"{k} tokens {p:.2f}" for k, p in environment["pass_prices"].items())
+        line = f"drafts priced at the end (plain pass = 1): {prices}"
+        console.print(line, markup=False, soft_wrap=True)
     if json_out:
         result = {
             "summary": summary,
@@ -185,6 +194,15 @@ def run_bench(
             f"[stopped after {len(questions)} of {asked} questions: the report is theirs]\n"
         )
         raise KeyboardInterrupt
+
+
+def _pass_prices(loaded) -> dict[int, float] | None:
+    """A k-token pass's price over a plain one's, as the runtime prices drafts now (None: a
+    runtime that prices none)."""
+    cost = getattr(loaded, "block_cost", None)
+    if cost is None:
+        return None
+    return {k: round(cost(k) / cost(1), 3) for k in _PRICED_SIZES}
 
 
 def _memory_reading(loaded) -> memory_probe.MemoryReading | None:

@@ -162,6 +162,11 @@ def test_bench_end_to_end_json_schema_and_multi_turn(tmp_path):
         assert abs(reading["weights_mb"] - BUNDLED_MB) < 1 and reading["memory_gbps"] > 0
         assert isinstance(reading["cached"], bool)
     assert "before the runs weights " in result.stdout
+    # what decided how much the drafts drafted: each size's price over a plain pass (never
+    # below one), in the report and beside the figures
+    prices = [env["pass_prices"][str(k)] for k in (2, 3, 4, 6, 8)]
+    assert min(prices) >= 1.0 and prices[-1] > prices[0]
+    assert f"drafts priced at the end (plain pass = 1): 2 tokens {prices[0]:.2f}" in result.stdout
     # the same GGUF on specchat's other runtime: its greedy and the first drafting decoder
     other = "int4" if env["backend"] == "llama" else "llama"
     assert {f"greedy@{other}", f"pld@{other}"} <= set(report["summary"])
