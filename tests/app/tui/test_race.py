@@ -14,6 +14,7 @@ import pytest
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.screens.race import RaceScreen
 from specchat.bench.llama_server import free_port
+from specchat.decoding.registry import default_decoder
 from specchat.metrics.figures import speedup, tokens_per_second
 from specchat.options import RunConfig
 from tests.servers import REPEATING_PROMPT, server_metrics
@@ -156,6 +157,31 @@ async def test_race_figures_agree_with_compare(backend):
 
     expected = speedup(replayed_speed(VARIANT), replayed_speed("greedy"))
     assert shown[VARIANT][2] == f"{expected:.2f}×"
+
+
+async def test_the_race_opens_with_greedy_and_the_decoder_the_chat_answers_with(backend):
+    """Ctrl+B from the chat: greedy and the chat's own decoder are chosen (the default first,
+    then whatever a decoder key switched to), three lanes in all: it offered greedy, pld and
+    lookahead, and the default decoder the chat answers with was never in the race."""
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.session.ready)
+        chat = app.screen
+
+        async def chosen() -> set[str]:
+            await pilot.press("ctrl+b")
+            await pilot.pause()
+            selected = set(app.screen.query_one("#race-decoders").selected)
+            await pilot.press("escape")
+            assert app.screen is chat
+            return selected
+
+        default = default_decoder(backend)
+        first = await chosen()
+        assert {"greedy", default} < first and len(first) == 3
+        await pilot.press("f4")  # beam, as a person switches
+        await wait_until(pilot, lambda: app.session.decoder_name == "beam")
+        assert await chosen() == {"greedy", "beam", default}
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ from specchat.app.tui.messages import (
 )
 from specchat.app.tui.replay import REPLAY_FRAME_SECONDS, Timeline, finishing_places
 from specchat.app.tui.widgets.prompt_input import PromptInput
-from specchat.decoding.registry import DECODERS, baseline_name
+from specchat.decoding.registry import DECODERS, baseline_name, default_decoder, default_race
 from specchat.engine.events import DoneEvent, StepEvent
 from specchat.errors import SpecchatError
 from specchat.evaluation.race import (
@@ -57,6 +57,7 @@ from specchat.run_spans import RunText, coloured
 from specchat.themes.palette import RunPalette
 
 MAX_PANES = 4
+_DEFAULT_PANES = 3  # chosen when the race opens: greedy, the chat's decoder and one more
 SEQUENTIAL_NOTE = (
     "Decoders run one after another on the same loaded model (never in parallel), so their "
     "speeds are comparable; then they replay side by side at the pace they were measured."
@@ -244,9 +245,16 @@ class RaceScreen(Screen):
         self.query_one(SelectionList).add_option((label, variant.label, selected and not reason))
 
     def _default_choice(self) -> list[str]:
-        usable = [n for n in DECODERS if not self.session.unavailable_reason(n)]
-        speculative = [n for n in usable if DECODERS[n].speculative]
-        return ([baseline_name()] + speculative[:2]) if speculative else usable[:2]
+        """Greedy, the decoder the chat answers with, the default, then the race `compare` and
+        `bench` run (`default_race`), three of them that can run: the chat's own decoder is
+        the one a person opens the race to see (it took the registry's first two speculative
+        decoders, and the default was never among them)."""
+        session = self.session
+        backend = session.backend
+        wanted = [baseline_name(), session.decoder_name, default_decoder(backend)]
+        wanted += default_race(backend)
+        usable = [n for n in dict.fromkeys(wanted) if not session.unavailable_reason(n)]
+        return usable[:_DEFAULT_PANES]
 
     @on(Input.Submitted, "#race-variant")
     def _variant_added(self, event: Input.Submitted) -> None:
