@@ -228,13 +228,14 @@ def test_a_killed_bench_stops_the_servers_it_started(llama_server_binary, tmp_pa
     data = tmp_path / "q.jsonl"
     data.write_text(json.dumps({"question_id": 1, "category": "c", "turns": ["Hi"]}) + "\n")
     log = tmp_path / "bench.err"
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "specchat", "bench", "--data", str(data), "--threads", "1"]
-        + ["--max-tokens", "8", "--repeats", "1000", "--peers", "--backend", "llama"],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
-        env={**os.environ, "SPECCHAT_LLAMA_SERVER": llama_server_binary},
-    )
+    with log.open("wb") as printed:
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "specchat", "bench", "--data", str(data), "--threads", "1"]
+            + ["--max-tokens", "8", "--repeats", "1000", "--peers", "--backend", "llama"],
+            stdout=subprocess.DEVNULL,
+            stderr=printed,
+            env={**os.environ, "SPECCHAT_LLAMA_SERVER": llama_server_binary},
+        )
 
     def said() -> str:  # where a run went wrong: what the bench printed
         return log.read_text(errors="replace")[-2000:]
