@@ -155,10 +155,9 @@ def run_bench(
             markup=False,
         )
     print_report(console, summary, ordered_categories, rows)
-    if environment["pass_prices"]:
-        prices = ", ".join(f"{k} tokens {p:.2f}" for k, p in environment["pass_prices"].items())
-        line = f"drafts priced at the end (plain pass = 1): {prices}"
-        console.print(line, markup=False, soft_wrap=True)
+    prices = ", ".join(f"{k} tokens {p:.2f}" for k, p in environment["pass_prices"].items())
+    line = f"drafts priced at the end (plain pass = 1): {prices}"
+    console.print(line, markup=False, soft_wrap=True)
     if json_out:
         result = {
             "summary": summary,
@@ -196,13 +195,10 @@ def run_bench(
         raise KeyboardInterrupt
 
 
-def _pass_prices(loaded) -> dict[int, float] | None:
-    """A k-token pass's price over a plain one's, as the runtime prices drafts now (None: a
-    runtime that prices none)."""
-    cost = getattr(loaded, "block_cost", None)
-    if cost is None:
-        return None
-    return {k: round(cost(k) / cost(1), 3) for k in _PRICED_SIZES}
+def _pass_prices(loaded) -> dict[int, float]:
+    """A k-token pass's price over a plain one's, as the runtime prices drafts now (every
+    runtime `bench` runs on prices its passes: `Backend.block_cost`)."""
+    return {k: round(loaded.block_cost(k) / loaded.block_cost(1), 3) for k in _PRICED_SIZES}
 
 
 def _memory_reading(loaded) -> memory_probe.MemoryReading | None:

@@ -61,7 +61,8 @@ class BeamSearchDecoder(Decoder):
         self.num_beams = int(values["num_beams"])
         self.length_penalty = float(values["length_penalty"])
         # whether the runtime last decoded on evaluates a tree in parts (evaluate_more on rows
-        # whose parents are rows of the same part): int4 does, llama.cpp does not
+        # whose parents are rows of the same part): int4 does; llama.cpp only where the tree's
+        # branches fit its streams, and transformers never
         self._in_parts: tuple[Backend, bool] | None = None
         self.reset([])
 
