@@ -18,15 +18,26 @@ its models).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
+
+
+def scratch(prefix: str) -> Path:
+    """A private folder, removed when the script ends: a run leaves nothing in /tmp."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 PROMPT = (
     "Rewrite this list in the same order, one per line:\n"
     "- Apples are red\n- Bananas are yellow\n- Grapes are purple\n- Limes are green\n"
@@ -142,7 +153,7 @@ async def code_shots() -> None:
     from specchat.options import RunConfig
 
     app = SpecchatApp(settings=RunConfig(max_tokens=200), save_settings_file=False)
-    folder = Path(tempfile.mkdtemp(prefix="specchat-project-"))
+    folder = scratch("specchat-project-")
     (folder / CODE_FILE).write_text(CODE)
     os.chdir(folder)
     async with app.run_test(size=SIZE) as pilot:
@@ -210,7 +221,7 @@ async def models_shot() -> None:
     from specchat.app.tui.screens.models import ModelPickerScreen
     from specchat.options import RunConfig
 
-    model_stores(Path(tempfile.mkdtemp(prefix="specchat-stores-")))
+    model_stores(scratch("specchat-stores-"))
     app = SpecchatApp(settings=RunConfig(max_tokens=160), save_settings_file=False)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(app, pilot)
@@ -223,7 +234,7 @@ async def models_shot() -> None:
 
 
 def main() -> None:
-    folder = tempfile.mkdtemp(prefix="specchat-shots-")
+    folder = str(scratch("specchat-shots-"))
     os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(folder, "config")
     os.environ["SPECCHAT_DATA_DIR"] = os.path.join(folder, "data")
     which = set(sys.argv[1:]) or {"chat", "code"}  # `take.py code`: only the code shots

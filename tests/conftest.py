@@ -3,9 +3,11 @@ and private folders per test run."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -33,6 +35,7 @@ def _cache_key() -> str:
 # measured pass costs) is kept across runs of the suite, under a key of the code that fills it,
 # so the one-off conversion is made once per change to it, not on every run.
 _RUN_DIR = Path(tempfile.mkdtemp(prefix="specchat-tests-"))
+atexit.register(shutil.rmtree, _RUN_DIR, ignore_errors=True)  # a run leaves nothing in /tmp
 os.environ["SPECCHAT_CONFIG_DIR"] = str(_RUN_DIR / "config")
 os.environ["SPECCHAT_DATA_DIR"] = str(_RUN_DIR / "data")
 os.environ["SPECCHAT_CACHE_DIR"] = str(
