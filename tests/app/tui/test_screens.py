@@ -89,3 +89,49 @@ async def test_command_palette_lists_actions(backend):
             assert wanted in titles
         for info in DECODERS.values():
             assert f"Decoder: {info.name}" in titles
+
+
+def _cut_labels(screen) -> list[str]:
+    """The labels on a screen whose text runs past the box they sit in: a user reads them cut."""
+    from textual.widgets import Label
+
+    cut = []
+    for label in screen.query(Label):
+        box = label.parent.content_region
+        if label.region.right > box.right or label.region.x < box.x:
+            cut.append(str(label.render()))
+    return cut
+
+
+@pytest.mark.parametrize("size", [(120, 36), (80, 24)])
+async def test_every_dialog_shows_its_whole_text(backend, size):
+    """Each dialog the chat opens, at a common and a small terminal: no line cut at the box's
+    edge (the system prompt's note was cut after "no" at 120 columns)."""
+    from specchat.app.tui.screens.confirm import ConfirmScreen
+    from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
+    from specchat.app.tui.screens.help import HelpScreen
+
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
+    async with app.run_test(size=size) as pilot:
+        chat = app.screen
+        title = "Write a long story about the sea, its tides and the boats that cross it"
+        opens = [
+            chat.action_system_prompt,
+            chat.action_default_system_prompt,
+            chat.action_attach_file,
+            chat.action_search,
+            chat.action_race,
+            chat.action_chats,
+            lambda: app.push_screen(HelpScreen()),
+            lambda: app.push_screen(ConfirmScreen(f"Delete “{title}” and its 12 messages?")),
+        ]
+        opens += [
+            lambda name=name: app.push_screen(DecoderSettingsScreen(name)) for name in DECODERS
+        ]
+        for open_dialog in opens:
+            open_dialog()
+            await pilot.pause(0.2)
+            assert app.screen is not chat
+            assert _cut_labels(app.screen) == [], type(app.screen).__name__
+            app.pop_screen()
+            await pilot.pause()
