@@ -36,7 +36,7 @@ class DraftStep:
     accepted: int
     rejected: str = ""  # drafted, not taken (along the draft's first branch), as text
     rejected_tokens: int = 0
-    source: str = ""  # where the draft came from ("" nothing drafted, or unknown)
+    source: str = ""  # where the draft came from, taken or not ("" nothing drafted, or unknown)
     depth: int = 0  # the draft length the policy chose
     pass_seconds: float = 0.0  # the target pass's cost
     seconds: float = 0.0  # the whole step's

@@ -80,9 +80,11 @@ class Draft:
         return child
 
     def source_of(self, node: int) -> str:
-        """Where the draft that reached block node `node` came from ("" for the root)."""
+        """Where the draft that reached block node `node` came from; at the root (nothing
+        taken), where the draft's first branch came from — the one `rejected_after` reports."""
         if node <= 0:
-            return ""
+            first = next(iter(self.children.get(0, {}).values()), 0)
+            return self.source_of(first) if first > 0 else ""
         if self.node_sources is not None:
             return self.node_sources.get(node, self.source)
         return self.source

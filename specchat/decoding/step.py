@@ -15,7 +15,8 @@ class Step:
     at least one token (a beam step may yield none until its beams agree). `final` is set by a
     decoder that ended the answer itself (beam search picks its best hypothesis at the end).
     `source` says where the accepted drafted tokens were copied or guessed from (one of
-    `sources.SOURCE_LABELS`; empty when none was accepted). A speculative step also says what it
+    `sources.SOURCE_LABELS`), or, when none was accepted, where the rejected draft came from
+    (empty when nothing was drafted): the drafts view shows which source guessed wrong. A speculative step also says what it
     drafted that the target did not take (`rejected`: the rest of the draft past the accepted
     tokens, along its first branch), the draft length its policy chose (`depth`) and what the
     target pass cost (`pass_seconds`). `distance` is None when the step's tokens were drawn from

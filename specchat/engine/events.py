@@ -25,7 +25,7 @@ class StepEvent:
     decoder: str
     seconds: float
     tail: bool = False
-    source: str = ""  # where the step's accepted draft came from (Step.source)
+    source: str = ""  # where the step's draft came from (Step.source)
     rejected: tuple[int, ...] = ()  # drafted, not taken (Step.rejected)
     depth: int = 0  # the draft length the policy chose
     pass_seconds: float = 0.0  # what the target pass cost

@@ -166,7 +166,7 @@ class Engine(AnswerEngine):
                 accepted=step.accepted,
                 decoder=self.decoder.name,
                 seconds=seconds,
-                source=step.source if step.accepted else "",
+                source=step.source,
                 rejected=step.rejected,
                 depth=step.depth,
                 pass_seconds=step.pass_seconds,

@@ -119,6 +119,10 @@ async def test_the_drafts_view_shows_the_engines_steps_and_stats(backend):
             kept = round(event.pass_seconds, TIME_DIGITS)
             assert row["pass ms"].plain == f"{kept * 1000:.1f}"
             assert row["draft"].plain.startswith(visible(event.text))
+        # a draft the target refused still says where it came from: the source that guessed wrong
+        refused = [row for row, event in zip(shown, steps) if event.drafted and not event.accepted]
+        assert refused, "some of prompt lookup's drafts were refused"
+        assert all(row["source"].plain not in ("", "—") for row in refused)
         figures = screen.figures
         assert figures.tokens == stats.generated_tokens
         assert (figures.steps, figures.drafted, figures.accepted) == (

@@ -110,6 +110,9 @@ async def test_every_dialog_shows_its_whole_text(backend, size):
     from specchat.app.tui.screens.confirm import ConfirmScreen
     from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
     from specchat.app.tui.screens.help import HelpScreen
+    from specchat.app.tui.widgets.message import AssistantMessage
+
+    from .conftest import wait_until
 
     app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=size) as pilot:
@@ -135,3 +138,10 @@ async def test_every_dialog_shows_its_whole_text(backend, size):
             assert _cut_labels(app.screen) == [], type(app.screen).__name__
             app.pop_screen()
             await pilot.pause()
+        # an answer's drafts (d on it)
+        chat.query_one("#prompt").insert("Name a colour.")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not app.session.busy and chat.query(AssistantMessage))
+        await pilot.press("shift+tab", "d")
+        await wait_until(pilot, lambda: app.screen is not chat)
+        assert _cut_labels(app.screen) == [], type(app.screen).__name__
