@@ -127,9 +127,20 @@ def gather(files: list[str], stdin_piped: bool) -> list[Attachment]:
 _SEPARATOR = "\n\n"
 
 
+def question_of(question: str, attachments: list[Attachment]) -> tuple[str, list[Attachment]]:
+    """(the question, what joins it) when `ask` may have been given no question: as with
+    `echo "…" | llm`, text piped or one file given alone is the question itself; several files
+    alone are sent under their names with nothing after them."""
+    if question.strip() or not attachments:
+        return question, attachments
+    if len(attachments) == 1:
+        return attachments[0].text.strip(), []  # the newline `echo` ends with is not meant
+    return "", attachments
+
+
 def with_attachments(question: str, attachments: list[Attachment]) -> str:
-    """The prompt: each attachment under its name, then the question."""
-    return _SEPARATOR.join([*(a.block() for a in attachments), question])
+    """The prompt: each attachment under its name, then the question (where there is one)."""
+    return _SEPARATOR.join([*(a.block() for a in attachments), *([question] if question else [])])
 
 
 def attached_spans(attachments: list[Attachment]) -> list[tuple[str, int]]:

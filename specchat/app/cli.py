@@ -144,7 +144,13 @@ def _parse_params(values: list[str]) -> dict[str, object]:
 
 
 def ask(
-    prompt: Annotated[str, typer.Argument(help="the question (or text to continue with --raw)")],
+    prompt: Annotated[
+        str,
+        typer.Argument(
+            help="the question (or text to continue with --raw); without one, what was piped "
+            "or the files (-f) are the question"
+        ),
+    ] = "",
     param: ParamOpt = [],  # noqa: B006 - typer reads the default
     files: Annotated[
         list[str],
@@ -176,17 +182,21 @@ def ask(
     piped text join the prompt under their names. The exchange is recorded in the chat store (a
     draft source for later answers) unless --no-log; --explain shows its drafts."""
     from specchat.app.ask import run_ask
-    from specchat.attachments import attached_spans, gather, piped, with_attachments
+    from specchat.attachments import attached_spans, gather, piped, question_of, with_attachments
     from specchat.prompting import checked_prompt
 
-    checked_prompt(prompt)
     attached = gather(files, piped())  # before the model loads: a bad file is one line
+    prompt, attached = question_of(prompt, attached)
+    if attached and not prompt:
+        title = ", ".join(a.name for a in attached)
+    else:
+        title = checked_prompt(prompt)
     settings, config, broken = run_config(ASK, flags or {})
     _warn(broken)
     code = run_ask(
         with_attachments(prompt, attached),
         config,
-        title=prompt,
+        title=title,
         attached=attached_spans(attached),
         raw_params=_parse_params(param),
         system=config.system_prompt,

@@ -64,6 +64,43 @@ def test_piped_text_reaches_the_prompt_and_the_store(tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_piped_text_alone_is_the_question(tmp_path: Path):
+    """`echo "QUESTION" | specchat ask`, as `llm` takes it: the piped line is the question (the
+    newline echo adds left off), answered as the same question given as an argument is."""
+    env = {"SPECCHAT_DATA_DIR": str(tmp_path)}
+    args = ("-d", "greedy", "--max-tokens", "6", "--no-log")
+    piped = run_process("ask", *args, stdin=b"Name three colours.\n", env=env)
+    given = run_process("ask", "Name three colours.", *args, env=env)
+    assert piped.returncode == given.returncode == 0, piped.stderr.decode()
+    assert piped.stdout == given.stdout and piped.stdout.strip()
+
+
+def test_files_alone_are_the_question(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`ask -f FILE` with no question: one file's text is the question; several are sent under
+    their names, the chat titled by them. Nothing at all: one line, as before."""
+    monkeypatch.chdir(tmp_path)
+    question, code = Path("q.txt"), Path("add.py")
+    question.write_text("Name a colour.\n")
+    code.write_text("def add(a, b):\n    return a + b\n")
+    data = tmp_path / "data"
+    env = {"SPECCHAT_DATA_DIR": str(data)}
+    ran = run_cli("ask", "-f", "q.txt", "-d", "greedy", "--max-tokens", "2", env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert first_question(data) == ("Name a colour.", "Name a colour.")
+    ran = run_cli("ask", "-f", "q.txt", "-f", "add.py", "--max-tokens", "2", env=env)
+    assert ran.returncode == 0, ran.stderr
+    shown = run_cli("chats", "show", "2", "--json", env=env)
+    chat = json.loads(shown.stdout)
+    assert chat["title"] == "q.txt, add.py"
+    assert chat["messages"][0]["content"] == (
+        "q.txt:\n```txt\nName a colour.\n```\n\n"
+        "add.py:\n```python\ndef add(a, b):\n    return a + b\n```"
+    )
+    ran = run_cli("ask", env=env)
+    assert ran.returncode == 2 and "the prompt is empty" in ran.stderr
+
+
+@pytest.mark.slow
 def test_files_join_the_prompt_under_their_names(tmp_path: Path):
     first, second = tmp_path / "add.py", tmp_path / "notes.txt"
     first.write_text("def add(a, b):\n    return a + b\n")
