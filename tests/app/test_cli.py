@@ -203,7 +203,7 @@ def test_models_json_gives_each_model_its_name_and_facts():
         (("ask", "hi", "-d", "suffix:nope=1"), "decoder 'suffix' has no parameter 'nope'"),
         (("-p", "num_beams=0"), "num_beams"),
         (("-p", "no_such_param=1"), "no_such_param"),
-        (("ask",), "Missing"),
+        (("ask",), "the prompt is empty"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
