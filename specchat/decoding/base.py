@@ -12,11 +12,12 @@ the class and no decoder name is written anywhere else.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any, ClassVar
 
 from specchat.backends.base import Backend
 from specchat.decoding.params import Param
-from specchat.decoding.sampling import Sampler
+from specchat.decoding.sampling import Sampler, SamplingParams
 from specchat.decoding.sources import NO_SOURCES, DraftSources
 from specchat.decoding.step import Step
 from specchat.errors import SpecchatError
@@ -56,10 +57,10 @@ class Decoder:
         for param in cls.params:
             if param.name == name:
                 return param
-        raise SpecchatError(
-            f"decoder {cls.name!r} has no parameter {name!r} "
-            f"(it takes: {', '.join(p.name for p in cls.params) or 'none'})"
-        )
+        takes = f"it takes: {', '.join(p.name for p in cls.params) or 'none'}"
+        if name in {f.name for f in fields(SamplingParams)}:  # every decoder's, set as a flag
+            takes += f"; sampling is set for every decoder with --{name.replace('_', '-')}"
+        raise SpecchatError(f"decoder {cls.name!r} has no parameter {name!r} ({takes})")
 
     @classmethod
     def validate(cls, values: Mapping[str, object]) -> dict[str, object]:

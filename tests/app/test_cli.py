@@ -201,6 +201,7 @@ def test_models_json_gives_each_model_its_name_and_facts():
         (("ask", "hi", "--max-tokens", "0"), "--max-tokens"),
         (("ask", "hi", "--threads", "0"), "--threads"),
         (("ask", "hi", "-d", "suffix:nope=1"), "decoder 'suffix' has no parameter 'nope'"),
+        (("ask", "hi", "-d", "sample:temperature=0.7"), "with --temperature"),
         (("-p", "num_beams=0"), "num_beams"),
         (("-p", "no_such_param=1"), "no_such_param"),
         (("ask",), "the prompt is empty"),
