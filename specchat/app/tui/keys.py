@@ -152,6 +152,13 @@ CHAT_KEYS = (
         palette="Stop the answer",
     ),
     Key(
+        "ctrl+c",
+        "interrupt",
+        "stop",
+        "while an answer runs: stop it, as Esc does (otherwise: copy the selection)",
+        shows="Ctrl+C",
+    ),
+    Key(
         "ctrl+r",
         "regenerate",
         "regenerate",

@@ -9,6 +9,7 @@ import pytest
 from specchat.app.tui.app import SpecchatApp
 from specchat.app.tui.widgets.answer_body import Piece
 from specchat.app.tui.widgets.message import AssistantMessage, UserMessage
+from specchat.app.tui.widgets.prompt_input import PromptInput
 from specchat.app.tui.widgets.status_bar import StatusBar
 from specchat.decoding.base import Decoder
 from specchat.decoding.registry import DECODERS, default_decoder
@@ -302,14 +303,16 @@ async def test_unavailable_decoder_says_why(backend, monkeypatch):
         assert any("needs a GPU" in n.message for n in app._notifications)
 
 
-async def test_escape_cancels_and_keeps_text(backend):
-    """Esc while the worker is parked after step 3: the engine stops before step 4."""
+@pytest.mark.parametrize("key", ["escape", "ctrl+c"])
+async def test_escape_cancels_and_keeps_text(backend, key):
+    """Esc (or Ctrl+C, a terminal's interrupt key) while the worker is parked after step 3: the
+    engine stops before step 4."""
     app = SpecchatApp(settings=RunConfig(max_tokens=400), backend=backend)
     async with app.run_test(size=SIZE) as pilot:
         with StepGate(app.session.engine, after=3) as gate:
             await type_and_send(pilot, LONG_PROMPT)
             await wait_until(pilot, gate.held.is_set)
-            await pilot.press("escape")
+            await pilot.press(key)
             gate.release()
             await app.workers.wait_for_complete()
             await pilot.pause()
@@ -322,6 +325,20 @@ async def test_escape_cancels_and_keeps_text(backend):
         assert widget.text == answer.content
         assert "cancelled" in status_of(app)
         assert not app.session.busy
+
+
+async def test_ctrl_c_without_an_answer_copies_the_selection(backend):
+    """Ctrl+C stops an answer only while one runs: otherwise it copies what is selected in the
+    prompt, and nothing is sent or stopped."""
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.screen.query_one(PromptInput)
+        prompt.insert("a line to copy")
+        prompt.select_all()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.clipboard == "a line to copy"
+        assert prompt.text == "a line to copy" and not app.screen.messages
 
 
 @pytest.mark.slow

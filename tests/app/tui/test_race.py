@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -182,6 +183,37 @@ async def test_the_race_opens_with_greedy_and_the_decoder_the_chat_answers_with(
         await pilot.press("f4")  # beam, as a person switches
         await wait_until(pilot, lambda: app.session.decoder_name == "beam")
         assert await chosen() == {"greedy", "beam", default}
+
+
+async def test_ctrl_c_stops_a_running_race(backend):
+    """Ctrl+C while the decoders are measured stops the race at its next step, as Esc does;
+    the race screen stays (it does not quit the app or go back)."""
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.session.ready)
+        held, go, cancels = threading.Event(), threading.Event(), []
+        original = app.session._race
+
+        def gated(prompt, variants, max_tokens, cancel):
+            """The race, parked after its first event until the test has pressed the key."""
+            cancels.append(cancel)
+            events = original(prompt, variants, max_tokens, cancel)
+            yield next(events)
+            held.set()
+            go.wait(60)
+            yield from events
+
+        app.session._race = gated
+        app.push_screen(RaceScreen(PROMPT, ["greedy", VARIANT], 400))
+        await pilot.pause()
+        screen = app.screen
+        await pilot.press("enter")
+        await wait_until(pilot, held.is_set)
+        await pilot.press("ctrl+c")
+        go.set()
+        await wait_until(pilot, lambda: not screen.running)
+        assert cancels and cancels[0].is_set()
+        assert app.screen is screen and not app.session.racing
 
 
 @pytest.mark.slow

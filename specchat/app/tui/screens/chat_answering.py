@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 
+from textual.actions import SkipAction
 from textual.containers import VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Static
@@ -252,6 +253,13 @@ class Answering:
             self.query_one(PromptInput).clear()
         elif isinstance(self.focused, Turn):
             self.query_one(PromptInput).focus()
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C, a terminal's interrupt key, stops a running answer as Esc does; without one
+        the key keeps its usual meaning (copy a selection, Textual's quit hint)."""
+        if self._answer is None and not self.session.busy:
+            raise SkipAction()
+        self.action_cancel()
 
     async def stop_answer_and_keep(self, wait_seconds: float = 10.0) -> None:
         """Stop a running answer and wait (at most `wait_seconds`) until what it generated is

@@ -15,6 +15,7 @@ from functools import partial
 
 from rich.text import Text
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -175,6 +176,7 @@ def summary_rows(panes: list[RacePane], lanes: Sequence[Lane]) -> list[tuple[str
 class RaceScreen(Screen):
     BINDINGS = [
         Binding("escape", "stop_or_back", "stop / skip / back", priority=True),
+        Binding("ctrl+c", "interrupt", "stop", show=False, priority=True),
         Binding("r", "replay", "replay"),
         Binding("ctrl+b", "back", "back to chat", show=False),
     ]
@@ -437,6 +439,12 @@ class RaceScreen(Screen):
             self.notify("the race is running: Esc stops it", severity="warning")
             return
         self.app.pop_screen()
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C stops the measuring as Esc does; otherwise the key keeps its usual meaning."""
+        if not self.running:
+            raise SkipAction()
+        self.action_stop_or_back()
 
     def action_stop_or_back(self) -> None:
         """Stop the measuring; skip a replay to its end; else back to the chat."""
