@@ -179,8 +179,9 @@ def ask(
     flags: dict[str, object] | None = None,
 ) -> None:
     """Stream one answer to stdout; multi-token speculative steps are coloured. Files (-f) and
-    piped text join the prompt under their names. The exchange is recorded in the chat store (a
-    draft source for later answers) unless --no-log; --explain shows its drafts."""
+    piped text join the prompt under their names (with no question, they are the question). The
+    exchange is recorded in the chat store (a draft source for later answers) unless --no-log;
+    --explain shows its drafts."""
     from specchat.app.ask import run_ask
     from specchat.attachments import attached_spans, gather, piped, question_of, with_attachments
     from specchat.prompting import checked_prompt
