@@ -244,3 +244,13 @@ def test_the_status_line_says_whose_figures_it_shows():
     figures = Figures(decoder="suffix")
     figures.add(StepEvent((1,), "a", 0, 0, "suffix", 0.01))
     assert " by " not in str(status_text(figures, "model"))
+
+
+def test_a_folded_file_counts_its_lines_as_a_person_writes_them():
+    from specchat.app.tui.widgets.message import attachment_line
+    from specchat.attachments import Attachment
+
+    one = Attachment("q.txt", "Name a colour.\n").block()
+    two = Attachment("m.py", "def add(a, b):\n    return a + b\n").block()
+    assert attachment_line("q.txt", one, shown=False).plain == "▸ q.txt · 1 line  (o: show)"
+    assert attachment_line("m.py", two, shown=False).plain == "▸ m.py · 2 lines  (o: show)"

@@ -51,11 +51,10 @@ class Turn(Vertical):
 def attachment_line(name: str, block: str, shown: bool) -> Text:
     """A folded attached file: its name and size; shown, its text fenced as the prompt holds
     it (the name line above the fence is the heading)."""
-    lines = block.count("\n") - 2  # the line breaks after its name and its opening fence
+    lines = max(block.count("\n") - 2, 0)  # the breaks after its name and its opening fence
     mark, key = ("▾", "o: fold") if shown else ("▸", "o: show")
-    head = Text.assemble(
-        f"{mark} ", (name, "bold"), f" · {max(lines, 0)} lines", (f"  ({key})", "dim")
-    )
+    size = f"{lines} line" if lines == 1 else f"{lines} lines"
+    head = Text.assemble(f"{mark} ", (name, "bold"), f" · {size}", (f"  ({key})", "dim"))
     return Text.assemble(head, "\n", block.partition("\n")[2]) if shown else head
 
 
