@@ -14,6 +14,7 @@ from rich.text import Text
 from specchat.answer_steps import DraftFigures, DraftStep, sparkline
 from specchat.engine.stats import GenerationStats
 from specchat.themes.palette import RunPalette
+from specchat.wording import counted
 
 NUMBERS = ("step", "source", "depth", "drafted", "kept", "tokens", "pass ms")
 NUMERIC = {"step", "depth", "drafted", "kept", "tokens", "pass ms"}
@@ -122,7 +123,7 @@ def summary_lines(figures: DraftFigures, stats: GenerationStats | None) -> list[
     """The answer's figures from its steps (the engine's stats are the same sums), then what its
     passes gave and what the drafts allowed (the oracle)."""
     lines = [
-        f"{figures.tokens} tokens in {figures.steps} steps · "
+        f"{counted(figures.tokens, 'token')} in {counted(figures.steps, 'step')} · "
         f"{figures.tokens_per_step:.2f} tokens/step"
         + (
             f" · {stats.tokens_per_second:.1f} tok/s"

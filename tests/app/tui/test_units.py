@@ -254,3 +254,9 @@ def test_a_folded_file_counts_its_lines_as_a_person_writes_them():
     two = Attachment("m.py", "def add(a, b):\n    return a + b\n").block()
     assert attachment_line("q.txt", one, shown=False).plain == "▸ q.txt · 1 line  (o: show)"
     assert attachment_line("m.py", two, shown=False).plain == "▸ m.py · 2 lines  (o: show)"
+
+
+def test_counts_read_as_a_person_writes_them():
+    from specchat.wording import counted
+
+    assert [counted(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]

@@ -17,6 +17,7 @@ from textual.widgets.option_list import Option
 from specchat.app.tui.screens.confirm import ConfirmScreen
 from specchat.errors import HistoryError
 from specchat.history import HistoryStore
+from specchat.wording import counted
 
 
 class ChatListScreen(ModalScreen):
@@ -64,7 +65,10 @@ class ChatListScreen(ModalScreen):
             when = dt.datetime.fromtimestamp(chat.updated).strftime("%Y-%m-%d %H:%M")
             mark = "● " if chat.id == self.current else "  "
             options.add_option(
-                Option(f"{mark}{chat.title}  ({chat.messages} messages, {when})", id=str(chat.id))
+                Option(
+                    f"{mark}{chat.title}  ({counted(chat.messages, 'message')}, {when})",
+                    id=str(chat.id),
+                )
             )
         if not chats:
             options.add_option(Option("no chats yet — n starts one", id="none", disabled=True))
@@ -129,7 +133,7 @@ class ChatListScreen(ModalScreen):
         summary = self.history.chat(chat_id)
         if summary is None:
             return
-        question = f"Delete “{summary.title}” and its {summary.messages} messages?"
+        question = f"Delete “{summary.title}” and its {counted(summary.messages, 'message')}?"
 
         async def answered(yes: bool | None) -> None:
             if yes:

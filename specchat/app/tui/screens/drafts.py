@@ -21,6 +21,7 @@ from specchat.app.drafts_view import (
     tokens_per_step_line,
 )
 from specchat.history import StoredMessage
+from specchat.wording import counted
 
 NUMBERS_WIDTH = 58  # the figures' columns with their padding, and the dialog's frame
 
@@ -48,7 +49,9 @@ class DraftsScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with Vertical(id="drafts"):
             steps = len(self.answer.steps)
-            title = f"drafts · {self.message.written_by_label or 'answer'} · {steps} steps"
+            title = (
+                f"drafts · {self.message.written_by_label or 'answer'} · {counted(steps, 'step')}"
+            )
             yield Label(title, id="drafts-title")
             yield Static(
                 "\n".join(summary_lines(self.figures, self.message.stats)), id="drafts-figures"

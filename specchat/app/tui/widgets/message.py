@@ -19,6 +19,7 @@ from specchat.engine.events import StepEvent
 from specchat.history import StoredMessage, decoders_label
 from specchat.run_spans import RunText
 from specchat.themes.palette import RunPalette
+from specchat.wording import counted
 
 
 def branch_label(message: StoredMessage | None) -> str:
@@ -53,8 +54,9 @@ def attachment_line(name: str, block: str, shown: bool) -> Text:
     it (the name line above the fence is the heading)."""
     lines = max(block.count("\n") - 2, 0)  # the breaks after its name and its opening fence
     mark, key = ("▾", "o: fold") if shown else ("▸", "o: show")
-    size = f"{lines} line" if lines == 1 else f"{lines} lines"
-    head = Text.assemble(f"{mark} ", (name, "bold"), f" · {size}", (f"  ({key})", "dim"))
+    head = Text.assemble(
+        f"{mark} ", (name, "bold"), f" · {counted(lines, 'line')}", (f"  ({key})", "dim")
+    )
     return Text.assemble(head, "\n", block.partition("\n")[2]) if shown else head
 
 
