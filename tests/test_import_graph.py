@@ -71,7 +71,7 @@ LAYERS = (
     # what everything may use: errors, where files live, the CPU, figures computed one way
     ("specchat.errors", "specchat.locations", "specchat.cpu", "specchat.hardware", "specchat.openmp",
      "specchat.memory_probe", "specchat.tables", "specchat.metrics", "specchat.json_tables",
-     "specchat.heap", "specchat.first_time"),
+     "specchat.heap", "specchat.first_time", "specchat.wording"),
     # models and their runtimes; prompts and what a user attaches to them
     ("specchat.backends", "specchat.bundled", "specchat.devices", "specchat.prompting",
      "specchat.attachments"),
