@@ -177,6 +177,30 @@ async def test_search_opens_the_chat_at_the_message_in_its_branch(backend, two_c
         assert "‹1/2›" in role_line(app.focused)
 
 
+@pytest.mark.parametrize("turns", [1, 20])
+async def test_search_shows_the_message_it_opens(backend, private_dirs, turns):
+    """The message a search opens is on screen: in a short chat opened from an empty one the
+    transcript kept the empty chat's offset and showed nothing; in a long one the hit, near its
+    start, is scrolled to."""
+    store = HistoryStore(private_dirs / "data" / "search.sqlite3")
+    chat = store.new_chat("Animals")
+    hit = store.add_message(chat, StoredMessage("user", "Tell me about the walrus"))
+    store.add_message(chat, StoredMessage("assistant", "A fact.\n\n" * 3))
+    for turn in range(1, turns):
+        store.add_message(chat, StoredMessage("user", f"And animal number {turn}?"))
+        store.add_message(chat, StoredMessage("assistant", "A fact.\n\n" * 3))
+    app = SpecchatApp(settings=RunConfig(), backend=backend, history=store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+k")
+        await pilot.pause()
+        await pilot.press(*"walrus", "enter", "enter")
+        await wait_until(pilot, lambda: isinstance(app.focused, UserMessage))
+        await pilot.pause(0.3)
+        assert app.focused.stored.id == hit
+        view = app.screen.query_one("#transcript").content_region
+        assert view.contains_region(app.focused.region), (view, app.focused.region)
+
+
 async def test_search_says_when_nothing_is_found(backend, two_chats):
     store, *_ = two_chats
     app = SpecchatApp(settings=RunConfig(), backend=backend, history=store)

@@ -73,3 +73,31 @@ def test_edit_a_question_see_the_branch_and_switch_back(private_dirs):
         assert "Name a colour." in screen and "And a fruit?" not in screen
     finally:
         quit_and_close(session)
+
+
+@pytest.mark.slow
+def test_search_opens_a_short_chat_on_screen(private_dirs):
+    """Ctrl+K, a word, Enter twice in a fresh chat: the short chat found is on screen (it opened
+    below the view, the transcript blank, keeping the empty chat's bottom-anchored offset)."""
+    from specchat.history import DB_FILE, HistoryStore, StoredMessage
+
+    (private_dirs / "data").mkdir(parents=True, exist_ok=True)
+    store = HistoryStore(private_dirs / "data" / DB_FILE)
+    chat = store.new_chat("Animals")
+    store.add_message(chat, StoredMessage("user", "Tell me about the walrus"))
+    store.add_message(chat, StoredMessage("assistant", "It has long tusks."))
+    store.close()
+    session = start_specchat(private_dirs, "threads = 1\n", 30, "search")
+    try:
+        wait_until_usable(session)
+        keys(session, "C-k")
+        wait_for(session, lambda s: "Search all chats" in s)
+        keys(session, "-l", "walrus")
+        wait_for(session, lambda s: "Animals · you" in s)
+        keys(session, "Enter")
+        keys(session, "Enter")
+        screen = wait_for(session, lambda s: "specchat — Animals" in s, limit=20)
+        screen = wait_for(session, lambda s: "It has long tusks." in s, limit=5)
+        assert "Tell me about the walrus" in screen and "Search all chats" not in screen
+    finally:
+        quit_and_close(session)

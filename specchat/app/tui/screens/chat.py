@@ -342,8 +342,14 @@ class ChatScreen(Answering, Branches, Copying, Screen):
         transcript.anchor()
         target = next((w for w in widgets if w.stored is not None and w.stored.id == focus), None)
         if target is not None:
-            transcript.anchor(False)
-            target.focus()
+            # once laid out anchored (a short chat sits at the bottom by a negative offset):
+            # let go of the anchor before that, and the offset stays the one laid out for what
+            # the transcript held before — a chat opened from an empty one showed blank
+            def show_target() -> None:
+                transcript.anchor(False)
+                target.focus()  # scrolls to it
+
+            self.call_after_refresh(show_target)
         else:  # the focused message may be gone with the old chat: typing goes to the prompt
             self.query_one(PromptInput).focus()
         self.sub_title = self.conversation.title if self.chat_id is not None else "new chat"
