@@ -9,11 +9,12 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from specchat.app.tui.app import SpecchatApp
-from specchat.app.tui.screens.race import RaceScreen
+from specchat.app.tui.screens.race import RacePane, RaceScreen
 from specchat.bench.llama_server import free_port
 from specchat.decoding.registry import default_decoder
 from specchat.metrics.figures import speedup, tokens_per_second
@@ -183,6 +184,39 @@ async def test_the_race_opens_with_greedy_and_the_decoder_the_chat_answers_with(
         await pilot.press("f4")  # beam, as a person switches
         await wait_until(pilot, lambda: app.session.decoder_name == "beam")
         assert await chosen() == {"greedy", "beam", default}
+
+
+async def test_the_race_measures_once_the_screen_has_drawn(backend, monkeypatch):
+    """The screen drawing what Run changed takes a core from the model's threads: the first
+    decoder measured beside it read 20–40% slower than the same one later. A screen kept busy
+    after Run (a pane holding the event loop 0.3 s) delays the measuring until it is done."""
+    app = SpecchatApp(settings=RunConfig(), backend=backend)
+    held_until: list[float] = []
+
+    def hold_the_loop() -> None:
+        time.sleep(0.3)
+        held_until.append(time.monotonic())
+
+    def mounted(pane) -> None:
+        pane.set_timer(0.01, hold_the_loop)
+
+    monkeypatch.setattr(RacePane, "on_mount", mounted, raising=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.session.ready)
+        measured_from: list[float] = []
+        original = app.session._race
+
+        def timed(prompt, variants, max_tokens, cancel):
+            measured_from.append(time.monotonic())
+            yield from original(prompt, variants, max_tokens, cancel)
+
+        app.session._race = timed
+        app.push_screen(RaceScreen(PROMPT, ["greedy", VARIANT], 8))
+        await pilot.pause()
+        screen = app.screen
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen.replaying or not screen.running and screen.panes)
+        assert held_until and measured_from and measured_from[0] >= max(held_until)
 
 
 async def test_ctrl_c_stops_a_running_race(backend):

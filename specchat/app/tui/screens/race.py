@@ -312,6 +312,7 @@ class RaceScreen(Screen):
         a run is measured (its token count a few times a second) and gets its steps when it
         ends."""
         lanes: tuple[Lane, ...] = ()
+        self._wait_until_drawn()
         try:
             for event in events:
                 if isinstance(event, RunStarted):
@@ -328,6 +329,20 @@ class RaceScreen(Screen):
             self.post_message(RaceFailed(0, error_text(exc)))
         finally:
             self.post_message(RaceFinished(lanes))
+
+    def _wait_until_drawn(self, limit: float = 3.0) -> None:
+        """Block (a worker) until the screen has drawn what Run changed: while it drew the new
+        panes, it took a core from the model's threads, and the first decoder measured read
+        20–40% slower than the same decoder measured later (greedy at 185–195 tok/s, then pld,
+        one token a step as well, at 253–283). Idle means the event loop runs a call from this
+        thread at once, three times in a row; `limit` seconds at most."""
+        deadline = time.monotonic() + limit
+        quiet = 0
+        while quiet < 3 and time.monotonic() < deadline:
+            asked = time.perf_counter()
+            self.app.call_from_thread(lambda: None)
+            quiet = quiet + 1 if time.perf_counter() - asked < 0.005 else 0
+            time.sleep(0.05)
 
     async def make_panes(self, variants: list[DecoderVariant | str]) -> None:
         """Fresh panes (also how tests script a race without running one)."""
