@@ -427,7 +427,7 @@ class ModelDetails:
 
 def gguf_details(path: Path) -> ModelDetails:
     """A GGUF's header read (milliseconds, nothing loaded); a file that is not one says so."""
-    from specchat.backends.gguf.header import GGUFHeader
+    from specchat.backends.gguf.header import GGUFHeader, InvalidModel
     from specchat.backends.registry import INT4, LLAMA_CPP
 
     size = path.stat().st_size
@@ -436,6 +436,10 @@ def gguf_details(path: Path) -> ModelDetails:
     except SpecchatError:
         return ModelDetails("?", "?", size, RunsOn((), "not a valid GGUF"))
     family = str(header.metadata.get("general.architecture", "?"))
+    try:
+        header.check_llama()  # what every runtime refuses: no architecture, sizes out of range
+    except InvalidModel as exc:
+        return ModelDetails(family, "?", size, RunsOn((), f"not a valid GGUF: {exc.why}"))
     reason = runtime(INT4).unavailable(path, "cpu")
     runs = (
         RunsOn((INT4, LLAMA_CPP)) if reason is None else RunsOn((LLAMA_CPP,), f"not int4: {reason}")

@@ -31,6 +31,7 @@ from specchat.errors import SpecchatError
 
 CHAT, ASK, COMPARE, BENCH = "chat", "ask", "compare", "bench"
 RUNS = frozenset({CHAT, ASK, COMPARE, BENCH})
+MODELS = "models"  # `specchat models`: where models are found, and what runs them at which level
 COLOUR_MODES = ("length", "source")  # runs coloured by tokens per step, or by draft source
 DEFAULT_THEME = "specchat-safe"
 SAMPLING = "sampling"  # the settings file's table for the sampling options
@@ -86,6 +87,7 @@ class RunConfig:
         "a folder of GGUF files (any depth) that `specchat models` lists and --model takes by "
         "their path in it (repeatable)",
         flags=("--model-folder",),
+        commands=RUNS | {MODELS},
     )
     backend: str | None = option(
         None,
@@ -109,6 +111,7 @@ class RunConfig:
         f"cap the instruction set of the {INT4} runtime's kernels and of torch: "
         f"{', '.join(reversed(CPU_LEVELS))} (default: what the CPU has)",
         choices=CPU_LEVELS,
+        commands=RUNS | {MODELS},
     )
     n_ctx: int = option(
         4096, "context window in tokens", flags=("--n-ctx",), minimum=16, maximum=1 << 20

@@ -15,7 +15,7 @@ import typer
 from specchat import __version__, cpu
 from specchat.errors import SpecchatError
 from specchat.hardware import usable_threads
-from specchat.options import ASK, BENCH, CHAT, COMPARE, RunConfig, cli_parameters, resolve
+from specchat.options import ASK, BENCH, CHAT, COMPARE, MODELS, RunConfig, cli_parameters, resolve
 from specchat.settings import load_settings
 
 app = typer.Typer(
@@ -291,11 +291,11 @@ run_command(COMPARE)(compare)
 run_command(BENCH)(bench)
 
 
-@app.command()
 def models(
     as_json: Annotated[
         bool, typer.Option("--json", help="one JSON array on stdout, an object a model")
     ] = False,
+    flags: dict[str, object] | None = None,
 ) -> None:
     """List the models specchat can open here (the bundled one, the Hugging Face cache, ollama's
     store, LM Studio's folder, the settings' model_folders): the name --model takes, family,
@@ -303,7 +303,7 @@ def models(
     The default is marked."""
     from specchat.models import list_models, listing_facts
 
-    _, config, broken = run_config(CHAT, {})
+    _, config, broken = run_config(MODELS, flags or {})
     _warn(broken)
     listed = [(listing, listing_facts(listing)) for listing in list_models(config.model_folders)]
     if as_json:  # for scripts: the name to pass as --model, and the facts the lines show
@@ -328,6 +328,9 @@ def models(
         typer.echo(f"{mark} {listing.spec:<36} {family:<8} {quant:<7} {size:>9}  {listing.store}")
         typer.echo(f"    runs on {runs} · {listing.path}")
     typer.echo("(* = default; any .gguf path or Hugging Face model directory works too)")
+
+
+run_command(MODELS)(models)
 
 
 def _file_size(path) -> int | None:

@@ -135,6 +135,34 @@ def test_folders_the_settings_name_are_listed_and_taken_by_name(tmp_path, stores
         "--max-tokens", "2", "--no-log", env=bare,
     )  # fmt: skip
     assert flagged.returncode == 0, flagged.stderr
+    # `models` takes the flag too: it lists what `ask --model-folder` would open
+    shown = run_cli("models", "--model-folder", str(folder), env=bare)
+    assert shown.returncode == 0, shown.stderr
+    assert "smol/tiny-q4_1.gguf" in shown.stdout
+
+
+def test_a_file_no_runtime_loads_is_listed_as_running_on_nothing(tmp_path, stores):
+    """A GGUF header with no architecture (every runtime refuses it, in one line) is not
+    offered to llama.cpp in the listing: it runs on nothing, and the line says why."""
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "headless.gguf").write_bytes(b"GGUF" + (3).to_bytes(4, "little") + bytes(16))
+    env = {
+        **stores,
+        "SPECCHAT_CONFIG_DIR": str(tmp_path / "none"),
+        "SPECCHAT_DATA_DIR": str(tmp_path),
+    }
+    shown = run_cli("models", "--model-folder", str(folder), env=env)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("  headless.gguf"))
+    assert (
+        lines[row + 1]
+        .strip()
+        .startswith("runs on nothing (not a valid GGUF: no general.architecture)")
+    )
+    asked = run_cli("ask", "Hi", "--model", str(folder / "headless.gguf"), "--no-log", env=env)
+    assert asked.returncode == 2 and "no general.architecture" in asked.stderr
 
 
 def test_a_model_gone_since_it_was_listed_is_said_in_its_facts(stores, monkeypatch):

@@ -63,6 +63,14 @@ _FLOAT_TYPES = {0: np.float32, 1: np.float16}  # GGML_TYPE_F32, GGML_TYPE_F16
 _VECTOR_TYPES = {0, 1, 30}  # what a norm or bias may be: F32, F16, BF16
 
 
+class InvalidModel(SpecchatError):
+    """A file no runtime can load, and why (`why`: the listing of models says it alone)."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"cannot load {name}: not a valid GGUF model ({why})")
+        self.why = why
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -336,8 +344,8 @@ class GGUFHeader:
         digest.update(self._map[at:end].tobytes())
         return digest.hexdigest()
 
-    def _invalid(self, why: str) -> SpecchatError:
-        return SpecchatError(f"cannot load {self.path.name}: not a valid GGUF model ({why})")
+    def _invalid(self, why: str) -> InvalidModel:
+        return InvalidModel(self.path.name, why)
 
     def _size(self, info: TensorInfo) -> int:
         """The bytes tensor `info` takes in the file."""
