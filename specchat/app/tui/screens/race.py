@@ -312,8 +312,8 @@ class RaceScreen(Screen):
         a run is measured (its token count a few times a second) and gets its steps when it
         ends."""
         lanes: tuple[Lane, ...] = ()
-        self._wait_until_drawn()
         try:
+            self._wait_until_drawn()
             for event in events:
                 if isinstance(event, RunStarted):
                     self.post_message(RaceStarted(event.lane))
