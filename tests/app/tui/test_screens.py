@@ -104,16 +104,19 @@ def _cut_labels(screen) -> list[str]:
 
 
 @pytest.mark.parametrize("size", [(120, 36), (80, 24)])
-async def test_every_dialog_shows_its_whole_text(backend, size):
+async def test_every_dialog_shows_its_whole_text(backend, size, tmp_path):
     """Each dialog the chat opens, at a common and a small terminal: no line cut at the box's
     edge (the system prompt's note was cut after "no" at 120 columns)."""
     from specchat.app.tui.screens.confirm import ConfirmScreen
     from specchat.app.tui.screens.decoder_settings import DecoderSettingsScreen
+    from specchat.app.tui.screens.file_picker import FilePickerScreen
     from specchat.app.tui.screens.help import HelpScreen
     from specchat.app.tui.widgets.message import AssistantMessage
 
     from .conftest import wait_until
 
+    deep = tmp_path / "projects" / "a-project-with-a-long-name" / "and-a-folder-inside-it"
+    deep.mkdir(parents=True)
     app = SpecchatApp(settings=RunConfig(), backend=backend)
     async with app.run_test(size=size) as pilot:
         chat = app.screen
@@ -122,6 +125,7 @@ async def test_every_dialog_shows_its_whole_text(backend, size):
             chat.action_system_prompt,
             chat.action_default_system_prompt,
             chat.action_attach_file,
+            lambda: app.push_screen(FilePickerScreen(deep)),  # a project folder's long path
             chat.action_search,
             chat.action_race,
             chat.action_chats,
