@@ -427,12 +427,12 @@ class ModelDetails:
 
 def gguf_details(path: Path) -> ModelDetails:
     """A GGUF's header read (milliseconds, nothing loaded); a file that is not one says so."""
-    from specchat.backends.gguf.header import GGUFHeader, InvalidModel
+    from specchat.backends.gguf.header import InvalidModel, read_header
     from specchat.backends.registry import INT4, LLAMA_CPP
 
     size = path.stat().st_size
     try:
-        header = GGUFHeader(path)
+        header = read_header(path)  # parsed once: int4's check below reads the same
     except SpecchatError:
         return ModelDetails("?", "?", size, RunsOn((), "not a valid GGUF"))
     family = str(header.metadata.get("general.architecture", "?"))
